@@ -1,0 +1,76 @@
+"""GPU presets: peak throughput, memory and default interconnect, each with its datasheet.
+
+Units: TFLOP/s dense (no structured sparsity), HBM capacity in GiB as marketed in GB
+rounded to the physical stack size, HBM bandwidth in TB/s (1e12 B/s), link speeds in
+Gbit/s per GPU per direction (the scenario's `intra_node.gbps` / `inter_node.nic_gbps`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    bf16_tflops: float
+    fp16_tflops: float
+    fp8_tflops: float | None  # None: no fp8 tensor cores
+    fp32_tflops: float  # plain FP32 (non-tensor-core) peak; fp32 training falls back to TF32 in practice
+    tf32_tflops: float
+    hbm_gib: float
+    hbm_tbps: float
+    nvlink_gbps: float  # per GPU, per direction, Gbit/s
+    nic_gbps: float  # default NIC line rate, Gbit/s
+    nics_per_node: int
+    gpus_per_node: int
+
+    def peak_tflops(self, precision: str) -> float:
+        peak = {
+            "bf16": self.bf16_tflops,
+            "fp16": self.fp16_tflops,
+            "fp8": self.fp8_tflops,
+            "fp32": self.tf32_tflops,  # Megatron/torch run fp32 matmuls on TF32 tensor cores
+        }[precision]
+        if peak is None:
+            raise ValueError(f"{self.name} has no {precision} tensor cores")
+        return peak
+
+
+PRESETS: dict[str, GpuSpec] = {
+    # NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web):
+    # BF16/FP16 312 TF, TF32 156 TF, FP32 19.5 TF; 40GB HBM2 at 1,555 GB/s;
+    # NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction.
+    # DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute.
+    "a100-40gb": GpuSpec("a100-40gb", 312.0, 312.0, None, 19.5, 156.0, 40.0, 1.555, 2400.0, 200.0, 8, 8),
+    # Same datasheet, A100 80GB SXM: HBM2e at 2,039 GB/s.
+    "a100-80gb": GpuSpec("a100-80gb", 312.0, 312.0, None, 19.5, 156.0, 80.0, 2.039, 2400.0, 200.0, 8, 8),
+    # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16 1,979 TF and FP8 3,958 TF
+    # *with sparsity*, i.e. 989.4 / 1978.9 dense; TF32 494.7 dense; FP32 67 TF; 80GB HBM3 at
+    # 3.35 TB/s; NVLink 900 GB/s bidirectional = 3600 Gb/s per direction.
+    # DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (NDR) for compute.
+    "h100-sxm": GpuSpec("h100-sxm", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 3600.0, 400.0, 8, 8),
+    # NVIDIA H200 datasheet (SXM): same Hopper tensor throughput as H100 SXM; 141GB HBM3e at
+    # 4.8 TB/s; NVLink 900 GB/s. DGX H200: 8x ConnectX-7 400 Gb/s.
+    "h200": GpuSpec("h200", 989.4, 989.4, 1978.9, 67.0, 494.7, 141.0, 4.8, 3600.0, 400.0, 8, 8),
+    # NVIDIA DGX B200 / HGX B200 datasheet: per GPU FP8 4.5 PF and BF16 2.25 PF dense
+    # (9 / 4.5 PF quoted with sparsity), TF32 1.1 PF dense, FP32 75 TF; 180GB HBM3e at
+    # 8 TB/s; NVLink 5 1.8 TB/s bidirectional = 7200 Gb/s per direction;
+    # DGX B200: 8x ConnectX-7 400 Gb/s.
+    "b200": GpuSpec("b200", 2250.0, 2250.0, 4500.0, 75.0, 1100.0, 180.0, 8.0, 7200.0, 400.0, 8, 8),
+}
+
+GPU_FIELDS = tuple(f.name for f in fields(GpuSpec) if f.name != "name")
+
+
+def suggest(name: str, choices) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def gpu_preset(name: str, **overrides) -> GpuSpec:
+    if name not in PRESETS:
+        raise KeyError(f"unknown GPU preset {name!r}{suggest(name, PRESETS)}; known: {', '.join(PRESETS)}")
+    spec = PRESETS[name]
+    return replace(spec, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,437 @@
+"""Scenario files: YAML -> typed, validated `Scenario` (DESIGN.md section 3).
+
+Loading never shows a traceback to a user: every problem becomes a `ScenarioError` whose
+lines each name the field path and the numbers involved.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+)
+
+from .hardware import GPU_FIELDS, PRESETS, GpuSpec, gpu_preset, suggest
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
+V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in V placement
+AXES = ("tp", "cp", "ep", "dp", "pp")
+
+
+class ScenarioError(ValueError):
+    """Bad user input; `str()` is the message to show (one problem per line)."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _alias(*names: str):
+    return Field(validation_alias=AliasChoices(*names))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class MoE(_Strict):
+    experts: PositiveInt = _alias("experts", "num_experts")
+    top_k: PositiveInt = Field(2, validation_alias=AliasChoices("top_k", "moe_router_topk"))
+    expert_ffn_hidden: PositiveInt | None = Field(
+        None, validation_alias=AliasChoices("expert_ffn_hidden", "moe_ffn_hidden_size"))
+    every: PositiveInt = 1  # an MoE layer every `every` layers (1 = all layers)
+    capacity_factor: PositiveFloat | None = Field(
+        None, validation_alias=AliasChoices("capacity_factor", "moe_expert_capacity_factor"))
+
+
+class Model(_Strict):
+    layers: PositiveInt = _alias("layers", "num_layers")
+    hidden: PositiveInt = _alias("hidden", "hidden_size")
+    heads: PositiveInt = _alias("heads", "num_attention_heads")
+    kv_heads: PositiveInt | None = Field(None, validation_alias=AliasChoices("kv_heads", "num_query_groups"))
+    ffn_hidden: PositiveInt | None = Field(None, validation_alias=AliasChoices("ffn_hidden", "ffn_hidden_size"))
+    vocab: PositiveInt = _alias("vocab", "padded_vocab_size", "vocab_size")
+    seq_len: PositiveInt = _alias("seq_len", "seq_length")
+    activation: Literal["gelu", "swiglu"] = "gelu"
+    moe: MoE | None = None
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+class Parallel(_Strict):
+    tp: PositiveInt = Field(1, validation_alias=AliasChoices("tp", "tensor_model_parallel_size"))
+    pp: PositiveInt = Field(1, validation_alias=AliasChoices("pp", "pipeline_model_parallel_size"))
+    dp: PositiveInt | None = Field(None, validation_alias=AliasChoices("dp", "data_parallel_size"))
+    cp: PositiveInt = Field(1, validation_alias=AliasChoices("cp", "context_parallel_size"))
+    ep: PositiveInt = Field(1, validation_alias=AliasChoices("ep", "expert_model_parallel_size"))
+    vpp: PositiveInt = Field(1, validation_alias=AliasChoices("vpp", "virtual_pipeline_model_parallel_size"))
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = Field(False, validation_alias=AliasChoices("distributed_optimizer", "use_distributed_optimizer"))
+    order: str = "tp-cp-ep-dp-pp"
+
+
+class Training(_Strict):
+    micro_batch: PositiveInt = Field(1, validation_alias=AliasChoices("micro_batch", "micro_batch_size"))
+    global_batch: PositiveInt = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
+    recompute: Literal["none", "selective", "full"] = "none"
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
+    overlap_grad_reduce: bool = True
+    overlap_p2p: bool = True
+
+
+class IntraNode(_Strict):
+    fabric: Literal["nvswitch", "nvlink-mesh", "pcie"] = "nvswitch"
+    gbps: PositiveFloat | None = None  # None: the GPU preset's NVLink speed
+    latency_us: float = Field(2.0, ge=0)
+
+
+class InterNode(_Strict):
+    fabric: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
+    nic_gbps: PositiveFloat | None = None  # None: the GPU preset's NIC speed
+    nics_per_node: PositiveInt | None = None
+    oversubscription: float = Field(1.0, ge=1.0)
+    latency_us: float = Field(5.0, ge=0)
+
+
+class Cluster(_Strict):
+    gpu: str = "a100-80gb"
+    nodes: PositiveInt = 1
+    gpus_per_node: PositiveInt | None = None
+    intra_node: IntraNode = IntraNode()
+    inter_node: InterNode = InterNode()
+    # Any GpuSpec field may be overridden here (e.g. hbm_gib: 96 for a what-if).
+    bf16_tflops: PositiveFloat | None = None
+    fp16_tflops: PositiveFloat | None = None
+    fp8_tflops: PositiveFloat | None = None
+    fp32_tflops: PositiveFloat | None = None
+    tf32_tflops: PositiveFloat | None = None
+    hbm_gib: PositiveFloat | None = None
+    hbm_tbps: PositiveFloat | None = None
+
+
+class Costs(_Strict):
+    profile: str | None = None
+    network: Literal["analytical", "flow"] = "analytical"
+
+
+class Straggler(_Strict):
+    rank: int = Field(ge=0)
+    slowdown: float = Field(gt=0)
+
+
+class SlowLink(_Strict):
+    node: int = Field(ge=0)
+    nic_gbps: PositiveFloat
+
+
+class Fault(_Strict):
+    straggler: Straggler | None = None
+    link: SlowLink | None = None
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    model: Model
+    parallel: Parallel = Parallel()
+    training: Training
+    schedule: str = "1f1b"
+    cluster: Cluster = Cluster()
+    costs: Costs = Costs()
+    faults: list[Fault] = []
+
+    # ---- derived values -------------------------------------------------------------
+    @cached_property
+    def gpu(self) -> GpuSpec:
+        overrides = {k: getattr(self.cluster, k) for k in GPU_FIELDS if k in Cluster.model_fields}
+        return gpu_preset(self.cluster.gpu, **overrides)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node or self.gpu.gpus_per_node
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.nodes * self.gpus_per_node
+
+    @property
+    def tp(self) -> int:
+        return self.parallel.tp
+
+    @property
+    def pp(self) -> int:
+        return self.parallel.pp
+
+    @property
+    def cp(self) -> int:
+        return self.parallel.cp
+
+    @property
+    def ep(self) -> int:
+        return self.parallel.ep
+
+    @property
+    def vpp(self) -> int:
+        return self.parallel.vpp
+
+    @property
+    def dp(self) -> int:
+        if self.parallel.dp is not None:
+            return self.parallel.dp
+        return max(1, self.num_gpus // (self.tp * self.pp * self.cp))
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.training.global_batch // (self.training.micro_batch * self.dp)
+
+    @property
+    def num_stages(self) -> int:
+        return self.pp * self.vpp
+
+    @cached_property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers of each global stage. Uneven splits put the extra layers on
+        the middle stages, away from the first (embedding) and last (LM head) stages."""
+        n, layers = self.num_stages, self.model.layers
+        base, extra = divmod(layers, n)
+        order = sorted(range(n), key=lambda s: (abs(s - (n - 1) / 2), s))
+        bonus = set(order[:extra])
+        return tuple(base + (s in bonus) for s in range(n))
+
+    @property
+    def nic_gbps(self) -> float:
+        return self.cluster.inter_node.nic_gbps or self.gpu.nic_gbps
+
+    @property
+    def nics_per_node(self) -> int:
+        return self.cluster.inter_node.nics_per_node or self.gpu.nics_per_node
+
+    @property
+    def nvlink_gbps(self) -> float:
+        return self.cluster.intra_node.gbps or self.gpu.nvlink_gbps
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.tp > self.gpus_per_node:
+            out.append(
+                f"parallel.tp={self.tp} exceeds the {self.gpus_per_node} GPUs of a node: "
+                "tensor-parallel collectives will cross the inter-node network")
+        if self.parallel.sequence_parallel and self.tp == 1:
+            out.append("parallel.sequence_parallel has no effect with tp=1")
+        if len(set(self.stage_layers)) > 1:
+            out.append(f"{self.model.layers} layers do not split evenly over {self.num_stages} stages: "
+                       f"stages get {min(self.stage_layers)}-{max(self.stage_layers)} layers")
+        return out
+
+
+# ---- loading ----------------------------------------------------------------------------
+
+def _fmt_loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if not str(p).startswith("function-")) or "(top level)"
+
+
+def _known_keys(model_cls: type[BaseModel]) -> list[str]:
+    names = []
+    for name, field in model_cls.model_fields.items():
+        names.append(name)
+        if isinstance(field.validation_alias, AliasChoices):
+            names += [a for a in field.validation_alias.choices if isinstance(a, str)]
+    return names
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    cls: Any = Scenario
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = cls.model_fields.get(part) if isinstance(cls, type) and issubclass(cls, BaseModel) else None
+        if field is None:
+            for f in cls.model_fields.values():
+                if isinstance(f.validation_alias, AliasChoices) and part in f.validation_alias.choices:
+                    field = f
+        if field is None:
+            return None
+        ann = field.annotation
+        for cand in getattr(ann, "__args__", (ann,)):
+            if isinstance(cand, type) and issubclass(cand, BaseModel):
+                cls = cand
+                break
+            inner = getattr(cand, "__args__", ())
+            if inner and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+                cls = inner[0]
+                break
+        else:
+            return None
+    return cls
+
+
+def _explain(err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors():
+        loc, kind = e["loc"], e["type"]
+        path = _fmt_loc(loc)
+        if kind == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            hint = suggest(str(loc[-1]), _known_keys(parent)) if parent else ""
+            problems.append(f"{path}: unknown key{hint}")
+        elif kind == "missing":
+            problems.append(f"{path}: required but missing")
+        else:
+            problems.append(f"{path}: {e['msg']} (got {e.get('input')!r})")
+    return problems
+
+
+def _consistency(s: Scenario) -> list[str]:
+    p: list[str] = []
+    m, par, tr = s.model, s.parallel, s.training
+    if s.cluster.gpu not in PRESETS:
+        p.append(f"cluster.gpu: unknown GPU preset {s.cluster.gpu!r}{suggest(s.cluster.gpu, PRESETS)}"
+                 f"; known: {', '.join(PRESETS)}")
+        return p
+    if s.schedule not in SCHEDULES:
+        p.append(f"schedule: unknown schedule {s.schedule!r}{suggest(s.schedule, SCHEDULES)}; known: {', '.join(SCHEDULES)}")
+    if m.hidden % m.heads:
+        p.append(f"model.hidden: {m.hidden} is not divisible by model.heads={m.heads}")
+    if m.heads % m.num_kv_heads:
+        p.append(f"model.kv_heads: model.heads={m.heads} is not divisible by kv_heads={m.num_kv_heads}")
+    if m.heads % par.tp:
+        p.append(f"parallel.tp: model.heads={m.heads} is not divisible by tp={par.tp}")
+    if m.num_kv_heads % par.tp:
+        p.append(f"parallel.tp: model.kv_heads={m.num_kv_heads} is not divisible by tp={par.tp}")
+    if m.ffn % par.tp:
+        p.append(f"parallel.tp: ffn_hidden={m.ffn} is not divisible by tp={par.tp}")
+    if m.vocab % par.tp:
+        p.append(f"parallel.tp: model.vocab={m.vocab} is not divisible by tp={par.tp} (pad the vocabulary)")
+    if s.num_stages > m.layers:
+        p.append(f"parallel.pp: pp={par.pp} * vpp={par.vpp} = {s.num_stages} stages exceeds {m.layers} layers")
+    if par.cp > 1 and m.seq_len % (2 * par.cp):
+        p.append(f"parallel.cp: model.seq_len={m.seq_len} is not divisible by 2*cp={2 * par.cp} (load-balanced ring attention)")
+    if par.ep > 1 and m.moe is None:
+        p.append(f"parallel.ep: ep={par.ep} needs an MoE model (model.moe is null)")
+    if m.moe is not None:
+        if m.moe.experts % par.ep:
+            p.append(f"parallel.ep: model.moe.experts={m.moe.experts} is not divisible by ep={par.ep}")
+        if m.moe.top_k > m.moe.experts:
+            p.append(f"model.moe.top_k: {m.moe.top_k} exceeds {m.moe.experts} experts")
+    if sorted(par.order.split("-")) != sorted(AXES):
+        p.append(f"parallel.order: {par.order!r} must order all of {', '.join(AXES)} separated by '-'")
+    if s.world_size != s.num_gpus:
+        how = "dp given" if par.dp is not None else "dp derived"
+        p.append(f"parallel: tp*pp*dp*cp = {par.tp}*{par.pp}*{s.dp}*{par.cp} = {s.world_size} ({how}) "
+                 f"but cluster has {s.num_gpus} GPUs ({s.cluster.nodes} nodes x {s.gpus_per_node})")
+    if (s.dp * par.cp) % par.ep:
+        p.append(f"parallel.ep: ep={par.ep} must divide dp*cp={s.dp * par.cp} (experts are spread over data-parallel ranks)")
+    unit = tr.micro_batch * s.dp
+    if tr.global_batch % unit:
+        p.append(f"training.global_batch: {tr.global_batch} is not divisible by micro_batch*dp = "
+                 f"{tr.micro_batch}*{s.dp} = {unit}")
+    elif s.schedule == "interleaved-1f1b" and s.num_microbatches % par.pp:
+        p.append(f"training.global_batch: interleaved-1f1b needs num_microbatches % pp == 0, "
+                 f"got {s.num_microbatches} micro-batches for pp={par.pp}")
+    if s.schedule in ("gpipe", "1f1b", "zb-h1") and par.vpp != 1:
+        p.append(f"parallel.vpp: schedule {s.schedule} runs one chunk per rank, got vpp={par.vpp} (use interleaved-1f1b)")
+    if s.schedule in V_SCHEDULES and par.vpp != 2:
+        p.append(f"parallel.vpp: schedule {s.schedule} places two chunks per rank in a V, set vpp=2 (got {par.vpp})")
+    if s.schedule == "dualpipev" and tr.global_batch % unit == 0 and s.num_microbatches < 2 * par.pp:
+        p.append(f"training.global_batch: dualpipev needs at least 2*pp={2 * par.pp} micro-batches, got {s.num_microbatches}")
+    if tr.precision == "fp8" and PRESETS[s.cluster.gpu].fp8_tflops is None and s.cluster.fp8_tflops is None:
+        p.append(f"training.precision: fp8 needs fp8 tensor cores, which {s.cluster.gpu} lacks")
+    for i, fault in enumerate(s.faults):
+        if fault.straggler and fault.straggler.rank >= s.num_gpus:
+            p.append(f"faults.{i}.straggler.rank: {fault.straggler.rank} is not a rank of {s.num_gpus} GPUs")
+        if fault.link and fault.link.node >= s.cluster.nodes:
+            p.append(f"faults.{i}.link.node: {fault.link.node} is not a node of {s.cluster.nodes}")
+        if (fault.straggler is None) == (fault.link is None):
+            p.append(f"faults.{i}: give exactly one of straggler or link")
+    return p
+
+
+def _set_path(raw: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(f"--set {dotted}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", typed value); the value is read as YAML (1, 2.5, true, null, [1,2])."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. parallel.tp=4")
+    try:
+        typed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        typed = value
+    return key.strip(), typed
+
+
+def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"(top level): a scenario is a mapping of sections, got {type(raw).__name__}")
+    raw = _deep_copy(raw)
+    for text in overrides:
+        _set_path(raw, *parse_override(text))
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as err:
+        raise ScenarioError(_explain(err)) from None
+    problems = _consistency(scenario)
+    if problems:
+        raise ScenarioError(problems)
+    return scenario
+
+
+def _deep_copy(obj):
+    if isinstance(obj, dict):
+        return {k: _deep_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_deep_copy(v) for v in obj]
+    return obj
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: no such scenario file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ScenarioError(f"{path}:{where}: malformed YAML: {problem}") from None
+    if raw is None:
+        raise ScenarioError(f"{path}: the file is empty")
+    try:
+        return scenario_from_dict(raw, overrides)
+    except ScenarioError as err:
+        raise ScenarioError([f"{path}: {line}" for line in err.problems]) from None
