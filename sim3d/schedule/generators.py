@@ -1,0 +1,171 @@
+"""Compute-only schedule generators, registered by name.
+
+Each returns a `Schedule` holding only F / B / BI / BW actions; the lowering passes add
+communication. Formulas are written from the papers and the notes in
+shared/reference/schedules.md (sections 3.1, 3.2, 4.2, 1.3), not ported from any codebase.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from .ir import Action, Kind, Schedule, StageMap
+
+F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
+GENERATORS: dict[str, Callable[..., Schedule]] = {}
+
+
+def register(name: str):
+    def wrap(fn):
+        GENERATORS[name] = fn
+        return fn
+    return wrap
+
+
+class ScheduleConstraint(ValueError):
+    """The requested (pp, microbatches, vpp) is not expressible by this schedule."""
+
+
+def _check(pp: int, m: int, vpp: int, name: str, want_vpp: int | None = None) -> None:
+    if pp < 1 or m < 1 or vpp < 1:
+        raise ScheduleConstraint(f"{name}: pp, microbatches and vpp must be >= 1 (got {pp}, {m}, {vpp})")
+    if want_vpp is not None and vpp != want_vpp:
+        raise ScheduleConstraint(f"{name}: needs vpp={want_vpp}, got vpp={vpp}")
+
+
+def build(name: str, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
+    if name not in GENERATORS:
+        from ..hardware import suggest
+        raise ScheduleConstraint(f"unknown schedule {name!r}{suggest(name, GENERATORS)}; known: {', '.join(GENERATORS)}")
+    return GENERATORS[name](pp, microbatches, vpp)
+
+
+def _schedule(name: str, m: int, stages: StageMap, ranks: list[list[Action]]) -> Schedule:
+    return Schedule(name, m, stages, tuple(tuple(r) for r in ranks))
+
+
+@register("gpipe")
+def gpipe(pp: int, m: int, vpp: int = 1) -> Schedule:
+    """GPipe (Huang et al. 2019): all forwards, then all backwards."""
+    _check(pp, m, vpp, "gpipe", want_vpp=1)
+    ranks = [[Action(F, i) for i in range(m)] + [Action(B, i) for i in range(m)] for _ in range(pp)]
+    return _schedule("gpipe", m, StageMap(pp), ranks)
+
+
+@register("1f1b")
+def one_f_one_b(pp: int, m: int, vpp: int = 1) -> Schedule:
+    """PipeDream-Flush / Megatron 1F1B (Narayanan et al. 2021): rank r runs
+    min(pp - r - 1, m) warm-up forwards, alternates one forward and one backward, then drains."""
+    _check(pp, m, vpp, "1f1b", want_vpp=1)
+    ranks = []
+    for r in range(pp):
+        warmup = min(pp - r - 1, m)
+        order = [Action(F, i) for i in range(warmup)]
+        for i in range(m - warmup):
+            order += [Action(F, warmup + i), Action(B, i)]
+        order += [Action(B, i) for i in range(m - warmup, m)]
+        ranks.append(order)
+    return _schedule("1f1b", m, StageMap(pp), ranks)
+
+
+def _interleaved_table(pp: int, m: int, vpp: int) -> list[tuple[int, int]]:
+    """Megatron's virtual-microbatch table: micro-batches in groups of pp, each group
+    visiting every chunk in turn. Entry k = (microbatch, chunk) of the k-th forward."""
+    table = []
+    for group in range(0, m, pp):
+        for chunk in range(vpp):
+            table += [(mb, chunk) for mb in range(group, min(group + pp, m))]
+    return table
+
+
+@register("interleaved-1f1b")
+def interleaved_1f1b(pp: int, m: int, vpp: int = 2) -> Schedule:
+    """Megatron's interleaved 1F1B (Narayanan et al. 2021, section 2.2): vpp chunks per rank,
+    warm-up 2(pp-r-1) + (vpp-1)*pp chunk-forwards, then one forward / one backward; the
+    k-th backward runs chunk vpp-1-c of the k-th table entry."""
+    _check(pp, m, vpp, "interleaved-1f1b")
+    if m % pp:
+        raise ScheduleConstraint(
+            f"interleaved-1f1b: microbatches ({m}) must be a multiple of pp ({pp}): "
+            "micro-batches move through the chunks in groups of pp")
+    table = _interleaved_table(pp, m, vpp)
+    total = len(table)
+    fwd = [Action(F, mb, c) for mb, c in table]
+    bwd = [Action(B, mb, vpp - 1 - c) for mb, c in table]
+    ranks = []
+    for r in range(pp):
+        warmup = min(2 * (pp - r - 1) + (vpp - 1) * pp, total)
+        order = fwd[:warmup]
+        for k in range(total - warmup):
+            order += [fwd[warmup + k], bwd[k]]
+        order += bwd[total - warmup:]
+        ranks.append(order)
+    return _schedule("interleaved-1f1b", m, StageMap(pp, vpp), ranks)
+
+
+@register("zb-h1")
+def zb_h1(pp: int, m: int, vpp: int = 1) -> Schedule:
+    """ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241): the 1F1B
+    skeleton with the backward split into BI (input grad, on the critical path) and BW
+    (weight grad); rank r defers its BW's by r slots into the cool-down bubble."""
+    _check(pp, m, vpp, "zb-h1", want_vpp=1)
+    ranks = []
+    for r in range(pp):
+        warmup = min(pp - r - 1, m)
+        order = [Action(F, i) for i in range(warmup)]
+        pending: deque[int] = deque()
+        for slot in range(m):
+            if slot < m - warmup:
+                order.append(Action(F, warmup + slot))
+            order.append(Action(BI, slot))
+            pending.append(slot)
+            if slot >= r:
+                order.append(Action(BW, pending.popleft()))
+        order += [Action(BW, i) for i in pending]
+        ranks.append(order)
+    return _schedule("zb-h1", m, StageMap(pp), ranks)
+
+
+@register("zbv")
+def zbv(pp: int, m: int, vpp: int = 2) -> Schedule:
+    """ZB-V (Qi et al. 2024, section 6): two chunks per rank in V placement (rank r holds
+    stages r and 2pp-1-r), split backward, six phases: warm-up forwards of chunk 0, pairs
+    F1/F0, F1-BI1-BW1 triples, steady F0-BI0-BW0-F1-BI1-BW1, cool-down, remaining BW's."""
+    _check(pp, m, vpp, "zbv", want_vpp=2)
+    ranks = []
+    for r in range(pp):
+        order: list[Action] = []
+        nxt = {"F0": 0, "F1": 0, "I0": 0, "I1": 0, "W0": 0, "W1": 0}
+
+        def emit(kind: Kind, chunk: int) -> None:
+            key = {F: "F", BI: "I", BW: "W"}[kind] + str(chunk)
+            if nxt[key] < m:
+                order.append(Action(kind, nxt[key], chunk))
+                nxt[key] += 1
+
+        for _ in range(2 * (pp - r) - 1):
+            emit(F, 0)
+        for _ in range(r):
+            emit(F, 1)
+            emit(F, 0)
+        for _ in range(pp - r):
+            emit(F, 1)
+            emit(BI, 1)
+            emit(BW, 1)
+        while nxt["I0"] < m or nxt["I1"] < m:
+            progressed = len(order)
+            emit(F, 0)
+            emit(BI, 0)
+            emit(BW, 0)
+            emit(F, 1)
+            emit(BI, 1)
+            emit(BW, 1)
+            if len(order) == progressed:
+                break
+        while nxt["W1"] < m:
+            emit(BW, 1)
+        while nxt["W0"] < m:
+            emit(BW, 0)
+        ranks.append(order)
+    return _schedule("zbv", m, StageMap(pp, 2, "v"), ranks)

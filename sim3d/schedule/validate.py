@@ -1,0 +1,196 @@
+"""Prove a schedule right without running it.
+
+Checks: every (stage, micro-batch) has one forward and one backward (B, or BI then BW), in
+that order on its rank; on every (src, dst, direction) channel the k-th SEND matches the k-th
+RECV and precedes nothing it depends on; the cross-rank dependency graph is acyclic (else the
+cycle is named). Reports the peak number of in-flight micro-batch activations per rank,
+which the memory model multiplies by the per-chunk activation size.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .ir import P2P, Action, Kind, Schedule
+
+F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
+RECV_OF = {Kind.SEND_F: Kind.RECV_F, Kind.SEND_B: Kind.RECV_B}
+
+
+class ScheduleError(ValueError):
+    """The schedule is wrong; the message names the rank and the action."""
+
+
+@dataclass(frozen=True)
+class ScheduleReport:
+    peak_inflight: tuple[int, ...]  # chunk-activations held at once, freed at B / BW
+    peak_inflight_freed_at_bi: tuple[int, ...]  # same, if activations are freed at BI
+    num_actions: int
+
+    def peak_stage_equivalents(self, rank: int, vpp: int) -> float:
+        return self.peak_inflight[rank] / vpp
+
+
+def _compute_order_errors(schedule: Schedule) -> list[str]:
+    errors = []
+    m, stages = schedule.num_microbatches, schedule.stages
+    for rank, actions in enumerate(schedule.ranks):
+        seen: dict[tuple[Kind, int, int], int] = {}
+        for index, a in enumerate(actions):
+            if not a.is_compute:
+                continue
+            where = f"rank {rank} action {index} ({a})"
+            if a.chunk >= schedule.vpp or a.mb is None or not 0 <= a.mb < m:
+                errors.append(f"{where}: micro-batch or chunk out of range (m={m}, vpp={schedule.vpp})")
+                continue
+            key = (a.kind, a.chunk, a.mb)
+            if key in seen:
+                errors.append(f"{where}: duplicate of action {seen[key]}")
+            seen[key] = index
+            if a.kind in (B, BI) and (F, a.chunk, a.mb) not in seen:
+                errors.append(f"{where}: backward before its forward F{a.mb}" + (f".{a.chunk}" if a.chunk else ""))
+            if a.kind is BW and (BI, a.chunk, a.mb) not in seen:
+                errors.append(f"{where}: weight-gradient BW before its input-gradient BI")
+        for chunk in range(schedule.vpp):
+            stage = stages.stage(rank, chunk)
+            for mb in range(m):
+                has = {k for k in (F, B, BI, BW) if (k, chunk, mb) in seen}
+                if F not in has:
+                    errors.append(f"rank {rank}: stage {stage} never runs F{mb}" + (f".{chunk}" if chunk else ""))
+                if not ({B} <= has or {BI, BW} <= has) or (B in has and (has & {BI, BW})):
+                    errors.append(f"rank {rank}: stage {stage} micro-batch {mb} needs one B or a BI+BW pair, has "
+                                  f"{sorted(k.value for k in has - {F}) or 'none'}")
+    return errors
+
+
+def _producer(schedule: Schedule, rank: int, a: Action) -> tuple[int, Kind, int, int] | None:
+    """(stage, kind family, mb, rank) whose output this compute consumes."""
+    stage = schedule.stage_of(rank, a)
+    if a.kind is F and stage > 0:
+        src_stage = stage - 1
+    elif a.kind in (B, BI) and stage < schedule.stages.num_stages - 1:
+        src_stage = stage + 1
+    else:
+        return None
+    return src_stage, (F if a.kind is F else BI), a.mb, schedule.stages.locate(src_stage)[0]
+
+
+def _p2p_errors(schedule: Schedule) -> list[str]:
+    """In-order matching on every (src, dst, direction) channel, as NCCL and gloo match."""
+    errors = []
+    sends: dict[tuple[int, int, str], list[tuple[int, Action]]] = defaultdict(list)
+    recvs: dict[tuple[int, int, str], list[tuple[int, Action]]] = defaultdict(list)
+    for rank, actions in enumerate(schedule.ranks):
+        for index, a in enumerate(actions):
+            if a.kind not in P2P:
+                continue
+            if a.peer is None or not 0 <= a.peer < schedule.pp or a.peer == rank:
+                errors.append(f"rank {rank} action {index} ({a}): bad peer")
+                continue
+            direction = a.kind.value[-1]
+            if a.kind in RECV_OF:
+                sends[(rank, a.peer, direction)].append((index, a))
+            else:
+                recvs[(a.peer, rank, direction)].append((index, a))
+    for channel in sorted(set(sends) | set(recvs)):
+        src, dst, direction = channel
+        out, into = sends.get(channel, []), recvs.get(channel, [])
+        for k in range(max(len(out), len(into))):
+            if k >= len(into):
+                errors.append(f"rank {src} action {out[k][0]} ({out[k][1]}): no matching RECV_{direction} on rank {dst}")
+            elif k >= len(out):
+                errors.append(f"rank {dst} action {into[k][0]} ({into[k][1]}): no matching SEND_{direction} on rank {src}")
+            else:
+                s, r = out[k][1], into[k][1]
+                want = schedule.stages.stage(src, s.chunk) + (1 if direction == "F" else -1)
+                if r.mb != s.mb or schedule.stages.stage(dst, r.chunk) != want:
+                    errors.append(f"channel {src}->{dst} message {k}: rank {src} sends {s} but rank {dst} "
+                                  f"posts {r} (receives match sends in order)")
+    return errors
+
+
+def dependency_graph(schedule: Schedule) -> tuple[nx.DiGraph, list[str]]:
+    """Nodes are (rank, index). Edges: program order within a rank, and data edges from the
+    producer (its SEND when lowered) to the consuming compute. A cycle is a deadlock."""
+    graph = nx.DiGraph()
+    errors: list[str] = []
+    where: dict[tuple[int, Kind, int], tuple[int, int]] = {}  # (stage, family, mb) -> node
+    sent: dict[tuple[int, Kind, int], tuple[int, int]] = {}
+    posted: dict[tuple[int, Kind, int], int] = {}  # (consumer stage, RECV kind, mb) -> index
+    for rank, actions in enumerate(schedule.ranks):
+        for index, a in enumerate(actions):
+            graph.add_node((rank, index), action=a)
+            if index:
+                graph.add_edge((rank, index - 1), (rank, index))
+            if a.is_compute:
+                family = BI if a.kind in (B, BI) else a.kind
+                where[(schedule.stage_of(rank, a), family, a.mb)] = (rank, index)
+            elif a.kind in RECV_OF:
+                src_stage = schedule.stage_of(rank, a)
+                family = F if a.kind is Kind.SEND_F else BI
+                sent[(src_stage, family, a.mb)] = (rank, index)
+            elif a.kind in (Kind.RECV_F, Kind.RECV_B):
+                posted[(schedule.stage_of(rank, a), a.kind, a.mb)] = index
+    for rank, actions in enumerate(schedule.ranks):
+        for index, a in enumerate(actions):
+            if not a.is_compute or a.kind is BW:
+                continue
+            src = _producer(schedule, rank, a)
+            if src is None:
+                continue
+            src_stage, family, mb, src_rank = src
+            if src_rank != rank and schedule.lowered:
+                recv = Kind.RECV_F if a.kind is F else Kind.RECV_B
+                at = posted.get((schedule.stage_of(rank, a), recv, mb))
+                if at is None:
+                    errors.append(f"rank {rank} action {index} ({a}): no {recv} posted for its input")
+                elif at > index:
+                    errors.append(f"rank {rank} action {index} ({a}): its {recv} is posted later, at action {at}")
+                origin = sent.get((src_stage, family, mb))
+            else:
+                origin = where.get((src_stage, family, mb))
+            if origin is None:
+                errors.append(f"rank {rank} action {index} ({a}): its input from stage {src_stage} is never "
+                              + ("sent" if schedule.lowered and src_rank != rank else "produced"))
+                continue
+            graph.add_edge(origin, (rank, index))
+    return graph, errors
+
+
+def _peaks(schedule: Schedule, free_at: tuple[Kind, ...]) -> tuple[int, ...]:
+    peaks = []
+    for actions in schedule.ranks:
+        live, peak = 0, 0
+        for a in actions:
+            if a.kind is F:
+                live += 1
+                peak = max(peak, live)
+            elif a.kind in free_at:
+                live -= 1
+        peaks.append(peak)
+    return tuple(peaks)
+
+
+def validate(schedule: Schedule) -> ScheduleReport:
+    if len(schedule.ranks) != schedule.pp:
+        raise ScheduleError(f"schedule has {len(schedule.ranks)} rank lists for pp={schedule.pp}")
+    errors = _compute_order_errors(schedule)
+    graph, dep_errors = dependency_graph(schedule)
+    errors += dep_errors
+    if schedule.lowered:
+        errors += _p2p_errors(schedule)
+    if not errors and not nx.is_directed_acyclic_graph(graph):
+        cycle = nx.find_cycle(graph)
+        steps = [f"rank {r} #{i} {graph.nodes[(r, i)]['action']}" for (r, i), _ in cycle]
+        errors.append("deadlock: cyclic wait " + " -> ".join(steps) + " -> back to the start")
+    if errors:
+        shown = errors[:12] + ([f"... and {len(errors) - 12} more"] if len(errors) > 12 else [])
+        raise ScheduleError(f"schedule {schedule.name!r} is invalid:\n  " + "\n  ".join(shown))
+    split = any(a.kind is BW for actions in schedule.ranks for a in actions)
+    freed_at_w = (BW,) if split else (B,)
+    freed_at_i = (BI,) if split else (B,)
+    return ScheduleReport(_peaks(schedule, freed_at_w), _peaks(schedule, freed_at_i),
+                          sum(len(r) for r in schedule.ranks))
