@@ -129,20 +129,30 @@ def zb_h1(pp: int, m: int, vpp: int = 1) -> Schedule:
 
 @register("zbv")
 def zbv(pp: int, m: int, vpp: int = 2) -> Schedule:
-    """ZB-V (Qi et al. 2024, section 6): two chunks per rank in V placement (rank r holds
-    stages r and 2pp-1-r), split backward, six phases: warm-up forwards of chunk 0, pairs
-    F1/F0, F1-BI1-BW1 triples, steady F0-BI0-BW0-F1-BI1-BW1, cool-down, remaining BW's."""
+    """ZB-V (Qi et al. 2024, arXiv:2401.10241 section 6): two chunks per rank in V placement
+    (rank r holds stages r and 2pp-1-r) with the backward split into BI and BW. Phases, per
+    shared/reference/schedules.md section 1.3: warm-up forwards of chunk 0; pairs F1 F0;
+    F1 BI1 BW1 triples; steady F0 BI0 BW0 F1 BI1 BW1; cool-down BI's with deferred BW's;
+    the remaining BW's. Built for max(2pp-1, m) micro-batches, then the padding is dropped."""
     _check(pp, m, vpp, "zbv", want_vpp=2)
+    n = max(2 * pp - 1, m)
     ranks = []
     for r in range(pp):
         order: list[Action] = []
-        nxt = {"F0": 0, "F1": 0, "I0": 0, "I1": 0, "W0": 0, "W1": 0}
+        count = {(k, c): 0 for k in (F, BI, BW) for c in (0, 1)}
+        pending = {0: deque(), 1: deque()}
 
         def emit(kind: Kind, chunk: int) -> None:
-            key = {F: "F", BI: "I", BW: "W"}[kind] + str(chunk)
-            if nxt[key] < m:
-                order.append(Action(kind, nxt[key], chunk))
-                nxt[key] += 1
+            if kind is BW:
+                mb = pending[chunk].popleft()
+            else:
+                mb = count[(kind, chunk)]
+                if mb >= n:
+                    return
+                if kind is BI:
+                    pending[chunk].append(mb)
+            count[(kind, chunk)] += 1
+            order.append(Action(kind, mb, chunk))
 
         for _ in range(2 * (pp - r) - 1):
             emit(F, 0)
@@ -153,19 +163,23 @@ def zbv(pp: int, m: int, vpp: int = 2) -> Schedule:
             emit(F, 1)
             emit(BI, 1)
             emit(BW, 1)
-        while nxt["I0"] < m or nxt["I1"] < m:
-            progressed = len(order)
-            emit(F, 0)
+        while count[(F, 1)] < count[(F, 0)] or count[(F, 0)] < n:
+            if count[(F, 0)] < n:
+                emit(F, 0)
             emit(BI, 0)
             emit(BW, 0)
             emit(F, 1)
             emit(BI, 1)
             emit(BW, 1)
-            if len(order) == progressed:
-                break
-        while nxt["W1"] < m:
-            emit(BW, 1)
-        while nxt["W0"] < m:
+        for _ in range(r):
+            emit(BI, 0)
+            emit(BI, 1)
+        for _ in range(pp - r):
+            emit(BI, 0)
             emit(BW, 0)
-        ranks.append(order)
+        while pending[1]:
+            emit(BW, 1)
+        while pending[0]:
+            emit(BW, 0)
+        ranks.append([a for a in order if a.mb < m])
     return _schedule("zbv", m, StageMap(pp, 2, "v"), ranks)
