@@ -135,10 +135,6 @@ def _dense_order(self) -> tuple[str, ...]:
         """Global ranks of one pipeline, stage 0 first."""
         return [self.rank(tp=tp, pp=s, dp=dp, cp=cp) for s in range(self.pp)]
 
-    def all_coords(self):
-        for tp, cp, dp, pp in product(range(self.tp), range(self.cp), range(self.dp), range(self.pp)):
-            yield {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
-
 
 def _dense(c: dict[str, int]) -> dict[str, int]:
     return {a: c[a] for a in DENSE_AXES}
