@@ -85,56 +85,5 @@ class Placement:
         return [self.rank(tp=tp, pp=s, dp=dp, cp=cp) for s in range(self.pp)]
 
 
-def _dense_order(self) -> tuple[str, ...]:
-        return tuple(axis for axis in self.order.split("-") if axis != "ep")
-
-    @cached_property
-    def _strides(self) -> dict[str, int]:
-        strides, stride = {}, 1
-        for axis in self._dense_order:
-            strides[axis] = stride
-            stride *= getattr(self, axis)
-        return strides
-
-    def rank(self, tp: int = 0, pp: int = 0, dp: int = 0, cp: int = 0) -> int:
-        coords = {"tp": tp, "pp": pp, "dp": dp, "cp": cp}
-        return sum(coords[a] * self._strides[a] for a in DENSE_AXES)
-
-    def coords(self, rank: int) -> dict[str, int]:
-        """{'tp', 'cp', 'dp', 'pp', 'ep'} coordinates of a global rank (ep = index of the
-        rank inside its expert group, taken over the combined dp*cp index)."""
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} outside 0..{self.world_size - 1}")
-        out = {a: (rank // self._strides[a]) % getattr(self, a) for a in DENSE_AXES}
-        out["ep"] = (out["dp"] * self.cp + out["cp"]) % self.ep
-        return out
-
-    def group(self, axis: str, rank: int) -> list[int]:
-        """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, or ep), in group order."""
-        c = self.coords(rank)
-        if axis in DENSE_AXES:
-            return [self.rank(**{**_dense(c), axis: i}) for i in range(getattr(self, axis))]
-        if axis == "ep":
-            flat = c["dp"] * self.cp + c["cp"]
-            base = flat - flat % self.ep
-            return [self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp)
-                    for f in range(base, base + self.ep)]
-        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp")
-
-    def groups(self, axis: str) -> list[list[int]]:
-        """All disjoint groups along `axis`, sorted by their first rank."""
-        seen, out = set(), []
-        for rank in range(self.world_size):
-            if rank not in seen:
-                g = self.group(axis, rank)
-                seen.update(g)
-                out.append(g)
-        return out
-
-    def pipeline(self, tp: int = 0, dp: int = 0, cp: int = 0) -> list[int]:
-        """Global ranks of one pipeline, stage 0 first."""
-        return [self.rank(tp=tp, pp=s, dp=dp, cp=cp) for s in range(self.pp)]
-
-
 def _dense(c: dict[str, int]) -> dict[str, int]:
     return {a: c[a] for a in DENSE_AXES}
