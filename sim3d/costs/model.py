@@ -1,0 +1,168 @@
+"""Per-action costs of a scenario: what the engine asks when it replays a schedule.
+
+Compute actions (F, B, BI, BW) of a global stage cost the sum of their ops (compute.py) plus
+the TP / EP collectives between them, which Megatron issues synchronously on the compute
+stream; context-parallel ring exchanges overlap the attention they feed. Point-to-point,
+data-parallel and optimizer costs come from the topology and collectives.py.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from ..model.memory import stage_params
+from ..model.ops import stage_ops
+from ..placement import Placement
+from ..topology import Topology
+from .collectives import collective_time, p2p_time
+from .compute import ComputeModel
+
+COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
+              "all-to-all": "all_to_all"}
+BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}  # activations / gradients on the wire
+# Adam step, per local parameter: read fp32 master, exp_avg, exp_avg_sq and the gradient,
+# write the three fp32 states and the 16-bit model copy (Megatron's fused multi-tensor Adam).
+ADAM_BYTES_PER_PARAM = 4 * 3 + 4 + 4 * 3 + 2
+# Megatron-core DistributedDataParallelConfig: bucket_size = max(40M, 1M * dp) parameters
+# (megatron/core/distributed/distributed_data_parallel.py).
+BUCKET_PARAMS = 40_000_000
+
+
+@dataclass
+class ActionCost:
+    seconds: float
+    comm: dict[str, float] = field(default_factory=dict)  # stream -> seconds of collectives inside
+
+
+class CostModel:
+    def __init__(self, scenario, topology: Topology | None = None, profile=None):
+        self.s = scenario
+        self.topology = topology or Topology(scenario)
+        self.placement: Placement = self.topology.placement
+        self.compute = ComputeModel(scenario, profile)
+        self.profile = profile
+        self.sources: dict[str, set[str]] = defaultdict(set)
+        self._stage_cache: dict[tuple[int, str], ActionCost] = {}
+
+    # ---- collectives inside compute ----------------------------------------------------
+    @cached_property
+    def _links(self):
+        return {axis: self.topology.group_link(axis) for axis in ("tp", "cp", "ep", "dp", "pp")}
+
+    def _collective(self, kind: str, nbytes: float, group: str) -> float:
+        link = self._links[group]
+        if link.size < 2 or not kind:
+            return 0.0
+        if kind == "ring":  # context-parallel ring: cp-1 neighbour exchanges
+            return p2p_time(nbytes, link.bw, link.latency * (link.size - 1), link.nodes > 1)
+        op = COLLECTIVE[kind]
+        if self.profile is not None:
+            measured = self.profile.collective_seconds(op, nbytes, link.size)
+            if measured is not None:
+                self.sources[f"{group} collectives"].add("profile")
+                return measured
+        self.sources[f"{group} collectives"].add("analytical")
+        return collective_time(op, nbytes, link).seconds
+
+    # ---- compute actions ----------------------------------------------------------------
+    def action(self, stage: int, kind: str) -> ActionCost:
+        """Cost of F, B, BI or BW of one micro-batch on a global stage."""
+        key = (stage, kind)
+        if key not in self._stage_cache:
+            self._stage_cache[key] = self._action(stage, kind)
+        return self._stage_cache[key]
+
+    def _action(self, stage: int, kind: str) -> ActionCost:
+        recompute = self.s.training.recompute
+        total, comm = 0.0, defaultdict(float)
+        for op in stage_ops(self.s, stage):
+            t = self.compute.op_time(op)
+            self.sources["compute"].add(t.source)
+            fwd_comm = self._collective(op.comm, op.comm_bytes, op.group) if op.comm else 0.0
+            bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group) if op.bwd_comm else 0.0
+            redo = recompute == "full" or (recompute == "selective" and op.recompute_selective)
+            if kind == "F":
+                work, c = t.fwd, fwd_comm
+            elif kind == "BW":
+                work, c = t.bwd_weight, 0.0
+            else:
+                work = t.bwd_input + (t.bwd_weight if kind == "B" else 0.0) + (t.fwd if redo else 0.0)
+                c = bwd_comm + (fwd_comm if redo and recompute == "full" else 0.0)
+            if op.group == "cp":  # the ring exchange hides behind the attention it feeds
+                total += max(work, c)
+                comm["cp"] += c
+            else:
+                total += work + c
+                if c:
+                    comm[op.group] += c
+        return ActionCost(total, dict(comm))
+
+    # ---- pipeline point-to-point ----------------------------------------------------------
+    @cached_property
+    def p2p_bytes(self) -> float:
+        """Activation (or its gradient) of one micro-batch crossing a stage boundary, per TP
+        rank: b*s*h, split over TP with sequence parallelism (and over CP)."""
+        s = self.s
+        tokens = s.training.micro_batch * s.model.seq_len / s.cp
+        shard = s.tp if s.parallel.sequence_parallel else 1
+        return tokens * s.model.hidden * BYTES[s.training.precision] / shard
+
+    def p2p(self, src_pp: int, dst_pp: int) -> float:
+        pipe = self.placement.pipeline()
+        a, b = pipe[src_pp], pipe[dst_pp]
+        bw, lat = self.topology.path_cost(a, b)
+        crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
+        return p2p_time(self.p2p_bytes, bw, lat, crosses)
+
+    # ---- data parallel --------------------------------------------------------------------
+    def chunk_params(self, pp_rank: int, chunk: int, stages):
+        """Parameters one rank holds for one chunk: `.dense` (replicated over dp) and
+        `.expert` (replicated over the dp/ep expert-data-parallel ranks)."""
+        return stage_params(self.s, (stages.stage(pp_rank, chunk),))
+
+    def buckets_per_chunk(self, stages) -> int:
+        biggest = max(self.chunk_params(r, c, stages).total for r in range(self.s.pp) for c in range(self.s.vpp))
+        bucket = max(BUCKET_PARAMS, 1_000_000 * self.s.dp)
+        return max(1, min(16, round(biggest / bucket)))
+
+    def _dp_collective(self, op: str, params, buckets: int) -> tuple[float, float]:
+        width = BYTES[self.s.training.precision]
+        dense, expert = params.dense / buckets * width, params.expert / buckets * width
+        seconds = self._collective(op, dense, "dp")
+        if expert:
+            edp = replace(self._links["dp"], size=max(1, self.s.dp // self.s.ep))
+            seconds += collective_time(COLLECTIVE[op], expert, edp).seconds
+        return seconds, dense + expert
+
+    def dp_bucket(self, pp_rank: int, chunk: int, stages, buckets: int) -> tuple[float, float]:
+        """(seconds, bytes) to reduce one gradient bucket over the data-parallel group:
+        all-reduce, or reduce-scatter with the distributed optimizer."""
+        op = "reduce-scatter" if self.s.parallel.distributed_optimizer else "all-reduce"
+        return self._dp_collective(op, self.chunk_params(pp_rank, chunk, stages), buckets)
+
+    def param_gather(self, pp_rank: int, chunk: int, stages, buckets: int) -> tuple[float, float]:
+        return self._dp_collective("all-gather", self.chunk_params(pp_rank, chunk, stages), buckets)
+
+    def optimizer(self, pp_rank: int, stages) -> float:
+        held = [self.chunk_params(pp_rank, c, stages) for c in range(self.s.vpp)]
+        params = sum(p.total for p in held)
+        if self.s.parallel.distributed_optimizer:
+            params = sum(p.dense / self.s.dp + p.expert / max(1, self.s.dp // self.s.ep) for p in held)
+        return self.compute.roofline(0.0, params * ADAM_BYTES_PER_PARAM)
+
+    def explain(self) -> list[tuple[str, str]]:
+        rows = [("compute", self._describe(self.sources.get("compute", {"analytical"})))]
+        for key in sorted(k for k in self.sources if k != "compute"):
+            rows.append((key, self._describe(self.sources[key])))
+        rows.append(("pipeline p2p", f"analytical: {self.p2p_bytes / 2**20:.1f} MiB per message over the placed path"))
+        return rows
+
+    def _describe(self, sources: set[str]) -> str:
+        parts = []
+        if "profile" in sources and self.profile is not None:
+            parts.append(self.profile.describe("compute"))
+        if "analytical" in sources:
+            parts.append(self.compute.describe())
+        return "; ".join(parts)

@@ -1,0 +1,156 @@
+"""The cluster as a networkx graph, and what a process group sees of it.
+
+Nodes: ("gpu", node, local), ("switch", node) for the NVSwitch (or NVLink mesh / PCIe
+switch), ("nic", node, i), ("leaf", i) and ("spine", 0). Edges carry `bw` (bytes/s per
+direction, full duplex), `latency` (s) and `kind`. Rail-optimized fabrics put NIC i of every
+node on leaf i (NVIDIA DGX SuperPOD reference architecture); a fat-tree spreads the nodes'
+NICs over leaves by node, with uplinks divided by the oversubscription ratio.
+
+Paths follow the structure (GPU -> its NVSwitch -> GPU inside a node; GPU -> its rail NIC ->
+leaf -> [spine -> leaf] -> NIC -> GPU across nodes) instead of a graph search, so that
+groups of ten thousand GPUs are costed in milliseconds; bandwidth and latency are read off
+the graph's edges.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .placement import Placement
+
+GBIT = 1e9 / 8  # bytes/s per Gbit/s
+# A fat-tree leaf switch serves this many node-ports: 40 ports down / 40 up on a 80-port
+# HDR/NDR leaf in a non-blocking two-level tree (NVIDIA QM8700/QM9700 have 40/64 ports;
+# the split is a modelling choice, documented here).
+FAT_TREE_NODES_PER_LEAF = 16
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """What one member of a ring over a process group can count on."""
+    size: int
+    bw: float  # bytes/s per direction for one ring hop, after sharing with concurrent groups
+    latency: float  # seconds per hop (worst hop)
+    nodes: int  # distinct nodes the group spans
+    per_node: int  # members per node (max)
+    intra_bw: float  # NVLink bandwidth inside a node (bytes/s per direction)
+    inter_bw: float  # per-member network bandwidth across nodes, after sharing (bytes/s)
+    intra_latency: float
+    inter_latency: float
+
+
+class Topology:
+    def __init__(self, scenario):
+        self.scenario = scenario
+        self.placement = Placement.of(scenario)
+        self.gpus_per_node = scenario.gpus_per_node
+        self.nodes = scenario.cluster.nodes
+        self.nics = scenario.nics_per_node
+        self.graph = self._build()
+        self._link_load: dict[str, Counter] = {}
+
+    # ---- graph ---------------------------------------------------------------------------
+    def _build(self) -> nx.Graph:
+        s = self.scenario
+        intra, inter = s.cluster.intra_node, s.cluster.inter_node
+        g = nx.Graph()
+        nvlink = s.nvlink_gbps * GBIT
+        nic = s.nic_gbps * GBIT
+        slow_nodes = {f.link.node: f.link.nic_gbps * GBIT for f in s.faults if f.link}
+        for n in range(self.nodes):
+            g.add_node(("switch", n), kind=intra.fabric)
+            for local in range(self.gpus_per_node):
+                g.add_edge(("gpu", n, local), ("switch", n), bw=nvlink, latency=intra.latency_us * 1e-6 / 2,
+                           kind="nvlink")
+            node_nic = slow_nodes.get(n, nic)
+            for i in range(self.nics):
+                leaf = i if inter.fabric == "rail-optimized" else n // FAT_TREE_NODES_PER_LEAF
+                g.add_edge(("nic", n, i), ("leaf", leaf), bw=node_nic, latency=inter.latency_us * 1e-6 / 4, kind="ib")
+                for local in self._gpus_of_nic(i):
+                    # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
+                    g.add_edge(("gpu", n, local), ("nic", n, i), bw=max(node_nic, 32e9), latency=0.0, kind="pcie")
+        leaves = sorted(x for x in g.nodes if x[0] == "leaf")
+        for leaf in leaves:
+            down = sum(g.edges[leaf, port]["bw"] for port in g[leaf] if port[0] == "nic")
+            g.add_edge(leaf, ("spine", 0), bw=down / inter.oversubscription, latency=inter.latency_us * 1e-6 / 4,
+                       kind="uplink")
+        return g
+
+    def _gpus_of_nic(self, nic: int) -> range:
+        per = max(1, self.gpus_per_node // self.nics)
+        return range(nic * per, min(self.gpus_per_node, (nic + 1) * per)) if nic * per < self.gpus_per_node else range(0)
+
+    def gpu_of(self, rank: int) -> tuple[int, int]:
+        """(node, local GPU) of a global rank: ranks fill nodes in order."""
+        return divmod(rank, self.gpus_per_node)
+
+    def _nic_of(self, local: int) -> int:
+        return min(local * self.nics // self.gpus_per_node, self.nics - 1)
+
+    def path(self, a: int, b: int) -> list[tuple]:
+        """Edges (u, v) from GPU of rank a to GPU of rank b."""
+        (na, la), (nb, lb) = self.gpu_of(a), self.gpu_of(b)
+        ga, gb = ("gpu", na, la), ("gpu", nb, lb)
+        if na == nb:
+            return [] if la == lb else [(ga, ("switch", na)), (("switch", nb), gb)]
+        nic_a, nic_b = ("nic", na, self._nic_of(la)), ("nic", nb, self._nic_of(lb))
+        leaf_a = next(v for v in self.graph[nic_a] if v[0] == "leaf")
+        leaf_b = next(v for v in self.graph[nic_b] if v[0] == "leaf")
+        edges = [(ga, nic_a), (nic_a, leaf_a)]
+        if leaf_a != leaf_b:
+            edges += [(leaf_a, ("spine", 0)), (("spine", 0), leaf_b)]
+        return edges + [(leaf_b, nic_b), (nic_b, gb)]
+
+    def path_cost(self, a: int, b: int) -> tuple[float, float]:
+        """(bottleneck bytes/s, latency s) of a lone transfer from rank a to rank b."""
+        edges = self.path(a, b)
+        if not edges:
+            return float("inf"), 0.0
+        data = [self.graph.edges[e] for e in edges]
+        return min(d["bw"] for d in data), sum(d["latency"] for d in data)
+
+    # ---- process groups ----------------------------------------------------------------
+    def _ring_load(self, axis: str) -> Counter:
+        """How many ring hops of all `axis` groups (running at once) cross each directed edge."""
+        if axis not in self._link_load:
+            load: Counter = Counter()
+            for group in self.placement.groups(axis):
+                if len(group) < 2:
+                    continue
+                for i, a in enumerate(group):
+                    for u, v in self.path(a, group[(i + 1) % len(group)]):
+                        load[(u, v)] += 1
+            self._link_load[axis] = load
+        return self._link_load[axis]
+
+    def group_link(self, axis: str, rank: int = 0) -> GroupLink:
+        """Bottleneck of `rank`'s ring along `axis` while every group of that axis runs the
+        same collective concurrently (they do: symmetric ranks reach it together)."""
+        group = self.placement.group(axis, rank)
+        n = len(group)
+        nodes = Counter(self.gpu_of(r)[0] for r in group)
+        intra = self.scenario.nvlink_gbps * GBIT
+        intra_lat = self.scenario.cluster.intra_node.latency_us * 1e-6
+        inter_lat = self.scenario.cluster.inter_node.latency_us * 1e-6
+        if n < 2:
+            return GroupLink(1, float("inf"), 0.0, 1, 1, intra, float("inf"), intra_lat, inter_lat)
+        load = self._ring_load(axis)
+        bw, lat, inter_bw = float("inf"), 0.0, float("inf")
+        for i, a in enumerate(group):
+            b = group[(i + 1) % n]
+            edges = self.path(a, b)
+            hop_bw = min(self.graph.edges[e]["bw"] / load[e] for e in edges)
+            bw = min(bw, hop_bw)
+            lat = max(lat, sum(self.graph.edges[e]["latency"] for e in edges))
+            if self.gpu_of(a)[0] != self.gpu_of(b)[0]:
+                inter_bw = min(inter_bw, hop_bw)
+        return GroupLink(n, bw, lat, len(nodes), max(nodes.values()), intra, inter_bw, intra_lat, inter_lat)
+
+    def describe(self) -> str:
+        s = self.scenario
+        return (f"{self.nodes} nodes x {self.gpus_per_node} {s.cluster.gpu}, {s.cluster.intra_node.fabric} "
+                f"{s.nvlink_gbps:g} Gb/s per GPU, {s.cluster.inter_node.fabric} {self.nics} x {s.nic_gbps:g} Gb/s "
+                f"per node, oversubscription {s.cluster.inter_node.oversubscription:g}")
