@@ -45,6 +45,8 @@ class CostModel:
         self.profile = profile
         self.sources: dict[str, set[str]] = defaultdict(set)
         self._stage_cache: dict[tuple[int, str], ActionCost] = {}
+        self._p2p_cache: dict[tuple[int, int], float] = {}
+        self._pipeline = self.placement.pipeline()
 
     # ---- collectives inside compute ----------------------------------------------------
     @cached_property
@@ -110,7 +112,13 @@ class CostModel:
         return tokens * s.model.hidden * BYTES[s.training.precision] / shard
 
     def p2p(self, src_pp: int, dst_pp: int) -> float:
-        pipe = self.placement.pipeline()
+        key = (src_pp, dst_pp)
+        if key not in self._p2p_cache:
+            self._p2p_cache[key] = self._p2p(src_pp, dst_pp)
+        return self._p2p_cache[key]
+
+    def _p2p(self, src_pp: int, dst_pp: int) -> float:
+        pipe = self._pipeline
         a, b = pipe[src_pp], pipe[dst_pp]
         bw, lat = self.topology.path_cost(a, b)
         crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]

@@ -1,0 +1,237 @@
+"""The `sim3d` command: parse, call the library, print. Exit codes: 0 ok, 2 bad input, 1 bug."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import wraps
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .scenario import ScenarioError, load_scenario
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Simulate 3D-parallel LLM training steps (see README.md).")
+out = Console()
+err = Console(stderr=True)
+
+SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
+
+
+class BadInput(Exception):
+    """A user error found outside scenario loading (bad flag combination, missing file)."""
+
+
+def _bad_input_types():
+    from .schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
+    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, FileNotFoundError)
+
+
+def guarded(fn):
+    """Readable messages instead of tracebacks: exit 2 for bad input, 1 for our own bugs."""
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except _bad_input_types() as e:
+            err.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+            raise typer.Exit(2)
+        except Exception as e:  # noqa: BLE001 - last line of defence for users
+            if os.environ.get("SIM3D_DEBUG"):
+                raise
+            err.print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {e}\n"
+                      "(set SIM3D_DEBUG=1 for the traceback, and please report it)", highlight=False)
+            raise typer.Exit(1)
+    return wrapper
+
+
+def _load(path: Path, sets: list[str]):
+    return load_scenario(path, sets)
+
+
+@app.command()
+@guarded
+def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+        out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder (default reports/<name>/)."),
+        as_json: bool = typer.Option(False, "--json", help="Print only the summary JSON."),
+        full_fidelity: bool = typer.Option(False, "--full-fidelity", help="Simulate every GPU, not one pipeline."),
+        explain: bool = typer.Option(False, "--explain", help="Name the source of every cost."),
+        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write gantt and memory plots.")):
+    """Simulate one training step and write summary, trace and plots."""
+    from .engine import simulate
+    from .report.summary import summary_table, summarize
+
+    s = _load(scenario, set_)
+    profile = _profile(s)
+    sim = simulate(s, full_fidelity=full_fidelity, profile=profile)
+    summary = summarize(sim)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        out.print(summary_table(summary))
+        for w in summary["warnings"]:
+            err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        if not summary["fits_in_memory"]:
+            err.print(f"[yellow]memory:[/yellow] {summary['memory_note']}", highlight=False)
+        if explain:
+            _print_explain(sim)
+    folder = out_dir or Path("reports") / s.name
+    written = _write_outputs(sim, summary, folder, plots, quiet=as_json)
+    if not as_json:
+        out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+
+
+def _profile(s):
+    if not s.costs.profile:
+        return None
+    from .costs.profile import Profile
+    path = Path(s.costs.profile)
+    if not path.is_file():
+        raise BadInput(f"costs.profile: no such profile file {path}")
+    return Profile.load(path)
+
+
+def _print_explain(sim) -> None:
+    from rich.table import Table
+    table = Table(title="where each cost comes from", title_justify="left")
+    table.add_column("cost")
+    table.add_column("source")
+    for what, source in sim.costs.explain():
+        table.add_row(what, source)
+    out.print(table)
+
+
+def _write_outputs(sim, summary: dict, folder: Path, plots: bool, quiet: bool) -> list[Path]:
+    from .report.outputs import write_run_outputs
+    folder.mkdir(parents=True, exist_ok=True)
+    if quiet:
+        return write_run_outputs(sim, summary, folder, plots)
+    with err.status(f"writing trace and plots to {folder}/ ..."):
+        return write_run_outputs(sim, summary, folder, plots)
+
+
+@app.command()
+@guarded
+def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+             set_: list[str] = typer.Option([], "--set", help=SET_HELP)):
+    """Check a scenario; print the derived layout and whether it fits in memory."""
+    from .report.layout import layout_table
+    from .model.memory import memory_report
+    from .report.memory_plot import memory_table
+
+    s = _load(scenario, set_)
+    out.print(layout_table(s))
+    report = memory_report(s)
+    out.print(memory_table(report.ranks, s.gpu.hbm_gib))
+    verdict = "[green]fits[/green]" if report.fits else "[red]does not fit[/red]"
+    out.print(f"memory: {verdict} in {s.gpu.hbm_gib:g} GiB ({s.cluster.gpu}); {report.reason}", highlight=False)
+    for w in s.warnings():
+        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+
+
+@app.command()
+@guarded
+def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv"),
+             pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
+             microbatches: int = typer.Option(..., "--microbatches", "-m", min=1),
+             vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Chunks per rank (interleaved / V)."),
+             lowered: bool = typer.Option(False, "--lowered", help="Show send/receive actions too."),
+             csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),
+             gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg).")):
+    """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
+    from .schedule import build, lower
+    from .schedule import validate as check
+    from .schedule.evaluate import evaluate, uniform_costs
+
+    if vpp is None:
+        vpp = 2 if name in ("interleaved-1f1b", "zbv") else 1
+    compute_only = build(name, pp, microbatches, vpp)
+    full = lower(compute_only)
+    report = check(full)
+    timeline = evaluate(compute_only, uniform_costs(1.0, 2.0))
+    out.print((full if lowered else compute_only).to_text(), highlight=False)
+    out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
+    out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
+              f"of the step on the worst rank", highlight=False)
+    if csv_path:
+        csv_path.write_text(full.to_csv())
+    if gantt:
+        from .report.gantt import plot_gantt, timeline_to_trace
+        plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
+                   title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)")
+        out.print(f"wrote {gantt}")
+
+
+@app.command()
+@guarded
+def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a small model)."),
+            set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+            steps: int = typer.Option(3, "--steps", min=1),
+            backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
+            check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),
+            out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/).")):
+    """Run the scenario's layout for real on a small GPT with the same schedule objects."""
+    from .executor import ExecutorError, execute as run_executor
+
+    if backend not in ("gloo", "nccl"):
+        raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
+    s = _load(scenario, set_)
+    folder = out_dir or Path("reports") / f"{s.name}-exec"
+    try:
+        result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
+    except ExecutorError as e:
+        err.print(f"[bold red]execution failed:[/bold red] {e}", highlight=False)
+        raise typer.Exit(1)
+    out.print(result.render() if hasattr(result, "render") else result, highlight=False)
+    if check and not result.check_passed:
+        raise typer.Exit(1)
+
+
+@app.command()
+@guarded
+def compare(sim_trace: Path = typer.Argument(..., help="trace.csv of a simulated run (or a folder)."),
+            real_trace: Path = typer.Argument(..., help="trace.csv of an executed run (or a folder).")):
+    """Align two traces action by action; print per-kind and step-time error."""
+    from .report.compare import compare_traces
+    from .report.trace import read_trace_csv
+
+    def load(path: Path):
+        path = path / "trace.csv" if path.is_dir() else path
+        if not path.is_file():
+            raise BadInput(f"{path}: no such trace file")
+        return read_trace_csv(path)
+
+    out.print(compare_traces(load(sim_trace), load(real_trace)).render())
+
+
+@app.command()
+@guarded
+def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+              quick: bool = typer.Option(False, "--quick", help="Small grids (minutes on a CPU)."),
+              scenario: Optional[Path] = typer.Option(None, "--scenario", help="Also measure this scenario's GEMMs."),
+              out_path: Optional[Path] = typer.Option(None, "--out", help="Profile CSV path.")):
+    """Measure kernels and collectives; write a profile CSV plus provenance JSON."""
+    if device not in ("cpu", "cuda"):
+        raise BadInput(f"--device: expected cpu or cuda, got {device!r}")
+    if scenario is not None:
+        load_scenario(scenario)  # fail early on a bad scenario
+    from calibrate import run_calibration
+    with err.status("calibrating ...") as status:
+        path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,
+                               out=str(out_path) if out_path else None, progress=lambda msg: status.update(msg))
+    out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

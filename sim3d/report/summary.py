@@ -1,0 +1,74 @@
+"""The summary of one simulated step (DESIGN.md section 4 keys, SI units) and its table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..model.flops import hardware_flops_per_step, model_flops_per_step
+from ..model.memory import memory_report
+
+SUMMARY_KEYS = ("name", "num_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "schedule", "micro_batch",
+                "global_batch", "num_microbatches", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
+                "hardware_tflops_per_gpu", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
+                "fits_in_memory", "sim_events", "sim_wall_s")
+
+
+def summarize(run) -> dict:
+    s, r = run.scenario, run.result
+    step = r.step_time
+    peak = s.gpu.peak_tflops(s.training.precision)
+    model_tflops = model_flops_per_step(s) / step / s.num_gpus / 1e12
+    hardware_tflops = hardware_flops_per_step(s) / step / s.num_gpus / 1e12
+    memory = memory_report(s, check_schedule=False)  # the run's schedule is already validated
+    summary = {
+        "name": s.name, "num_gpus": s.num_gpus, "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep,
+        "vpp": s.vpp, "schedule": s.schedule, "micro_batch": s.training.micro_batch,
+        "global_batch": s.training.global_batch, "num_microbatches": s.num_microbatches,
+        "step_time_s": step,
+        "tokens_per_s": s.training.global_batch * s.model.seq_len / step,
+        "model_tflops_per_gpu": model_tflops,
+        "hardware_tflops_per_gpu": hardware_tflops,
+        "mfu": model_tflops / peak,
+        "bubble_fraction": r.bubble_fraction,
+        "comm_exposed_s": r.comm_exposed_s,
+        "peak_memory_gib": memory.peak_gib,
+        "fits_in_memory": memory.fits,
+        "sim_events": r.events,
+        "sim_wall_s": r.wall_s,
+    }
+    summary["hfu"] = hardware_tflops / peak
+    summary["memory_note"] = memory.reason
+    summary["warnings"] = s.warnings()
+    return summary
+
+
+def write_summary(summary: dict, path: Path) -> None:
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def summary_table(summary: dict):
+    from rich.table import Table
+
+    table = Table(title=f"sim3d: {summary['name']}", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    layout = (f"tp {summary['tp']} x pp {summary['pp']} x dp {summary['dp']} x cp {summary['cp']}"
+              f" (ep {summary['ep']}, vpp {summary['vpp']})")
+    rows = [
+        ("GPUs", f"{summary['num_gpus']}"),
+        ("layout", layout),
+        ("schedule", f"{summary['schedule']}, {summary['num_microbatches']} micro-batches of {summary['micro_batch']}"),
+        ("step time", f"{summary['step_time_s']:.3f} s"),
+        ("tokens / s", f"{summary['tokens_per_s']:,.0f}"),
+        ("model TFLOP/s per GPU (MFU)", f"{summary['model_tflops_per_gpu']:.1f} ({summary['mfu']:.1%})"),
+        ("hardware TFLOP/s per GPU (HFU)", f"{summary['hardware_tflops_per_gpu']:.1f} ({summary['hfu']:.1%})"),
+        ("pipeline bubble", f"{summary['bubble_fraction']:.1%}"),
+        ("exposed communication", f"{summary['comm_exposed_s']:.3f} s"),
+        ("peak memory per GPU", f"{summary['peak_memory_gib']:.1f} GiB"
+         + ("" if summary["fits_in_memory"] else "  [red]does not fit[/red]")),
+        ("simulated", f"{summary['sim_events']:,} actions in {summary['sim_wall_s']:.2f} s"),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    return table
