@@ -17,7 +17,7 @@ from .scenario import ScenarioError, load_scenario
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages stay one line each, greppable
 
 SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
 

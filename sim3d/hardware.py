@@ -65,7 +65,9 @@ GPU_FIELDS = tuple(f.name for f in fields(GpuSpec) if f.name != "name")
 
 
 def suggest(name: str, choices) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    """' (did you mean X?)' for the likeliest intended choice, or ''."""
+    choices = list(choices)
+    close = [c for c in choices if c.startswith(name)] or difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     return f" (did you mean {close[0]}?)" if close else ""
 
 

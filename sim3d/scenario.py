@@ -397,9 +397,10 @@ def parse_override(text: str) -> tuple[str, Any]:
 def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     if not isinstance(raw, dict):
         raise ScenarioError(f"(top level): a scenario is a mapping of sections, got {type(raw).__name__}")
-    raw = _deep_copy(raw)
+    raw = _canonical(_deep_copy(raw), Scenario, "")
     for text in overrides:
-        _set_path(raw, *parse_override(text))
+        key, value = parse_override(text)
+        _set_path(raw, _canonical_path(key), value)
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as err:
@@ -408,6 +409,39 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = ()) -
     if problems:
         raise ScenarioError(problems)
     return scenario
+
+
+def _aliases(model_cls: type[BaseModel]) -> dict[str, str]:
+    """alias -> field name, e.g. tensor_model_parallel_size -> tp."""
+    out = {}
+    for name, field in model_cls.model_fields.items():
+        if isinstance(field.validation_alias, AliasChoices):
+            out.update({a: name for a in field.validation_alias.choices if isinstance(a, str) and a != name})
+    return out
+
+
+def _canonical(raw, model_cls, path: str):
+    """Rename Megatron aliases to sim3d's names, so that a file may use either and `--set`
+    with either name overrides the same value. Both names at once is an error."""
+    if not isinstance(raw, dict) or model_cls is None:
+        return raw
+    aliases, out = _aliases(model_cls), {}
+    for key, value in raw.items():
+        name = aliases.get(key, key)
+        if name in out:
+            raise ScenarioError(f"{path}{name}: given twice (as {name} and {key})")
+        out[name] = _canonical(value, _model_at((*path.split(".")[:-1], name)) if path else _model_at((name,)),
+                               f"{path}{name}.")
+    return out
+
+
+def _canonical_path(dotted: str) -> str:
+    parts, cls = [], Scenario
+    for part in dotted.split("."):
+        name = _aliases(cls).get(part, part) if cls is not None else part
+        parts.append(name)
+        cls = _model_at(tuple(parts))
+    return ".".join(parts)
 
 
 def _deep_copy(obj):
