@@ -1,0 +1,95 @@
+"""FLOP totals, all obtained by summing the op lists of ops.py (never a separate formula), so
+that the closed forms of Narayanan et al. 2021 (arXiv:2104.04473, eq. 3) checked in
+tests/test_model_flops.py are an independent check of the op lists.
+
+Units: FLOPs (2 per multiply-add), matmul FLOPs only. MoE layers count the useful top-k work
+(capacity factor 1): padding or dropping is a per-rank timing effect (ops.py), not model work.
+"""
+
+from __future__ import annotations
+
+from .ops import (Dims, Op, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range,
+                  stage_ops)
+
+
+def _unsharded(s) -> Dims:
+    return Dims.of(s, capacity=1.0).unsharded()
+
+
+def forward_flops(ops: list[Op]) -> float:
+    return sum(op.fwd_flops for op in ops)
+
+
+def train_flops(ops: list[Op]) -> float:
+    """Forward + backward (input and weight gradients) of the ops."""
+    return sum(op.flops for op in ops)
+
+
+def recompute_flops(ops: list[Op], recompute: str) -> float:
+    """Extra forward FLOPs spent recomputing during the backward pass.
+
+    full: the whole layer forward again (Megatron `--recompute-granularity full`, uniform);
+    selective: only the core attention (Korthikanti et al. 2022, section 5);
+    embedding and LM-head ops are never recomputed (Narayanan eq. 3 counts the head 3x).
+    """
+    if recompute == "full":
+        return forward_flops(ops)
+    if recompute == "selective":
+        return sum(op.fwd_flops for op in ops if op.recompute_selective)
+    return 0.0
+
+
+def layer_forward_flops(s, moe_layer: bool = False) -> float:
+    """Forward FLOPs of one whole transformer layer for one micro-batch (no parallel split)."""
+    return forward_flops(ops_for(_unsharded(s), moe_layer))
+
+
+def head_forward_flops(s) -> float:
+    """Forward FLOPs of the final norm + LM head + loss for one micro-batch (2*b*s*h*V)."""
+    return forward_flops(head_dims_ops(_unsharded(s)))
+
+
+def _per_microbatch(s, with_recompute: bool) -> float:
+    d = _unsharded(s)
+    dense = ops_for(d, False)
+    moe = ops_for(d, True) if s.model.moe else dense
+    total = train_flops(embedding_dims_ops(d)) + train_flops(head_dims_ops(d))
+    for layer in range(s.model.layers):
+        ops = moe if is_moe_layer(s, layer) else dense
+        total += train_flops(ops)
+        if with_recompute:
+            total += recompute_flops(ops, s.training.recompute)
+    return total
+
+
+def _microbatches_per_step(s) -> float:
+    """Micro-batches over all data-parallel replicas in one step."""
+    return s.training.global_batch / s.training.micro_batch
+
+
+def model_flops_per_step(s) -> float:
+    """FLOPs of one optimizer step for the global batch, without recomputation (for MFU).
+
+    GPT (ffn 4h, MHA): 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) (Narayanan eq. 3 with 3 passes).
+    """
+    return _per_microbatch(s, False) * _microbatches_per_step(s)
+
+
+def hardware_flops_per_step(s) -> float:
+    """FLOPs actually executed in one step, including recomputation (for HFU).
+
+    Full recompute on a GPT: 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) (Narayanan eq. 3).
+    """
+    return _per_microbatch(s, True) * _microbatches_per_step(s)
+
+
+def stage_flops(s, stage: int, with_recompute: bool = True) -> float:
+    """Per-RANK FLOPs of one micro-batch through a global stage (forward + backward, plus
+    recomputation when asked): what one TP/CP/EP rank of that stage executes."""
+    ops = stage_ops(s, stage)
+    total = train_flops(ops)
+    if with_recompute:
+        d = Dims.of(s)
+        for layer in stage_layer_range(s, stage):
+            total += recompute_flops(ops_for(d, is_moe_layer(s, layer)), s.training.recompute)
+    return total

@@ -1,0 +1,339 @@
+"""Per pipeline-rank memory: weights, gradients, optimizer state, activations, the
+embedding / LM-head extras and a reserve (DESIGN.md section 7). Bytes throughout; GiB
+(2**30 bytes) only in messages. All TP/CP/DP ranks of one pipeline rank are symmetric, so
+one row per pipeline rank describes the whole cluster.
+
+Sources:
+* Model states, mixed-precision Adam: Megatron-LM docs/source/distrib_optimizer.md, table of
+  bytes per parameter: "float16 param, fp32 grads: 18 | 6 + 12/d" and "fp32 param, fp32 grads:
+  16 | 8 + 8/d" (d = data-parallel size). So bf16/fp16/fp8: 2 B param + 4 B fp32 main grad
+  + 12 B fp32 (master copy, exp_avg, exp_avg_sq), the 12 sharded by the distributed
+  optimizer; fp32: 4 + 4 + 8 (no separate master copy), the 8 sharded.
+* Activations: Korthikanti et al. 2022 (arXiv:2205.05198) section 4 and Table 2, obtained by
+  summing the per-op `act_bytes` of ops.py, times the in-flight chunk activations that the
+  schedule reaches on each rank (schedule/validate.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..schedule import Kind, build, validate
+from ..schedule.generators import ScheduleConstraint
+from .ops import Dims, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range
+
+GIB = 2**30
+
+# Reserve (an assumption, not a measurement): ~0.5 GiB CUDA context with PyTorch on A100/H100
+# plus cuBLAS workspaces and NCCL communicator buffers (NCCL_BUFFSIZE 4 MiB per channel and
+# peer, over the tp/pp/dp/embedding communicators) ~1 GiB; calibrate/ can replace it.
+RESERVE_FIXED_BYTES = 1.5 * GIB
+# The PyTorch caching allocator fragments memory that is allocated and freed every
+# micro-batch (activations); weights, grads and optimizer state live in Megatron's
+# contiguous buffers and do not fragment. 10% of activations is our assumption.
+ACTIVATION_FRAGMENTATION = 0.10
+
+
+# ---- parameters ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Params:
+    """Parameter counts held by ONE rank: `dense` are replicated over dp*cp, `expert` over
+    the expert-data-parallel group dp*cp/ep (the distributed optimizer shards each over its group)."""
+
+    dense: float = 0.0
+    expert: float = 0.0
+
+    def __add__(self, other: "Params") -> "Params":
+        return Params(self.dense + other.dense, self.expert + other.expert)
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def _norm_params(d: Dims) -> int:
+    return 2 * d.h if d.gelu else d.h  # LayerNorm (weight, bias) for GPT, RMSNorm for LLaMA
+
+
+def layer_params(d: Dims, moe_layer: bool) -> Params:
+    """Parameters of one layer on one rank. GPT style (gelu) has biases and LayerNorm,
+    LLaMA style (swiglu) neither. Column-parallel weights and biases are split by tp;
+    row-parallel biases and norms are replicated (Shoeybi et al. 2019, section 3)."""
+    h, t, bias = d.h, d.tp, d.gelu
+    qkv_out = h + 2 * d.kv_dim
+    attn = (h * qkv_out + bias * qkv_out + h * h) / t + bias * h + 2 * _norm_params(d)
+
+    def mlp(ffn: int) -> float:
+        if d.gelu:
+            return (2 * h * ffn + ffn) / t + h
+        return 3 * h * ffn / t
+
+    if moe_layer and d.experts:
+        router = h * d.experts  # replicated on every rank
+        return Params(attn + router, d.experts / d.ep * mlp(d.expert_ffn))
+    return Params(attn + mlp(d.ffn))
+
+
+def _tied(d: Dims) -> bool:
+    """Megatron GPT ties the LM head to the word embedding (share_embeddings_and_output_weights);
+    LLaMA-style models untie them. With pp > 1 the last stage still keeps its own copy
+    (synchronised through the embedding group), so tying only saves memory when the first
+    and last stage share a rank."""
+    return d.gelu
+
+
+def embedding_params(d: Dims) -> float:
+    return d.vocab * d.h / d.tp + (d.s * d.h if d.gelu else 0)  # vocab-parallel + learned positions
+
+
+def head_params(d: Dims, with_embedding: bool) -> float:
+    lm_head = 0 if (with_embedding and _tied(d)) else d.vocab * d.h / d.tp
+    return lm_head + _norm_params(d)
+
+
+def stage_params(s, stages: tuple[int, ...]) -> Params:
+    """Parameters one rank holds for the given global stages (its chunks)."""
+    d = Dims.of(s)
+    p = Params()
+    for stage in stages:
+        for layer in stage_layer_range(s, stage):
+            p = p + layer_params(d, is_moe_layer(s, layer))
+    if 0 in stages:
+        p = p + Params(embedding_params(d))
+    if s.num_stages - 1 in stages:
+        p = p + Params(head_params(d, 0 in stages))
+    return p
+
+
+def model_params(s) -> float:
+    """Total parameters of the model (unsharded, tied embedding counted once)."""
+    d = Dims.of(s).unsharded()
+    total = sum(layer_params(d, is_moe_layer(s, i)).total for i in range(s.model.layers))
+    return total + embedding_params(d) + head_params(d, True)
+
+
+def _state_bytes(s, p: Params) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes for parameters held by one rank."""
+    fp32 = s.training.precision == "fp32"
+    w, g, opt = (4, 4, 8) if fp32 else (2, 4, 12)  # distrib_optimizer.md table, see header
+    dense_shards = expert_shards = 1
+    if s.parallel.distributed_optimizer:
+        dense_shards = s.dp * s.cp  # Megatron shards over the data-parallel group with CP
+        expert_shards = max(1, s.dp * s.cp // s.ep)  # expert-data-parallel group
+    return w * p.total, g * p.total, opt * (p.dense / dense_shards + p.expert / expert_shards)
+
+
+# ---- activations --------------------------------------------------------------------------
+
+def layer_activation_bytes(s, moe_layer: bool = False, recompute: str | None = None) -> float:
+    """Activation bytes one layer keeps per micro-batch on one rank (Korthikanti Table 2):
+    none: sum of every op's saved tensors; selective: minus the core attention;
+    full: only the layer input, 2*s*b*h (/t with sequence parallelism)."""
+    recompute = recompute or s.training.recompute
+    d = Dims.of(s)
+    ops = ops_for(d, moe_layer)
+    if recompute == "full":
+        return ops[0].act_bytes  # the input norm keeps exactly the layer input
+    if recompute == "selective":
+        return sum(op.act_bytes for op in ops if not op.recompute_selective)
+    return sum(op.act_bytes for op in ops)
+
+
+def layer_working_bytes(s, moe_layer: bool = False) -> float:
+    """Extra bytes live while one recomputed layer runs its backward: what recomputation
+    rebuilds (the whole layer under full, the core attention under selective)."""
+    full = layer_activation_bytes(s, moe_layer, "none")
+    return full - layer_activation_bytes(s, moe_layer)
+
+
+def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
+    """(transformer layers, embedding/LM-head extras) bytes one micro-batch keeps on a stage.
+    Extras (Korthikanti section 4.3, derived op by op in ops.py): the embedding dropout mask
+    (s*b*h bytes, /t with SP) on the first stage; on the last the final-norm and LM-head
+    inputs (2*s*b*h each, /t with SP) and the fp32 logits (4*s*b*V/t). Never recomputed."""
+    layers = sum(layer_activation_bytes(s, is_moe_layer(s, i)) for i in stage_layer_range(s, stage))
+    d = Dims.of(s)
+    other = 0.0
+    if stage == 0:
+        other += sum(op.act_bytes for op in embedding_dims_ops(d))
+    if stage == s.num_stages - 1:
+        other += sum(op.act_bytes for op in head_dims_ops(d))
+    return layers, other
+
+
+def _free_kind(sched) -> Kind:
+    """Activations are freed at B, or at BW for split backwards (as the validator counts)."""
+    split = any(a.kind is Kind.BW for actions in sched.ranks for a in actions)
+    return Kind.BW if split else Kind.B
+
+
+@lru_cache(maxsize=256)
+def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
+    """(schedule or None, peak in-flight chunk activations per rank, the kind that frees
+    a chunk's activations). With `check` the
+    schedule is proved by `validate` and its `peak_inflight` is used; without (fast path for
+    layout searches, `validate` costs seconds at pp=64, m=512) the same count is replayed here."""
+    try:
+        sched = build(name, pp, m, vpp)
+    except ScheduleConstraint:
+        # Generator not available: bound by ZB-V's 2p chunk-activations for V schedules
+        # (shared/reference/schedules.md section 7), GPipe's m*vpp otherwise.
+        bound = min(m * vpp, 2 * pp) if vpp == 2 else m * vpp
+        return None, (bound,) * pp, Kind.B
+    free = _free_kind(sched)
+    if check:
+        return sched, validate(sched).peak_inflight, free
+    peaks = []
+    for actions in sched.ranks:
+        live = peak = 0
+        for a in actions:
+            live += (a.kind is Kind.F) - (a.kind is free)
+            peak = max(peak, live)
+        peaks.append(peak)
+    return sched, tuple(peaks), free
+
+
+def _walk_peak(sched, free: Kind, rank: int, per_chunk: dict[int, tuple[float, float]]) -> tuple[float, float]:
+    """Replays a rank's compute order: a chunk's activations live from its F to its B (or BW).
+    Chunks of one rank may differ (uneven layers, embedding / head), so bytes are summed per
+    chunk rather than multiplying `peak_inflight` by one size; with equal chunks the two agree.
+    Returns (layers, extras) at the peak of their sum."""
+    live_l = live_o = 0.0
+    best = (0.0, 0.0)
+    for a in sched.ranks[rank]:
+        if a.kind is Kind.F:
+            live_l += per_chunk[a.chunk][0]
+            live_o += per_chunk[a.chunk][1]
+            if live_l + live_o > sum(best):
+                best = (live_l, live_o)
+        elif a.kind is free:
+            live_l -= per_chunk[a.chunk][0]
+            live_o -= per_chunk[a.chunk][1]
+    return best
+
+
+# ---- per-rank report ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Memory of one pipeline rank (any of its TP/CP/DP peers), in bytes."""
+
+    rank: int
+    stages: tuple[int, ...]
+    layers: int
+    params: float  # parameters held by this rank
+    inflight: int  # peak in-flight chunk activations (schedule validator)
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float  # transformer layers at the peak, + one layer's recompute working set
+    other: float  # embedding / LM-head activations and logits at the peak
+    reserve: float
+    recompute_working: float = 0.0  # part of `activations`: one layer being recomputed
+    total: float = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "total", self.weights + self.grads + self.optimizer
+                           + self.activations + self.other + self.reserve)
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+    def gib(self) -> dict[str, float]:
+        keys = ("weights", "grads", "optimizer", "activations", "other", "reserve", "total")
+        return {k: getattr(self, k) / GIB for k in keys}
+
+
+def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
+    """One `RankMemory` per pipeline rank of scenario `s` (`check_schedule=False` skips the
+    schedule validator, for layout searches)."""
+    sched, peaks, free = _schedule(s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
+    rows = []
+    for rank in range(s.pp):
+        stages = tuple(sched.stages.stage(rank, c) if sched else c * s.pp + rank for c in range(s.vpp))
+        per_chunk = {c: stage_activation_bytes(s, st) for c, st in enumerate(stages)}
+        if sched is not None:
+            acts, other = _walk_peak(sched, free, rank, per_chunk)
+        else:  # fallback: the bound times the largest chunk
+            acts, other = (peaks[rank] * max(v[i] for v in per_chunk.values()) for i in (0, 1))
+        layer_ids = [i for st in stages for i in stage_layer_range(s, st)]
+        working = 0.0
+        if s.training.recompute != "none" and layer_ids:
+            working = max(layer_working_bytes(s, is_moe_layer(s, i)) for i in layer_ids)
+        acts += working
+        p = stage_params(s, stages)
+        w, g, o = _state_bytes(s, p)
+        reserve = RESERVE_FIXED_BYTES + ACTIVATION_FRAGMENTATION * (acts + other)
+        rows.append(RankMemory(rank, stages, len(layer_ids), p.total, peaks[rank],
+                               w, g, o, acts, other, reserve, working))
+    return rows
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    rows: tuple[RankMemory, ...]
+    hbm_bytes: float
+    reason: str
+
+    @property
+    def worst(self) -> RankMemory:
+        return max(self.rows, key=lambda r: r.total)
+
+    @property
+    def peak_bytes(self) -> float:
+        return self.worst.total
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / GIB
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.hbm_bytes
+
+
+def _fmt_params(n: float) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def _reason(s, rows: list[RankMemory], hbm: float) -> str:
+    worst = max(rows, key=lambda r: r.total)
+    where = f"pipeline rank {worst.rank}" if s.pp > 1 else "each GPU"
+    if worst.total <= hbm:
+        return f"fits: peak {worst.total / GIB:.1f} GiB of {hbm / GIB:.0f} GiB on {where}"
+    head = (f"{s.name}: {_fmt_params(model_params(s))} params on {s.num_gpus} GPU(s) "
+            f"(tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep})")
+    states = max(rows, key=lambda r: r.model_states)
+    if states.model_states > hbm:
+        return (f"{head}: weights+grads+optimizer alone need {states.model_states / GIB:.0f} GiB > "
+                f"{hbm / GIB:.0f} GiB (weights {states.weights / GIB:.0f}, grads {states.grads / GIB:.0f}, "
+                f"optimizer {states.optimizer / GIB:.0f} GiB on {where}); raise tp/pp or use "
+                f"the distributed optimizer")
+    parts = {"weights+grads+optimizer": worst.model_states, "activations": worst.activations + worst.other,
+             "reserve": worst.reserve}
+    top = max(parts, key=parts.get)
+    detail = ", ".join(f"{k} {v / GIB:.1f}" for k, v in parts.items())
+    hint = (f" ({worst.inflight} in-flight chunk activations of {worst.layers} layers, "
+            f"recompute={s.training.recompute}; try recompute, sequence_parallel or a smaller micro_batch)"
+            if top == "activations" else "")
+    return (f"{head}: {where} needs {worst.total / GIB:.1f} GiB > {hbm / GIB:.0f} GiB; "
+            f"largest part {top}{hint} [{detail} GiB]")
+
+
+def memory_report(s, check_schedule: bool = True) -> MemoryReport:
+    rows = memory_per_rank(s, check_schedule)
+    hbm = s.gpu.hbm_gib * GIB
+    return MemoryReport(tuple(rows), hbm, _reason(s, rows, hbm))
+
+
+def fits_in_memory(s, check_schedule: bool = True) -> tuple[bool, str]:
+    """(worst rank's total <= the GPU's HBM, a one-line reason naming the dominant part)."""
+    report = memory_report(s, check_schedule)
+    return report.fits, report.reason
+
+
+def peak_memory_gib(s, check_schedule: bool = True) -> float:
+    return memory_report(s, check_schedule).peak_gib

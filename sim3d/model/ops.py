@@ -1,0 +1,329 @@
+"""What one rank computes for one micro-batch: the ops of a transformer layer, the embedding
+and the LM head, each with its FLOPs, HBM bytes, saved activations and TP/CP/EP collective.
+
+Conventions (shared by flops.py, memory.py and the cost model):
+
+* FLOPs are matmul FLOPs only, 2 per multiply-add, as in Narayanan et al. 2021
+  (arXiv:2104.04473, section 5.1) and Korthikanti et al. 2022 (arXiv:2205.05198, section 6):
+  norms, softmax, dropout, activation functions and residual adds have `fwd_flops = 0` and
+  are costed by the bytes they move (`fwd_bytes`). This is what makes the closed forms of
+  those papers hold exactly (tests/test_model_flops.py).
+* Backward of a GEMM with weights = one GEMM for the input gradient + one for the weight
+  gradient, each equal to the forward; the attention score GEMMs (QK^T, AV) have no weights,
+  so their whole 2x backward is input gradient. Every op thus totals 3x its forward.
+* Core attention is counted without causal halving (4*b*s^2*h forward), following the
+  papers above.
+* `act_bytes` is what the op saves for its backward, broken down term by term as in
+  Korthikanti et al. section 4.1 (16-bit activations, 1-byte dropout masks); summing it over
+  a layer gives their equations (memory.py and tests/test_memory.py rely on that).
+* Collectives sit at an op's *output boundary*: `comm` runs after the op's forward,
+  `bwd_comm` runs at the same boundary in the backward pass, i.e. before the op's backward
+  (Megatron's f/g conjugate operators, Shoeybi et al. 2019 section 3; for sequence
+  parallelism all-gather <-> reduce-scatter, Korthikanti section 4.2.2).
+  `comm_bytes` is the size of the buffer the collective works on (the full, gathered or
+  unreduced tensor, NCCL's count x type size); the cost model applies the algorithm factors
+  such as (n-1)/n. For the CP ring it is what each rank sends over all cp-1 steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# Bytes per element of GEMM inputs (weights and the activation operand) by precision.
+# fp8: TransformerEngine casts GEMM operands to 8 bits; everything else stays 16-bit.
+GEMM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+# Bytes per stored activation element: Korthikanti section 4.1 assumes 16-bit activations;
+# fp8 training still keeps 16-bit activations between ops (as the brief of this module asks).
+ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+MASK_BYTES = 1  # dropout masks are stored as one byte per element (Korthikanti section 4.1)
+LOGIT_BYTES = 4  # the vocab-parallel cross-entropy keeps fp32 logits (Korthikanti section 4.3)
+
+
+@dataclass(frozen=True)
+class Op:
+    """Per-RANK work of one op for one micro-batch (bytes and FLOPs, SI units).
+
+    fwd_flops / bwd_input_flops / bwd_weight_flops: matmul FLOPs of the forward, the
+    input-gradient (BI) and weight-gradient (BW) halves of the backward.
+    fwd_bytes: HBM traffic of the forward (operands read + result written), for a roofline.
+    act_bytes: bytes this op keeps alive from its forward to its backward.
+    comm / bwd_comm: collective at the op's output boundary in forward / backward
+      ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ring") or None.
+    comm_bytes / bwd_comm_bytes: buffer size of those collectives; group: "tp", "cp" or "ep".
+    recompute_selective: recomputed under selective recomputation (Korthikanti section 5:
+      the core attention, QK^T through AV).
+    """
+
+    name: str
+    fwd_flops: float = 0.0
+    bwd_input_flops: float = 0.0
+    bwd_weight_flops: float = 0.0
+    fwd_bytes: float = 0.0
+    act_bytes: float = 0.0
+    comm: str | None = None
+    comm_bytes: float = 0.0
+    group: str | None = None
+    recompute_selective: bool = False
+    bwd_comm: str | None = None
+    bwd_comm_bytes: float = 0.0
+
+    @property
+    def flops(self) -> float:
+        return self.fwd_flops + self.bwd_input_flops + self.bwd_weight_flops
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes the op formulas need. `unsharded()` gives the same model with tp=cp=ep=1."""
+
+    b: int  # micro-batch
+    s: int  # full sequence length
+    h: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    gelu: bool  # GPT-style (gelu, biases, LayerNorm) vs LLaMA-style (swiglu)
+    precision: str
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    experts: int = 0
+    top_k: int = 1
+    expert_ffn: int = 0
+    capacity: float = 1.0
+
+    @classmethod
+    def of(cls, s, capacity: float | None = None) -> "Dims":
+        m, moe = s.model, s.model.moe
+        cf = capacity if capacity is not None else (moe.capacity_factor or 1.0) if moe else 1.0
+        return cls(b=s.training.micro_batch, s=m.seq_len, h=m.hidden, heads=m.heads,
+                   kv_heads=m.num_kv_heads, head_dim=m.head_dim, ffn=m.ffn, vocab=m.vocab,
+                   gelu=m.activation == "gelu", precision=s.training.precision,
+                   tp=s.tp, cp=s.cp, ep=s.ep, sp=s.parallel.sequence_parallel and s.tp > 1,
+                   experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 1,
+                   expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0, capacity=cf)
+
+    def unsharded(self) -> "Dims":
+        return replace(self, tp=1, cp=1, ep=1, sp=False)
+
+    @property
+    def sl(self) -> int:
+        """Local sequence length: context parallelism splits the sequence (Megatron CP)."""
+        return self.s // self.cp
+
+    @property
+    def ab(self) -> int:
+        return ACT_BYTES[self.precision]
+
+    @property
+    def gb(self) -> int:
+        return GEMM_BYTES[self.precision]
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+def _gemm(name: str, d: Dims, tokens: float, k: float, n: float, *, act: float = 0.0,
+          comm=None, comm_bytes=0.0, group=None, bwd_comm=None, bwd_comm_bytes=None) -> Op:
+    """[tokens x k] @ [k x n] with a weight: forward 2*tokens*k*n, BI and BW the same."""
+    f = 2.0 * tokens * k * n
+    traffic = d.gb * (tokens * k + k * n) + d.ab * tokens * n
+    return Op(name, f, f, f, traffic, act, comm, comm_bytes, group, False, bwd_comm,
+              comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes)
+
+
+def _elementwise(name: str, d: Dims, elems: float, *, act: float = 0.0, passes: int = 2,
+                 selective=False, comm=None, comm_bytes=0.0, group=None, bwd_comm=None) -> Op:
+    """Memory-bound op reading and writing `elems` 16-bit values (`passes` tensors)."""
+    return Op(name, 0.0, 0.0, 0.0, passes * elems * d.ab, act, comm, comm_bytes, group,
+              selective, bwd_comm, comm_bytes)
+
+
+def _tp_boundary(d: Dims, into_parallel: bool) -> dict:
+    """Collective where a replicated/sequence-sharded region meets a TP region.
+
+    Entering a column-parallel GEMM: without SP forward is identity and backward all-reduces
+    the input gradient (Megatron's f); with SP forward all-gathers the sequence and backward
+    reduce-scatters. Leaving a row-parallel GEMM: without SP forward all-reduces (g); with SP
+    forward reduce-scatters and backward all-gathers. Bytes = the full b*s*h activation.
+    """
+    if d.tp == 1:
+        return {}
+    full = d.b * d.sl * d.h * d.ab
+    if d.sp:
+        fwd, bwd = ("all-gather", "reduce-scatter") if into_parallel else ("reduce-scatter", "all-gather")
+    else:
+        fwd, bwd = (None, "all-reduce") if into_parallel else ("all-reduce", None)
+    return dict(comm=fwd, bwd_comm=bwd, comm_bytes=full, group="tp")
+
+
+def _attention(d: Dims) -> list[Op]:
+    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
+    rep = b * sl * h / (t if d.sp else 1)  # elements of a replicated (or SP-sharded) activation
+    q_dim, kv_dim = h / t, d.kv_dim / t  # local query / key-value widths
+    heads = d.heads / t
+    scores = heads * b * sl * d.s  # local queries x all keys (CP: the ring brings the rest)
+    ops = [
+        # LayerNorm keeps its input (2sbh); replicated across TP unless SP shards it.
+        _elementwise("input_norm", d, rep, act=ab * rep, **_tp_boundary(d, True)),
+        # QKV keeps its input: 2sbh without SP; with SP the sharded input (re-gathered in
+        # backward), Korthikanti section 4.2.2. Its outputs Q, K, V are kept too (for QK^T and
+        # AV backward): they are booked here because selective recomputation keeps them.
+        _gemm("qkv", d, b * sl, h, q_dim + 2 * kv_dim, act=ab * (rep + b * sl * (q_dim + 2 * kv_dim)),
+              **(_cp_ring(d) if d.cp > 1 else {})),
+        # QK^T: 2*b*s_q*s_k*head_dim per head.
+        Op("attn_qk", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
+           ab * (b * sl * (q_dim + kv_dim) + scores), 0.0, recompute_selective=True),
+        _elementwise("attn_softmax", d, scores, act=ab * scores, selective=True),  # keeps its output
+        _elementwise("attn_dropout", d, scores, act=MASK_BYTES * scores, selective=True),  # mask
+        # AV keeps the dropped-out probabilities (V is booked on qkv).
+        Op("attn_av", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
+           ab * (scores + b * sl * (kv_dim + q_dim)), ab * scores, recompute_selective=True),
+        _gemm("out_proj", d, b * sl, q_dim, h, act=ab * b * sl * q_dim, **_tp_boundary(d, False)),
+        # dropout + residual add; keeps the 1-byte mask.
+        _elementwise("attn_residual", d, rep, act=MASK_BYTES * rep, passes=3),
+    ]
+    return ops
+
+
+def _cp_ring(d: Dims) -> dict:
+    """Ring attention (Megatron/TE context parallelism): each of the cp-1 steps passes the
+    local K and V chunk to the next rank; backward passes K, V and their gradients (2x)."""
+    kv = 2 * d.b * d.sl * d.kv_dim / d.tp * d.ab * (d.cp - 1)
+    return dict(comm="ring", comm_bytes=kv, group="cp", bwd_comm="ring", bwd_comm_bytes=2 * kv)
+
+
+def _dense_mlp(d: Dims) -> list[Op]:
+    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
+    rep = b * sl * h / (t if d.sp else 1)
+    f = d.ffn / t
+    up_width = 2 * f if not d.gelu else f  # swiglu: gate and up GEMMs (fused here)
+    return [
+        _elementwise("post_norm", d, rep, act=ab * rep, **_tp_boundary(d, True)),
+        _gemm("mlp_up", d, b * sl, h, up_width, act=ab * rep),
+        # GeLU keeps its input (2*s*b*ffn); SwiGLU keeps gate and up outputs.
+        _elementwise("mlp_act", d, b * sl * up_width, act=ab * b * sl * up_width,
+                     passes=2 if d.gelu else 3),
+        _gemm("mlp_down", d, b * sl, f, h, act=ab * b * sl * f, **_tp_boundary(d, False)),
+        _elementwise("mlp_residual", d, rep, act=MASK_BYTES * rep, passes=3),
+    ]
+
+
+def _moe_mlp(d: Dims) -> list[Op]:
+    """Token-choice top-k MoE (Megatron `MoELayer` with the all-to-all token dispatcher).
+
+    EP folds into DP, so every EP rank brings its own micro-batch; the b*s*top_k token copies
+    of the ep ranks are spread over their experts, i.e. b*s*top_k per rank when balanced.
+    The capacity factor bounds the busiest rank at capacity x average (tokens beyond are
+    dropped), so per-rank time uses that bound. Experts are tensor-parallel over tp (Megatron's
+    expert_tensor_parallel_size defaults to tp) and, with TP, tokens are gathered within TP
+    after the all-to-all and scattered back before the combine.
+    """
+    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
+    own = b * sl / (t if d.sp else 1)  # tokens this rank routes (SP shards them over TP)
+    routed = own * d.top_k * d.capacity  # token copies this rank sends out / gets back
+    tokens = b * sl * d.top_k * d.capacity  # token copies this rank's experts process
+    f = d.expert_ffn / t
+    up_width = 2 * f if not d.gelu else f
+    a2a = routed * h * ab
+    ep_comm = dict(comm="all-to-all", bwd_comm="all-to-all", comm_bytes=a2a, group="ep") if d.ep > 1 else {}
+    ops = [
+        _elementwise("post_norm", d, own * h, act=ab * own * h, **({} if d.sp else _tp_boundary(d, True))),
+        _gemm("router", d, own, h, d.experts, act=ab * own * (h + d.experts)),  # input + logits
+        _elementwise("moe_dispatch", d, routed * h, **ep_comm),
+    ]
+    if t > 1 and d.sp:
+        ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
+                                group="tp", bwd_comm="reduce-scatter"))
+    ops += [
+        _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (t if d.sp else 1)),
+        _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=2 if d.gelu else 3),
+        _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f),
+    ]
+    if t > 1 and d.sp:
+        ops.append(_elementwise("moe_tp_scatter", d, tokens * h, comm="reduce-scatter",
+                                comm_bytes=tokens * h * ab, group="tp", bwd_comm="all-gather"))
+    elif t > 1:
+        ops.append(_elementwise("moe_tp_reduce", d, tokens * h, comm="all-reduce",
+                                comm_bytes=tokens * h * ab, group="tp"))
+    ops += [
+        _elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm),  # keeps the gate probabilities
+        _elementwise("mlp_residual", d, own * h, act=MASK_BYTES * own * h, passes=3),
+    ]
+    return ops
+
+
+def ops_for(d: Dims, moe_layer: bool = False) -> list[Op]:
+    """The ops of one transformer layer for explicit sizes (see `layer_ops`)."""
+    return _attention(d) + (_moe_mlp(d) if moe_layer and d.experts else _dense_mlp(d))
+
+
+def layer_ops(s, moe_layer: bool = False) -> list[Op]:
+    """Ops of one transformer layer on one rank for one micro-batch of scenario `s`, in
+    forward order (pre-norm GPT block: norm, attention, residual, norm, MLP, residual)."""
+    return ops_for(Dims.of(s), moe_layer)
+
+
+def embedding_dims_ops(d: Dims) -> list[Op]:
+    rep = d.b * d.sl * d.h / (d.tp if d.sp else 1)
+    full = d.b * d.sl * d.h
+    # Vocab-parallel lookup: each TP rank fills the rows of its vocabulary shard and zeros
+    # elsewhere, then the partial embeddings are summed over TP (reduce-scatter with SP).
+    lookup = Op("embedding", 0.0, 0.0, 0.0, 2 * full * d.ab, 0.0,
+                **(dict(comm="reduce-scatter" if d.sp else "all-reduce", bwd_comm="all-gather" if d.sp else None,
+                        comm_bytes=full * d.ab, bwd_comm_bytes=full * d.ab, group="tp") if d.tp > 1 else {}))
+    # (+ learned positions for GPT) and embedding dropout: only the 1-byte mask is kept.
+    return [lookup, _elementwise("embedding_dropout", d, rep, act=MASK_BYTES * rep, passes=3)]
+
+
+def head_dims_ops(d: Dims) -> list[Op]:
+    rep = d.b * d.sl * d.h / (d.tp if d.sp else 1)
+    tokens, v = d.b * d.sl, d.vocab / d.tp
+    return [
+        _elementwise("final_norm", d, rep, act=d.ab * rep, **_tp_boundary(d, True)),
+        # Vocab-parallel LM head (column-parallel over the vocabulary): keeps its input.
+        _gemm("lm_head", d, tokens, d.h, v, act=d.ab * rep),
+        # Vocab-parallel cross-entropy (Megatron `vocab_parallel_cross_entropy`): keeps fp32
+        # logits / softmax; three small all-reduces over TP (max, target logit, sum of exp),
+        # each one fp32 value per token.
+        Op("cross_entropy", 0.0, 0.0, 0.0, tokens * v * (d.ab + LOGIT_BYTES), LOGIT_BYTES * tokens * v,
+           **(dict(comm="all-reduce", comm_bytes=3 * tokens * 4, group="tp") if d.tp > 1 else {})),
+    ]
+
+
+def embedding_ops(s) -> list[Op]:
+    """Ops of the first pipeline stage before its first layer (one micro-batch, one rank)."""
+    return embedding_dims_ops(Dims.of(s))
+
+
+def head_ops(s) -> list[Op]:
+    """Ops of the last pipeline stage after its last layer: final norm, LM head, loss."""
+    return head_dims_ops(Dims.of(s))
+
+
+def is_moe_layer(s, layer: int) -> bool:
+    """Megatron `moe_layer_freq=N`: layer i (0-based) is MoE when i % N == 0
+    (megatron/core/transformer/moe: `[1 if i % freq == 0 else 0 for i in range(num_layers)]`)."""
+    moe = s.model.moe
+    return moe is not None and layer % moe.every == 0
+
+
+def stage_layer_range(s, stage: int) -> range:
+    """Global indices of the transformer layers of a global pipeline stage."""
+    start = sum(s.stage_layers[:stage])
+    return range(start, start + s.stage_layers[stage])
+
+
+def stage_ops(s, stage: int) -> list[Op]:
+    """All ops one rank runs for one micro-batch of a global stage, in forward order."""
+    d = Dims.of(s)
+    ops = embedding_dims_ops(d) if stage == 0 else []
+    for layer in stage_layer_range(s, stage):
+        ops += ops_for(d, is_moe_layer(s, layer))
+    if stage == s.num_stages - 1:
+        ops += head_dims_ops(d)
+    return ops

@@ -1,0 +1,83 @@
+"""Per pipeline-stage memory: a stacked-bar figure (matplotlib) and a rich table for the CLI.
+
+`rows` are `sim3d.model.RankMemory` objects (bytes); everything shown is in GiB (2**30 B).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GIB = 2**30
+PARTS = ("weights", "grads", "optimizer", "activations", "other", "reserve")
+# Colour-blind-safe palette (Okabe & Ito 2008), one colour per component.
+COLORS = ("#0072B2", "#56B4E9", "#009E73", "#E69F00", "#CC79A7", "#999999")
+
+
+def plot_memory(rows, path_png: str | Path, title: str, hbm_gib: float | None = None) -> Path:
+    """Stacked bars of each pipeline rank's memory with the HBM capacity as a dashed line.
+    `rows` is a list of RankMemory or a MemoryReport (which also supplies the capacity).
+    The file format follows the suffix of `path_png` (png, pdf, svg)."""
+    if hasattr(rows, "rows"):
+        hbm_gib = hbm_gib or rows.hbm_bytes / GIB
+        rows = list(rows.rows)
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: never needs a display
+    import matplotlib.pyplot as plt
+
+    path = Path(path_png)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * n + 3), 4.5), constrained_layout=True)
+    xs = list(range(n))
+    bottom = [0.0] * n
+    for part, color in zip(PARTS, COLORS):
+        vals = [getattr(r, part) / GIB for r in rows]
+        ax.bar(xs, vals, bottom=bottom, color=color, label=part, width=0.75, edgecolor="white", linewidth=0.4)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    if hbm_gib:
+        ax.axhline(hbm_gib, color="#D55E00", linestyle="--", linewidth=1.5, label=f"HBM {hbm_gib:g} GiB")
+    for x, total in zip(xs, bottom):
+        if n <= 32:
+            ax.text(x, total, f"{total:.0f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([_label(r) for r in rows], fontsize=8 if n <= 16 else 6,
+                       rotation=0 if n <= 16 else 90)
+    ax.set_xlabel("pipeline rank (stages held)")
+    ax.set_ylabel("memory per GPU [GiB]")
+    ax.set_title(title)
+    top = max(bottom + [hbm_gib or 0.0])
+    ax.set_ylim(0, top * 1.12 if top else 1)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=8, frameon=False)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def _label(row) -> str:
+    stages = getattr(row, "stages", ())
+    if len(stages) == 1 and stages[0] == row.rank:
+        return str(row.rank)
+    return f"{row.rank}\n({','.join(map(str, stages))})"
+
+
+def memory_table(rows, hbm_gib: float):
+    """rich Table: one line per pipeline rank, GiB columns, the worst rank highlighted."""
+    from rich.table import Table
+
+    table = Table(title=f"memory per GPU [GiB] (HBM {hbm_gib:g} GiB)", header_style="bold")
+    table.add_column("pp rank", justify="right")
+    table.add_column("stages")
+    table.add_column("layers", justify="right")
+    table.add_column("in-flight", justify="right")
+    for part in PARTS:
+        table.add_column(part, justify="right")
+    table.add_column("total", justify="right")
+    worst = max(rows, key=lambda r: r.total) if rows else None
+    for r in rows:
+        over = r.total / GIB > hbm_gib
+        style = "bold red" if over else ("bold" if r is worst else None)
+        table.add_row(str(r.rank), ",".join(map(str, r.stages)), str(r.layers), str(r.inflight),
+                      *(f"{getattr(r, p) / GIB:.2f}" for p in PARTS), f"{r.total / GIB:.2f}", style=style)
+    return table
