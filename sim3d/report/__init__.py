@@ -1,0 +1,1 @@
+"""Summary, traces, plots and comparisons of simulated and executed steps."""

@@ -1,0 +1,286 @@
+"""Pipeline Gantt charts from a trace (schedules.md section 6.2), and the unit-cost bridge
+from the reference evaluator's `Timeline` to a trace.
+
+Imported only when plotting: it pulls in matplotlib (Agg backend, no display needed).
+Boxes go through one PolyCollection per layer instead of one Rectangle per action, so tens
+of thousands of actions draw in about a second; labels are the only per-action artists and
+are emitted only where they fit.
+"""
+
+from __future__ import annotations
+
+import colorsys
+from pathlib import Path
+from typing import Literal, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.transforms import blended_transform_factory  # noqa: E402
+
+from .trace import _coerce, bubble_by_rank  # noqa: E402
+
+# Colour-blind-safe (Okabe-Ito blue/orange, Tol "muted" teal/green): teal and green differ
+# strongly in lightness, so BI and BW stay apart even in greyscale.
+KIND_COLORS = {"F": "#0072B2", "B": "#E69F00", "BI": "#44AA99", "BW": "#117733"}
+OTHER_COLOR = "#9A9A9A"
+_BACKWARD = ("B", "BI")
+LANE_ORDER = ("tp", "cp", "ep", "pp", "dp")
+LANE_GREYS = ("#4D4D4D", "#6E6E6E", "#8F8F8F", "#A8A8A8", "#C4C4C4")
+_MAX_LABELS = 6000  # text artists dominate render time; beyond this the boxes speak alone
+_COMPUTE_H = 0.78  # box height of the compute lane, in row units
+_LANE_H = 0.16  # height of one communication lane
+_LANE_GAP = 0.04
+# Above this many boxes the box layers are rasterized inside PDF/SVG: one vector path per
+# box makes multi-megabyte files that viewers crawl through; text and axes stay vector.
+_RASTERIZE_ABOVE = 10000
+
+
+def timeline_to_trace(schedule, timeline) -> pd.DataFrame:
+    """Trace rows (stream `compute`) for every compute action the reference evaluator timed.
+
+    `timeline.spans[(rank, index)]` holds (start, end) of `schedule.ranks[rank][index]`;
+    ranks here are pipeline ranks, which are the global ranks of a pp-only layout.
+    """
+    rows = []
+    for (rank, index), (start, end) in sorted(timeline.spans.items(), key=lambda kv: (kv[1][0], kv[0])):
+        action = schedule.ranks[rank][index]
+        rows.append((rank, schedule.stage_of(rank, action), action.chunk,
+                     -1 if action.mb is None else action.mb, str(action.kind), "compute",
+                     float(start), float(end), 0, -1))
+    columns = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
+    return _coerce(pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame({c: [] for c in columns}))
+
+
+def _shade(rgb, chunk: int, num_chunks: int) -> tuple[float, float, float]:
+    """Chunk 0 keeps the pass colour; later chunks get lighter (Megatron's dark/light)."""
+    if chunk <= 0 or num_chunks <= 1:
+        return tuple(rgb)
+    t = 0.5 * chunk / (num_chunks - 1)
+    return tuple(c + (1.0 - c) * t for c in rgb)
+
+
+def _darken(rgb, amount: float) -> tuple[float, float, float]:
+    return tuple(c * (1.0 - amount) for c in rgb)
+
+
+def _luminance(rgb) -> float:
+    return 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
+
+
+def _mb_color(mb: int) -> tuple[float, float, float]:
+    """Distinct hues for neighbouring micro-batches (golden-angle walk round the wheel)."""
+    if mb < 0:
+        return to_rgb(OTHER_COLOR)
+    hue = (mb * 0.381966) % 1.0
+    return colorsys.hls_to_rgb(hue, 0.55, 0.65)
+
+
+def _time_unit(span: float) -> tuple[float, str]:
+    if span >= 2.0:
+        return 1.0, "s"
+    if span >= 2e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+def _pick_ranks(ranks: list[int], max_ranks: int) -> tuple[list[int], int]:
+    if len(ranks) <= max_ranks:
+        return ranks, 0
+    head = max_ranks // 2
+    tail = max_ranks - head
+    return ranks[:head] + ranks[-tail:], len(ranks) - head - tail
+
+
+def _boxes(x0, x1, y0, y1) -> np.ndarray:
+    return np.stack([np.stack([x0, y0], 1), np.stack([x1, y0], 1), np.stack([x1, y1], 1), np.stack([x0, y1], 1)], 1)
+
+
+def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
+               color_by: Literal["kind", "microbatch"] = "kind",
+               rank_labels: Mapping[int, str] | None = None, max_ranks: int = 64) -> list[Path]:
+    """Draw one row per rank (rank 0 on top) and write it to every path (.png/.pdf/.svg).
+
+    Compute actions are boxes labelled with their micro-batch; communication streams, when
+    the trace has them, are thin grey lanes under each rank; idle time stays white; the
+    idle share of each rank's compute stream is printed at the right margin.
+    """
+    if color_by not in ("kind", "microbatch"):
+        raise ValueError(f"color_by must be 'kind' or 'microbatch', got {color_by!r}")
+    df = _coerce(df)
+    if df.empty:
+        raise ValueError("plot_gantt: the trace has no rows")
+    bubbles = bubble_by_rank(df)
+    t0 = float(df["start_s"].min())
+    span = float(df["end_s"].max()) - t0
+    scale, unit = _time_unit(span)
+    all_ranks = sorted(df["rank"].unique().tolist())
+    max_ranks = max(2, int(max_ranks))
+    shown, omitted = _pick_ranks(all_ranks, max_ranks)
+    df = df[df["rank"].isin(shown)]
+
+    lanes = [s for s in LANE_ORDER if (df["stream"] == s).any()]
+    lanes += sorted(set(df["stream"]) - set(LANE_ORDER) - {"compute"})
+    row_h = _COMPUTE_H + len(lanes) * (_LANE_H + _LANE_GAP) + 0.22
+    # Row position of each shown rank; a gap row marks where ranks were left out.
+    row_of, y = {}, 0.0
+    for i, r in enumerate(shown):
+        if omitted and i == max_ranks // 2:  # first rank of the tail half
+            y += row_h
+        row_of[r] = y
+        y += row_h
+    total_h = y
+
+    n_rows = len(shown) + (1 if omitted else 0)
+    fig_h = min(2.0 + 0.42 * n_rows * row_h, 24.0)
+    fig, ax = plt.subplots(figsize=(11.0, max(fig_h, 2.8)), layout="constrained")
+    ax.set_xlim(0.0, span * scale * 1.002 if span > 0 else 1.0)
+    ax.set_ylim(total_h - 0.1, -0.15)
+
+    comp = df[df["stream"] == "compute"]
+    x0 = ((comp["start_s"] - t0) * scale).to_numpy()
+    x1 = ((comp["end_s"] - t0) * scale).to_numpy()
+    top = comp["rank"].map(row_of).to_numpy()
+    kinds = comp["kind"].to_numpy()
+    chunks = comp["chunk"].to_numpy()
+    mbs = comp["microbatch"].to_numpy()
+    num_chunks = int(df["chunk"].max()) + 1 if len(df) else 1
+
+    faces, hatched = [], np.zeros(len(comp), dtype=bool)
+    for k, c, mb in zip(kinds, chunks, mbs):
+        if color_by == "kind":
+            base = to_rgb(KIND_COLORS.get(k, OTHER_COLOR))
+        else:
+            base = _mb_color(int(mb)) if k in KIND_COLORS else to_rgb(OTHER_COLOR)
+            if k in _BACKWARD:
+                base = _darken(base, 0.35)
+        faces.append(_shade(base, int(c), num_chunks))
+    if color_by == "microbatch":
+        hatched = kinds == "BW"
+    verts = _boxes(x0, x1, top, top + _COMPUTE_H)
+    raster = len(df) > _RASTERIZE_ABOVE
+    box_layers = []
+    box_layers.append(PolyCollection(verts[~hatched], facecolors=np.array(faces).reshape(-1, 3)[~hatched],
+                                     edgecolors="white", linewidths=0.4, zorder=3, rasterized=raster))
+    ax.add_collection(box_layers[0])
+    # Weight-grad boxes (colour by micro-batch): pale fill hatched in the micro-batch hue, so
+    # the label stays readable. One collection per hue: older matplotlib takes a single
+    # hatch colour per collection, read from rcParams when the collection is built.
+    for i in np.flatnonzero(hatched):
+        faces[i] = _shade(faces[i], 1, 2)
+    for mb in np.unique(mbs[hatched]):
+        sel = hatched & (mbs == mb)
+        hue = _mb_color(int(mb))
+        with matplotlib.rc_context({"hatch.color": hue, "hatch.linewidth": 0.9}):
+            box_layers.append(PolyCollection(verts[sel], facecolors=[faces[i] for i in np.flatnonzero(sel)],
+                                             hatch="///", edgecolors=hue, linewidths=0.4, zorder=3,
+                                             rasterized=raster))
+            ax.add_collection(box_layers[-1])
+
+    # Communication lanes under each rank's compute lane.
+    lane_handles = []
+    for j, stream in enumerate(lanes):
+        sub = df[df["stream"] == stream]
+        ly = sub["rank"].map(row_of).to_numpy() + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP)
+        grey = LANE_GREYS[j % len(LANE_GREYS)]
+        lx0 = ((sub["start_s"] - t0) * scale).to_numpy()
+        lx1 = ((sub["end_s"] - t0) * scale).to_numpy()
+        ax.add_collection(PolyCollection(_boxes(lx0, lx1, ly, ly + _LANE_H), facecolors=grey,
+                                         edgecolors="none", zorder=3, rasterized=raster))
+        lane_handles.append(Patch(facecolor=grey, label=f"{stream} comm."))
+
+    # Axes furniture.
+    labels = dict(rank_labels or {})
+    ax.set_yticks([row_of[r] + _COMPUTE_H / 2 for r in shown])
+    ax.set_yticklabels([f"rank {r}" + (f"\n{labels[r]}" if labels.get(r) else "") for r in shown],
+                       fontsize=8 if len(shown) <= 16 else 6)
+    ax.tick_params(axis="y", length=0)
+    if lanes and len(shown) <= 16:  # name the thin lanes where there is room to
+        lane_y = [row_of[r] + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP) + _LANE_H / 2
+                  for r in shown for j in range(len(lanes))]
+        ax.set_yticks(lane_y, [s for _ in shown for s in lanes], minor=True, fontsize=5.5, color="#666666")
+        ax.tick_params(axis="y", which="minor", length=0, pad=2)
+    ax.set_xlabel(f"time ({unit})")
+    ax.grid(axis="x", color="#E4E4E4", linewidth=0.6, zorder=0)
+    ax.set_axisbelow(True)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    right = blended_transform_factory(ax.transAxes, ax.transData)
+    ax.text(1.01, -0.1, "bubble", transform=right, ha="left", va="bottom", fontsize=8, fontweight="bold",
+            clip_on=False)
+    for r in shown:
+        ax.text(1.01, row_of[r] + _COMPUTE_H / 2, f"{100.0 * bubbles.get(r, 0.0):.1f}%", transform=right,
+                ha="left", va="center", fontsize=8 if len(shown) <= 16 else 6, clip_on=False)
+    if omitted:
+        gap_y = row_of[shown[max_ranks // 2]] - row_h / 2
+        ax.text(0.5, gap_y, f"⋯ {omitted} ranks not shown ⋯", transform=right, ha="center", va="center",
+                fontsize=8, color="#555555", style="italic")
+        title = f"{title} (showing {len(shown)} of {len(all_ranks)} ranks)"
+    ax.set_title(title, fontsize=11, loc="left")
+
+    present = set(kinds)
+    handles = []
+    if color_by == "kind":
+        names = {"F": "forward", "B": "backward", "BI": "input grad", "BW": "weight grad"}
+        for k, col in KIND_COLORS.items():
+            for c in range(num_chunks) if k in present else ():
+                suffix = f", chunk {c}" if num_chunks > 1 else ""
+                handles.append(Patch(facecolor=_shade(to_rgb(col), c, num_chunks), label=f"{k}: {names[k]}{suffix}"))
+    else:
+        handles.append(Patch(facecolor=_mb_color(0), label="forward (hue = micro-batch)"))
+        if present & set(_BACKWARD):
+            handles.append(Patch(facecolor=_darken(_mb_color(0), 0.35), label="backward: darker"))
+        if "BW" in present:
+            handles.append(Patch(facecolor=_shade(_mb_color(0), 1, 2), hatch="///", edgecolor=_mb_color(0),
+                                 label="weight grad: hatched"))
+        if num_chunks > 1:
+            handles.append(Patch(facecolor=_shade(_mb_color(0), 1, num_chunks), label="chunk 1+: lighter"))
+    if present - set(KIND_COLORS):
+        handles.append(Patch(facecolor=OTHER_COLOR, label="other compute"))
+    handles += lane_handles
+    handles.append(Patch(facecolor="white", edgecolor="#999999", linewidth=0.6, label="idle (bubble)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=-(-len(handles) // -(-len(handles) // 6)), frameon=False,
+               fontsize=8, handlelength=1.6)
+
+    # Micro-batch labels where the box is wide and tall enough for the text.
+    # Done last: the draw runs the constrained layout with the legend and margins in place,
+    # which fixes the axes size, so data units convert to points.
+    fig.draw_without_rendering()
+    bbox = ax.get_window_extent()
+    pt_per_x = bbox.width * 72.0 / fig.dpi / (ax.get_xlim()[1] - ax.get_xlim()[0])
+    pt_per_y = bbox.height * 72.0 / fig.dpi / total_h
+    if np.median(x1 - x0) * pt_per_x < 4.0:  # dense chart: white separators would wash it out
+        for coll in box_layers:
+            coll.set_linewidth(0.1)
+    fontsize = float(np.clip(pt_per_y * _COMPUTE_H * 0.55, 4.0, 9.0))
+    if pt_per_y * _COMPUTE_H >= 5.0:
+        texts = [str(int(m)) for m in mbs]
+        width_pt = (x1 - x0) * pt_per_x
+        need_pt = np.array([0.62 * fontsize * len(t) + 2.0 for t in texts]) if texts else np.zeros(0)
+        ok = np.flatnonzero((mbs >= 0) & (width_pt >= need_pt))
+        if len(ok) <= _MAX_LABELS:
+            for i in ok:
+                rgb = faces[i]
+                ax.text((x0[i] + x1[i]) / 2, top[i] + _COMPUTE_H / 2, texts[i], ha="center", va="center_baseline",
+                        fontsize=fontsize, color="white" if _luminance(rgb) < 0.45 else "black", zorder=4,
+                        clip_on=True)
+
+
+    written = []
+    for p in paths:
+        p = Path(p)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        # Editable text in vector output (TrueType in PDF, <text> in SVG), as journals ask;
+        # vector formats use the dpi only for rasterized layers.
+        with matplotlib.rc_context({"pdf.fonttype": 42, "svg.fonttype": "none"}):
+            fig.savefig(p, dpi=200)
+        written.append(p)
+    plt.close(fig)
+    return written

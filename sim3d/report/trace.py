@@ -1,0 +1,223 @@
+"""The trace table (DESIGN.md section 4) and its file forms: CSV and Chrome Trace Event JSON.
+
+A trace has one row per executed action, simulated and executed alike, so that `sim3d
+compare` can align the two. Only pandas and the standard library are imported here:
+`import sim3d` must stay free of matplotlib and torch (the Gantt chart lives in `gantt.py`).
+
+Conventions chosen here (the column contract itself is DESIGN.md's):
+
+* `microbatch` and `peer` are -1 where they do not apply; `bytes` is 0 for compute.
+* For the bucketed data-parallel kinds (DP_REDUCE, PARAM_GATHER) the bucket index is carried
+  in the `microbatch` column, so the action token `DP_REDUCE#3` can be rebuilt from a row.
+* `peer` is a global rank (rows carry global ranks), so SEND -> RECV flows join rows directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Mapping
+
+import pandas as pd
+
+TRACE_COLUMNS = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
+_INT_COLUMNS = ("rank", "stage", "chunk", "microbatch", "bytes", "peer")
+_FLOAT_COLUMNS = ("start_s", "end_s")
+_STR_COLUMNS = ("kind", "stream")
+
+# Fixed thread id per stream so every rank shows its lanes in the same order in Perfetto.
+STREAM_TIDS = {"compute": 0, "tp": 1, "cp": 2, "ep": 3, "pp": 4, "dp": 5}
+_BUCKETED = frozenset({"DP_REDUCE", "PARAM_GATHER"})
+_P2P_SENDS = {"SEND_F": "RECV_F", "SEND_B": "RECV_B"}
+
+
+def empty_trace() -> pd.DataFrame:
+    """A trace with no rows but the right columns and dtypes (so concat keeps the dtypes)."""
+    return _coerce(pd.DataFrame({c: [] for c in TRACE_COLUMNS}))
+
+
+def check_trace(df: pd.DataFrame) -> pd.DataFrame:
+    """Raise ValueError unless `df` has exactly the trace columns; return it in column order."""
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"a trace must be a pandas DataFrame, got {type(df).__name__}")
+    present = [str(c) for c in df.columns]
+    missing = [c for c in TRACE_COLUMNS if c not in present]
+    extra = [c for c in present if c not in TRACE_COLUMNS]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing column(s) " + ", ".join(missing))
+        if extra:
+            parts.append("unexpected column(s) " + ", ".join(extra))
+        raise ValueError("trace: " + "; ".join(parts) + f" (expected exactly {', '.join(TRACE_COLUMNS)})")
+    if len(set(present)) != len(present):
+        raise ValueError("trace: duplicated column names")
+    return df.loc[:, list(TRACE_COLUMNS)]
+
+
+def _coerce(df: pd.DataFrame) -> pd.DataFrame:
+    """Cast to the canonical dtypes: int64 for ids/bytes, float64 for times, str for labels."""
+    out = check_trace(df).copy()
+    for c in _INT_COLUMNS:
+        out[c] = out[c].astype("int64")
+    for c in _FLOAT_COLUMNS:
+        out[c] = out[c].astype("float64")
+    for c in _STR_COLUMNS:
+        out[c] = out[c].astype(str)
+    return out.reset_index(drop=True)
+
+
+# ---- CSV ------------------------------------------------------------------------------
+
+def write_trace_csv(df: pd.DataFrame, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # repr-exact floats: the CSV is also the input of `sim3d compare`, which must not drift.
+    _coerce(df).to_csv(path, index=False, float_format="%.17g")
+    return path
+
+
+def read_trace_csv(path: str | Path) -> pd.DataFrame:
+    dtypes = {**{c: "int64" for c in _INT_COLUMNS}, **{c: "float64" for c in _FLOAT_COLUMNS},
+              **{c: str for c in _STR_COLUMNS}}
+    # pandas < 3 needs "round_trip" for bit-exact floats; pandas 3 does that by default and
+    # deprecates the argument.
+    exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+    try:
+        df = pd.read_csv(path, dtype=dtypes, keep_default_na=False, **exact)
+    except ValueError as exc:  # e.g. a blank in an integer column
+        raise ValueError(f"{path}: not a valid trace CSV ({exc})") from exc
+    return _coerce(df)
+
+
+# ---- action tokens -----------------------------------------------------------------------
+
+def action_token(kind: str, chunk: int, microbatch: int, peer: int) -> str:
+    """The IR's text form of a row: F3, B2.1, SEND_F3.1@2, DP_REDUCE#0, OPT_STEP.
+
+    Unknown kinds (engine-emitted TP/CP/EP collectives) follow the same pattern
+    generically: kind, then micro-batch, `.chunk` when non-zero, `@peer` when known.
+    """
+    kind = str(kind)
+    if kind in _BUCKETED:
+        return f"{kind}#{microbatch}" if microbatch >= 0 else kind
+    if microbatch < 0:
+        return kind
+    text = f"{kind}{microbatch}" + (f".{chunk}" if chunk else "")
+    return text + (f"@{peer}" if peer >= 0 else "")
+
+
+# ---- Chrome Trace Event JSON ----------------------------------------------------------------
+
+def _tids(streams) -> dict[str, int]:
+    tids = dict(STREAM_TIDS)
+    for s in sorted(set(streams) - set(tids)):  # unknown streams get ids after the fixed ones
+        tids[s] = max(tids.values()) + 1
+    return tids
+
+
+def p2p_pairs(df: pd.DataFrame) -> list[tuple[int, int]]:
+    """(send row position, recv row position) pairs for every SEND with a matching RECV.
+
+    A SEND on rank s with peer d pairs with a RECV of the same direction on rank d whose
+    peer is s, for the same micro-batch; several messages on one such channel match in
+    start-time order, as NCCL / gloo messages do.
+    """
+    df = check_trace(df).reset_index(drop=True)
+    sends: dict[tuple, list[int]] = defaultdict(list)
+    recvs: dict[tuple, list[int]] = defaultdict(list)
+    ordered = df.sort_values(["start_s", "end_s"], kind="stable")
+    for pos, rank, kind, mb, peer in zip(ordered.index, ordered["rank"], ordered["kind"],
+                                         ordered["microbatch"], ordered["peer"]):
+        kind = str(kind)
+        if kind in _P2P_SENDS:
+            sends[(int(rank), int(peer), _P2P_SENDS[kind], int(mb))].append(int(pos))
+        elif kind in _P2P_SENDS.values():
+            recvs[(int(peer), int(rank), kind, int(mb))].append(int(pos))
+    pairs = []
+    for key, send_rows in sends.items():
+        pairs.extend(zip(send_rows, recvs.get(key, [])))
+    return sorted(pairs)
+
+
+def chrome_trace_events(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None) -> list[dict]:
+    df = _coerce(df)
+    labels = dict(rank_labels or {})
+    tids = _tids(df["stream"].unique())
+    events: list[dict] = []
+    for rank in sorted(df["rank"].unique().tolist()):
+        label = labels.get(rank)
+        name = f"rank {rank} ({label})" if label else f"rank {rank}"
+        events.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": name}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+        for stream in sorted(df.loc[df["rank"] == rank, "stream"].unique(), key=tids.__getitem__):
+            tid = tids[stream]
+            events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid, "args": {"name": stream}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
+    us = 1e6
+    ts = (df["start_s"] * us).tolist()
+    dur = ((df["end_s"] - df["start_s"]).clip(lower=0.0) * us).tolist()
+    cols = [df[c].tolist() for c in ("rank", "stage", "chunk", "microbatch", "kind", "stream", "bytes", "peer")]
+    for i, (rank, stage, chunk, mb, kind, stream, nbytes, peer) in enumerate(zip(*cols)):
+        events.append({"name": action_token(kind, chunk, mb, peer), "cat": kind, "ph": "X",
+                       "ts": ts[i], "dur": dur[i], "pid": rank, "tid": tids[stream],
+                       "args": {"stage": stage, "chunk": chunk, "microbatch": mb, "bytes": nbytes, "peer": peer}})
+    # Flow arrows bind to the slice enclosing their timestamp, so anchor them mid-slice
+    # (zero-duration slices are anchored at their only instant).
+    for flow_id, (s, r) in enumerate(p2p_pairs(df)):
+        kind = cols[4][s]
+        common = {"name": kind, "cat": "p2p", "id": flow_id}
+        events.append({**common, "ph": "s", "ts": ts[s] + dur[s] / 2, "pid": cols[0][s], "tid": tids[cols[5][s]]})
+        events.append({**common, "ph": "f", "bp": "e", "ts": ts[r] + dur[r] / 2, "pid": cols[0][r],
+                       "tid": tids[cols[5][r]]})
+    return events
+
+
+def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[int, str] | None = None) -> Path:
+    """Write a Perfetto / chrome://tracing JSON file: one process per rank, one thread per
+    stream, `X` slices in microseconds named by action token, and SEND -> RECV flow arrows.
+
+    `rank_labels[r]` (e.g. "pp1 tp0 dp0") is shown as "rank r (pp1 tp0 dp0)".
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"traceEvents": chrome_trace_events(df, rank_labels), "displayTimeUnit": "ms"}
+    # dumps (C encoder) rather than dump (pure-Python iterencode): ~5x faster on big traces.
+    path.write_text(json.dumps(doc, separators=(",", ":"), allow_nan=False))
+    return path
+
+
+# ---- bubbles ----------------------------------------------------------------------------
+
+def busy_by_rank(df: pd.DataFrame, stream: str = "compute") -> pd.Series:
+    """Length of the union of `stream` intervals per rank (overlaps counted once)."""
+    df = check_trace(df)
+    ranks = pd.Index(sorted(df["rank"].unique().tolist()), name="rank")
+    sub = df.loc[df["stream"] == stream, ["rank", "start_s", "end_s"]].sort_values(["rank", "start_s"])
+    if sub.empty:
+        return pd.Series(0.0, index=ranks, name="busy_s")
+    # Sorted by start, everything already covered beyond this interval's start is
+    # [start, max previous end], so the interval adds max(0, end - max(start, prev_max)).
+    prev_max = sub.groupby("rank")["end_s"].cummax().groupby(sub["rank"]).shift(1)
+    lo = sub["start_s"].where(prev_max.isna() | (sub["start_s"] > prev_max), prev_max)
+    added = (sub["end_s"] - lo).clip(lower=0.0)
+    busy = added.groupby(sub["rank"]).sum()
+    return busy.reindex(ranks, fill_value=0.0).astype(float).rename("busy_s")
+
+
+def bubble_by_rank(df: pd.DataFrame) -> pd.Series:
+    """Idle fraction of each rank's compute stream over the step span.
+
+    The span is the global [min start, max end] of the whole trace (all ranks, all
+    streams), so every rank is measured against the same step; busy time is the union of
+    its compute intervals. Index: rank; ranks with no compute rows report 1.0.
+    """
+    df = check_trace(df)
+    if df.empty:
+        return pd.Series([], dtype=float, index=pd.Index([], name="rank", dtype="int64"), name="bubble")
+    span = float(df["end_s"].max() - df["start_s"].min())
+    busy = busy_by_rank(df)
+    if span <= 0.0:
+        return pd.Series(0.0, index=busy.index, name="bubble")
+    return (1.0 - busy / span).clip(lower=0.0).rename("bubble")

@@ -1,0 +1,214 @@
+"""Trace table, its CSV / Chrome JSON forms, bubbles, and the Gantt chart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from sim3d.report.trace import (TRACE_COLUMNS, action_token, bubble_by_rank, check_trace, empty_trace,
+                                read_trace_csv, write_chrome_trace, write_trace_csv)
+from sim3d.schedule import build
+from sim3d.schedule.evaluate import evaluate, uniform_costs
+
+
+def unit_trace(name="1f1b", pp=4, m=8, vpp=1, tf=1.0, tb=2.0):
+    from sim3d.report.gantt import timeline_to_trace
+    schedule = build(name, pp, m, vpp)
+    return timeline_to_trace(schedule, evaluate(schedule, uniform_costs(tf, tb)))
+
+
+def with_comm(df: pd.DataFrame, pp: int) -> pd.DataFrame:
+    """Add P2P rows (SEND on the producer, RECV on the consumer) and one DP bucket per rank."""
+    rows = []
+    for r in df.itertuples():
+        if r.kind == "F" and r.rank < pp - 1:
+            rows.append((r.rank, r.stage, 0, r.microbatch, "SEND_F", "pp", r.end_s, r.end_s + 1e-4, 1 << 20, r.rank + 1))
+            rows.append((r.rank + 1, r.stage + 1, 0, r.microbatch, "RECV_F", "pp", r.end_s, r.end_s + 1e-4, 1 << 20,
+                         r.rank))
+        if r.kind == "B" and r.rank > 0:
+            rows.append((r.rank, r.stage, 0, r.microbatch, "SEND_B", "pp", r.end_s, r.end_s, 1 << 20, r.rank - 1))
+            rows.append((r.rank - 1, r.stage - 1, 0, r.microbatch, "RECV_B", "pp", r.end_s, r.end_s + 2e-4, 1 << 20,
+                         r.rank))
+    end = df["end_s"].max()
+    for rank in sorted(df["rank"].unique()):
+        rows.append((rank, rank, 0, 0, "DP_REDUCE", "dp", end, end + 0.5, 3 << 33, -1))  # > 2**32 bytes
+    comm = pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+    return pd.concat([df, comm], ignore_index=True)
+
+
+# ---- table and CSV ------------------------------------------------------------------------
+
+def test_check_trace_names_missing_and_extra_columns():
+    df = unit_trace().drop(columns=["peer"])
+    with pytest.raises(ValueError, match="missing column.*peer"):
+        check_trace(df)
+    df = unit_trace().assign(colour="red")
+    with pytest.raises(ValueError, match="unexpected column.*colour"):
+        check_trace(df)
+    shuffled = unit_trace()[list(reversed(TRACE_COLUMNS))]
+    assert tuple(check_trace(shuffled).columns) == TRACE_COLUMNS
+
+
+def test_csv_round_trip_keeps_values_and_dtypes(tmp_path):
+    df = with_comm(unit_trace(tf=1e-3 / 3, tb=2e-3 / 3), pp=4)  # non-terminating binary fractions
+    path = write_trace_csv(df, tmp_path / "sub" / "trace.csv")
+    back = read_trace_csv(path)
+    assert tuple(back.columns) == TRACE_COLUMNS
+    for c in ("rank", "stage", "chunk", "microbatch", "bytes", "peer"):
+        assert back[c].dtype == "int64", c
+    assert back["start_s"].dtype == "float64" and back["end_s"].dtype == "float64"
+    pd.testing.assert_frame_equal(back, check_trace(df).reset_index(drop=True), check_dtype=False)
+    assert (back["start_s"].to_numpy() == df["start_s"].to_numpy()).all()  # bit-exact
+    assert back["bytes"].max() == 3 << 33
+
+
+def test_empty_trace_round_trip(tmp_path):
+    empty = empty_trace()
+    assert tuple(empty.columns) == TRACE_COLUMNS and len(empty) == 0
+    back = read_trace_csv(write_trace_csv(empty, tmp_path / "e.csv"))
+    assert len(back) == 0 and back["rank"].dtype == "int64" and back["end_s"].dtype == "float64"
+
+
+def test_action_tokens():
+    assert action_token("F", 0, 3, -1) == "F3"
+    assert action_token("B", 1, 2, -1) == "B2.1"
+    assert action_token("SEND_F", 0, 3, 2) == "SEND_F3@2"
+    assert action_token("SEND_B", 1, 3, 2) == "SEND_B3.1@2"
+    assert action_token("DP_REDUCE", 0, 0, -1) == "DP_REDUCE#0"  # bucket in the microbatch column
+    assert action_token("OPT_STEP", 0, -1, -1) == "OPT_STEP"
+    assert action_token("TP_ALLREDUCE", 0, 4, -1) == "TP_ALLREDUCE4"
+
+
+# ---- Chrome trace -----------------------------------------------------------------------------
+
+def test_chrome_trace_structure_units_and_flows(tmp_path):
+    pp = 4
+    df = with_comm(unit_trace(tf=1e-3, tb=2e-3), pp)
+    labels = {r: f"pp{r} tp0 dp0" for r in range(pp)}
+    path = write_chrome_trace(df, tmp_path / "t.json", rank_labels=labels)
+    doc = json.loads(path.read_text())
+    assert doc["displayTimeUnit"] == "ms"
+    events = doc["traceEvents"]
+
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {r: f"rank {r} (pp{r} tp0 dp0)" for r in range(pp)}
+    sort = {e["pid"]: e["args"]["sort_index"] for e in events if e["name"] == "process_sort_index"}
+    assert sort == {r: r for r in range(pp)}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert threads[(0, 0)] == "compute" and threads[(0, 4)] == "pp" and threads[(0, 5)] == "dp"
+
+    xs = [e for e in events if e["ph"] == "X"]
+    assert len(xs) == len(df)
+    # 1F1B, tF = 1 ms: rank 1 runs F0 from 1 ms to 2 ms -> ts 1000 us, dur 1000 us.
+    f0 = next(e for e in xs if e["pid"] == 1 and e["name"] == "F0")
+    assert f0["ts"] == pytest.approx(1000.0) and f0["dur"] == pytest.approx(1000.0)
+    assert f0["cat"] == "F" and f0["tid"] == 0
+    assert f0["args"] == {"stage": 1, "chunk": 0, "microbatch": 0, "bytes": 0, "peer": -1}
+    assert any(e["name"] == "SEND_F3@2" and e["pid"] == 1 and e["tid"] == 4 for e in xs)
+    assert any(e["name"] == "DP_REDUCE#0" and e["args"]["bytes"] == 3 << 33 for e in xs)
+
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in events if e["ph"] == "f"}
+    n_sends = int(df["kind"].isin(["SEND_F", "SEND_B"]).sum())
+    assert len(starts) == len(finishes) == n_sends == 2 * 8 * (pp - 1)
+    for fid, s in starts.items():
+        f = finishes[fid]
+        assert f["bp"] == "e" and s["name"] == f["name"]
+        # The start sits inside a SEND slice, the finish inside the RECV slice on the peer.
+        send = next(e for e in xs if e["pid"] == s["pid"] and e["tid"] == s["tid"]
+                    and e["ts"] <= s["ts"] <= e["ts"] + e["dur"] and e["cat"].startswith("SEND"))
+        recv = next(e for e in xs if e["pid"] == f["pid"] and e["tid"] == f["tid"]
+                    and e["ts"] <= f["ts"] <= e["ts"] + e["dur"] and e["cat"].startswith("RECV"))
+        assert recv["pid"] == send["args"]["peer"] and send["pid"] == recv["args"]["peer"]
+        assert recv["args"]["microbatch"] == send["args"]["microbatch"]
+        assert recv["cat"] == send["cat"].replace("SEND", "RECV")
+
+
+def test_flows_skip_unmatched_sends_and_pair_in_order(tmp_path):
+    rows = [  # two messages of one (src, dst, direction, mb) channel, one send without receive
+        (0, 0, 0, 5, "SEND_F", "pp", 0.0, 0.1, 8, 1), (0, 0, 1, 5, "SEND_F", "pp", 1.0, 1.1, 8, 1),
+        (1, 1, 0, 5, "RECV_F", "pp", 0.2, 0.3, 8, 0), (1, 1, 1, 5, "RECV_F", "pp", 1.2, 1.3, 8, 0),
+        (2, 2, 0, 6, "SEND_F", "pp", 0.0, 0.0, 8, 3),
+    ]
+    df = pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+    events = json.loads(write_chrome_trace(df, tmp_path / "f.json").read_text())["traceEvents"]
+    starts = sorted((e for e in events if e["ph"] == "s"), key=lambda e: e["ts"])
+    finishes = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert len(starts) == 2 and len(finishes) == 2
+    assert [finishes[s["id"]]["ts"] for s in starts] == pytest.approx([0.25e6, 1.25e6])
+    assert any(e["ph"] == "X" and e["name"] == "SEND_F6@3" and e["dur"] == 0 for e in events)
+
+
+# ---- bubbles ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pp,m", [(4, 8), (2, 3), (8, 8)])
+def test_bubble_by_rank_matches_1f1b_closed_form(pp, m):
+    bubbles = bubble_by_rank(unit_trace("1f1b", pp, m))
+    assert list(bubbles.index) == list(range(pp))
+    # Uniform 1F1B: every rank idles (p-1)(tF+tB) of a (m+p-1)(tF+tB) step.
+    assert bubbles.to_numpy() == pytest.approx([(pp - 1) / (m + pp - 1)] * pp)
+
+
+def test_bubble_by_rank_interleaved_closed_form():
+    v, pp, m = 2, 4, 8
+    bubbles = bubble_by_rank(unit_trace("interleaved-1f1b", pp, m, v))
+    assert bubbles.to_numpy() == pytest.approx([(pp - 1) / (v * m + pp - 1)] * pp)
+
+
+def test_bubble_counts_overlaps_once_and_uses_global_span():
+    rows = [(0, 0, 0, 0, "F", "compute", 0.0, 4.0, 0, -1), (0, 0, 0, 1, "F", "compute", 1.0, 2.0, 0, -1),
+            (0, 0, 0, 2, "F", "compute", 3.0, 6.0, 0, -1), (0, 0, 0, 3, "F", "compute", 8.0, 9.0, 0, -1),
+            (1, 1, 0, 0, "F", "compute", 2.0, 3.0, 0, -1), (1, 1, 0, -1, "DP_REDUCE", "dp", 0.0, 10.0, 0, -1),
+            (2, 2, 0, 0, "RECV_F", "pp", 0.0, 1.0, 0, 1)]
+    bubbles = bubble_by_rank(pd.DataFrame(rows, columns=list(TRACE_COLUMNS)))
+    # span [0, 10]; rank 0 busy = [0, 6] + [8, 9] = 7; rank 1 busy 1; rank 2 has no compute.
+    assert bubbles.to_dict() == pytest.approx({0: 0.3, 1: 0.9, 2: 1.0})
+
+
+# ---- Gantt ---------------------------------------------------------------------------------
+
+def test_timeline_to_trace_rows_and_stages():
+    from sim3d.report.gantt import timeline_to_trace
+    schedule = build("interleaved-1f1b", 4, 8, 2)
+    df = timeline_to_trace(schedule, evaluate(schedule, uniform_costs()))
+    assert tuple(df.columns) == TRACE_COLUMNS
+    assert len(df) == sum(a.is_compute for actions in schedule.ranks for a in actions) == 4 * 8 * 2 * 2
+    assert set(df["stream"]) == {"compute"} and (df["bytes"] == 0).all() and (df["peer"] == -1).all()
+    row = df[(df["rank"] == 1) & (df["chunk"] == 1)].iloc[0]
+    assert row["stage"] == schedule.stages.stage(1, 1) == 5
+
+
+def test_gantt_writes_every_format(tmp_path):
+    from sim3d.report.gantt import plot_gantt
+    df = with_comm(unit_trace(tf=1e-3, tb=2e-3), pp=4)
+    paths = [tmp_path / "g.png", tmp_path / "g.pdf", tmp_path / "nested" / "g.svg"]
+    written = plot_gantt(df, paths, "1F1B pp=4 m=8", rank_labels={0: "pp0"})
+    assert written == paths
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert paths[1].read_bytes()[:5] == b"%PDF-"
+    assert b"<svg" in paths[2].read_bytes()[:2000]
+
+
+def test_gantt_microbatch_colours_split_backward_and_many_ranks(tmp_path):
+    from sim3d.report.gantt import plot_gantt
+    zb = unit_trace("zb-h1", 4, 8)
+    plot_gantt(zb, [tmp_path / "zb.png"], "ZB-H1", color_by="microbatch")
+    big = pd.concat([unit_trace("1f1b", 4, 4).assign(rank=lambda d, k=k: d["rank"] + 4 * k) for k in range(20)],
+                    ignore_index=True)
+    plot_gantt(big, [tmp_path / "big.svg"], "80 ranks", max_ranks=16)
+    svg = (tmp_path / "big.svg").read_text()
+    assert "showing 16 of 80 ranks" in svg and "rank 79" in svg and "rank 40" not in svg
+    with pytest.raises(ValueError, match="color_by"):
+        plot_gantt(zb, [tmp_path / "x.png"], "bad", color_by="stage")
+
+
+def test_importing_sim3d_and_trace_does_not_pull_matplotlib_or_torch():
+    code = ("import sys, sim3d, sim3d.report.trace, sim3d.schedule; "
+            "bad = [m for m in ('matplotlib', 'torch') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
