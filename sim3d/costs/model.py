@@ -77,9 +77,13 @@ class CostModel:
         return self._stage_cache[key]
 
     def _action(self, stage: int, kind: str) -> ActionCost:
+        return self.ops_cost(stage_ops(self.s, stage), kind)
+
+    def ops_cost(self, ops, kind: str) -> ActionCost:
+        """F, B, BI or BW of a list of ops (one micro-batch), collectives included."""
         recompute = self.s.training.recompute
         total, comm = 0.0, defaultdict(float)
-        for op in stage_ops(self.s, stage):
+        for op in ops:
             t = self.compute.op_time(op)
             self.sources["compute"].add(t.source)
             fwd_comm = self._collective(op.comm, op.comm_bytes, op.group) if op.comm else 0.0
