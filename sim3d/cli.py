@@ -16,7 +16,7 @@ from .scenario import ScenarioError, load_scenario
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 120)  # readable tables in logs and pipes
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line each, greppable
 
 SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
@@ -129,7 +129,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     s = _load(scenario, set_)
     out.print(layout_table(s))
     report = memory_report(s)
-    out.print(memory_table(report.ranks, s.gpu.hbm_gib))
+    out.print(memory_table(report.rows, s.gpu.hbm_gib))
     verdict = "[green]fits[/green]" if report.fits else "[red]does not fit[/red]"
     out.print(f"memory: {verdict} in {s.gpu.hbm_gib:g} GiB ({s.cluster.gpu}); {report.reason}", highlight=False)
     for w in s.warnings():
@@ -167,6 +167,56 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
                    title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)")
         out.print(f"wrote {gantt}")
+
+
+def _progress(description: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+    return Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
+
+
+@app.command()
+@guarded
+def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model and cluster kind are kept)."),
+         gpus: int = typer.Option(..., "--gpus", min=1, help="GPUs to lay the run out on."),
+         top: int = typer.Option(10, "--top", min=1),
+         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: cores).")):
+    """Search layouts; rank those that fit in memory by predicted step time."""
+    from .studies.plan import candidates, plan as search, plan_table
+
+    fitting, considered = candidates(scenario, gpus)
+    if not fitting:
+        raise BadInput(f"none of {considered} layouts of this model on {gpus} GPUs fits in memory")
+    with _progress("plan") as progress:
+        task = progress.add_task(f"simulating {len(fitting)} layouts", total=len(fitting))
+        ranked, _ = search(scenario, gpus, top, workers, progress=lambda done, total: progress.update(task, completed=done))
+    out.print(plan_table(ranked, considered, len(fitting)))
+
+
+@app.command()
+@guarded
+def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+          grid: list[str] = typer.Option(..., "--grid", help="KEY=V1,V2,... (repeatable; the cartesian product is run)."),
+          out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png."),
+          workers: Optional[int] = typer.Option(None, "--workers", min=1),
+          backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
+          resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv.")):
+    """What-if grid over scenario values; results table and plots."""
+    from .studies.sweep import parse_grid, points, run_sweep
+
+    load_scenario(scenario)  # a bad base scenario fails before any work starts
+    if backend not in ("local", "ray"):
+        raise BadInput(f"--backend: expected local or ray, got {backend!r}")
+    parsed = parse_grid(grid)
+    with _progress("sweep") as progress:
+        task = progress.add_task(f"{len(points(parsed))} grid points", total=None)
+        results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
+                            progress=lambda done, total: progress.update(task, completed=done, total=total))
+    import pandas as pd
+    table = pd.read_csv(results)
+    shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]].fillna("")
+    out.print(shown.to_string(index=False), highlight=False)
+    out.print(f"wrote {results} and {out_dir / 'sweep.png'}")
 
 
 @app.command()

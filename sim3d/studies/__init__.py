@@ -1,0 +1,1 @@
+"""Many simulations at once: what-if sweeps and layout search."""
