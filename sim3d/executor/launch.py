@@ -1,0 +1,275 @@
+"""Launch an executed run: spawn tp*pp*dp*cp local processes (or join a torchrun / SLURM
+job), watch them, gather losses, timings, the trace and, with `check`, compare with the
+single-process reference.
+
+This module imports torch only inside functions, so `import sim3d.executor` stays cheap.
+
+Failure handling: every process group and every collective has a timeout (`timeout_s`);
+the parent polls its children and, as soon as one fails (exception or death), waits a short
+grace period to collect the other reports, terminates the rest and raises `ExecutorError`
+naming the failed rank. Errors that are only consequences of another rank's death
+(connection closed / reset, timeouts) are not blamed when a root cause is known.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import socket
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe",
+             "econnreset", "socket closed", "read error", "connection refused", "peer")
+
+
+class ExecutorError(RuntimeError):
+    """A rank of an executed run failed; `rank` and `error` name the root cause."""
+
+    def __init__(self, rank: int | None, error: str, others: dict[int, str] | None = None):
+        self.rank, self.error, self.others = rank, error, dict(others or {})
+        who = f"rank {rank}" if rank is not None else "executor"
+        text = f"{who} failed: {error.strip()}"
+        if self.others:
+            text += f"\n(then {len(self.others)} other rank(s) stopped: ranks {sorted(self.others)})"
+        super().__init__(text)
+
+
+@dataclass
+class ExecuteResult:
+    """Outcome of `execute`. `trace` holds the actions of the LAST step only (one row per
+    action and rank, columns `rank, stage, chunk, microbatch, kind, stream, start_s, end_s,
+    bytes, peer`; `peer` is a global rank), since the trace columns carry no step number."""
+
+    name: str
+    schedule: str
+    world_size: int
+    losses: list[float]  # mean token loss of the global batch, per step
+    step_times_s: list[float]  # per step, slowest rank (barrier release -> last action end)
+    median_step_s: float  # median over steps, the first (warm-up) step excluded when steps > 1
+    trace: pd.DataFrame
+    trace_path: Path | None = None
+    check: dict | None = None  # errors vs the reference (see reference.compare_with_reference)
+    reference_losses: list[float] | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def max_param_diff(self) -> float | None:
+        return None if self.check is None else self.check["param_abs"]
+
+    @property
+    def max_grad_diff(self) -> float | None:
+        return None if self.check is None else self.check["grad_abs"]
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.check is None else bool(self.check["passed"])
+
+    def summary(self) -> str:
+        lines = [f"{self.name}: schedule {self.schedule} on {self.world_size} process(es), "
+                 f"median step {self.median_step_s * 1e3:.1f} ms",
+                 "losses: " + ", ".join(f"{x:.6f}" for x in self.losses)]
+        if self.check is not None:
+            c = self.check
+            lines.append(f"check {'PASSED' if c['passed'] else 'FAILED'}: loss rel {c['loss_rel']:.2e}, "
+                         f"param abs {c['param_abs']:.2e} rel {c['param_rel']:.2e}, "
+                         f"grad abs {c['grad_abs']:.2e} rel {c['grad_rel']:.2e}"
+                         + ("" if c["passed"] else f"; worst: {c['worst']}"))
+        if self.trace_path:
+            lines.append(f"trace (last step): {self.trace_path}")
+        return "\n".join(lines)
+
+
+def _load(scenario, overrides=()):
+    if isinstance(scenario, (str, Path)):
+        from ..scenario import load_scenario
+        return load_scenario(scenario, overrides=list(overrides))
+    if overrides:
+        raise ValueError("overrides apply to a scenario path, not to a loaded Scenario")
+    return scenario
+
+
+def _env_hooks(sabotage, kill):
+    sabotage = sabotage or os.environ.get("SIM3D_EXECUTOR_SABOTAGE") or None
+    if sabotage not in (None, "dp_reduce", "tp_allreduce"):
+        raise ValueError(f"sabotage must be 'dp_reduce' or 'tp_allreduce', got {sabotage!r}")
+    text = os.environ.get("SIM3D_EXECUTOR_KILL")  # "RANK:STEP", test only
+    if kill is None and text:
+        rank, step = text.split(":")
+        kill = (int(rank), int(step))
+    return sabotage, kill
+
+
+def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, timeout_s=30.0,
+              sabotage=None, kill=None, buckets_per_chunk=1):
+    """Validate the request (no torch needed) and build the per-rank RunSpec."""
+    from ..schedule import validate
+    from .runtime import RunSpec, make_schedule
+
+    if scenario.cp > 1:
+        raise ValueError(f"parallel.cp={scenario.cp}: the executor does not implement context parallelism "
+                         "(ring attention); run cp > 1 layouts in the simulator only")
+    if scenario.model.moe is not None or scenario.ep > 1:
+        raise ValueError("the executor runs dense models only (model.moe must be null, parallel.ep 1)")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if scenario.parallel.sequence_parallel and scenario.model.seq_len % scenario.tp:
+        raise ValueError(f"model.seq_len={scenario.model.seq_len} is not divisible by tp={scenario.tp} "
+                         "(sequence parallelism)")
+    sabotage, kill = _env_hooks(sabotage, kill)
+    spec = RunSpec(scenario, steps, backend, check, seed, lr, buckets_per_chunk, timeout_s, sabotage, kill)
+    validate(make_schedule(spec))
+    return spec
+
+
+def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False, out_dir=None, seed: int = 0,
+            *, lr: float = 0.1, timeout_s: float = 30.0, sabotage: str | None = None,
+            buckets_per_chunk: int = 1, overrides=(), deadline_s: float | None = None) -> ExecuteResult:
+    """Run the scenario's layout for real: tp*pp*dp*cp local processes (forkserver), the
+    scenario's schedule lowered exactly as the simulator lowers it. `scenario` is a Scenario
+    or a path (then `overrides` like "parallel.tp=2" apply). With `check`, the run uses
+    float64 and is compared with `reference.run_reference`; the result's `check` holds the
+    errors and `passed`. The trace (and `out_dir/trace.csv`) holds the last step only.
+    Scripts calling this need the `if __name__ == "__main__":` guard (children are started
+    by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails, ValueError on a layout the
+    executor cannot run (cp > 1, MoE)."""
+    import multiprocessing as mp
+
+    s = _load(scenario, overrides)
+    spec = make_spec(s, steps, backend, check, seed, lr, timeout_s, sabotage, None, buckets_per_chunk)
+    world = s.world_size
+    try:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "sim3d.executor.runtime"])
+    except ValueError:  # no forkserver on this platform
+        ctx = mp.get_context("spawn")
+    results_q = ctx.Queue()
+    init_method = f"tcp://127.0.0.1:{_free_port()}"
+    procs = [ctx.Process(target=_child, args=(r, world, init_method, spec, results_q), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + (deadline_s or 600 + 60 * steps)
+    payloads: dict[int, dict] = {}
+    failures: dict[int, str] = {}
+    try:
+        while len(payloads) < world:
+            _drain(results_q, payloads, failures, 0.1)
+            for rank, p in enumerate(procs):
+                if rank not in payloads and rank not in failures and p.exitcode not in (None, 0):
+                    code = p.exitcode
+                    failures[rank] = f"process exited with code {code}" if code > 0 else f"process killed by signal {-code}"
+            if failures:
+                grace = time.monotonic() + 1.5  # collect the tracebacks that are on their way
+                while time.monotonic() < grace:
+                    _drain(results_q, payloads, failures, 0.1)
+                rank = _root_cause(failures)
+                raise ExecutorError(rank, failures[rank], {r: e for r, e in failures.items() if r != rank})
+            if time.monotonic() > deadline:
+                raise ExecutorError(None, f"no result after {deadline_s or 600 + 60 * steps:.0f} s; "
+                                    f"ranks still running: {[r for r in range(world) if r not in payloads]}")
+    finally:
+        _stop(procs)
+    return assemble(spec, [payloads[r] for r in range(world)], out_dir)
+
+
+def _child(rank, world, init_method, spec, results_q) -> None:
+    from .runtime import run_rank
+
+    try:
+        payload = run_rank(rank, world, spec, init_method)
+        message = ("ok", rank, payload)
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises
+        message = ("error", rank, traceback.format_exc())
+    results_q.put(message)
+    results_q.close()
+    results_q.join_thread()
+    os._exit(0 if message[0] == "ok" else 1)  # skip atexit: a dead peer must not hang teardown
+
+
+def _drain(results_q, payloads, failures, timeout) -> None:
+    try:
+        while True:
+            status, rank, body = results_q.get(timeout=timeout)
+            (payloads if status == "ok" else failures)[rank] = body
+            timeout = 0.01
+    except queue_mod.Empty:
+        pass
+
+
+def _root_cause(failures: dict[int, str]) -> int:
+    def secondary(text: str) -> bool:
+        last = text.strip().splitlines()[-1].lower() if text.strip() else ""
+        return any(word in last for word in SECONDARY)
+    primary = [r for r, e in failures.items() if not secondary(e)]
+    return min(primary) if primary else min(failures)
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    end = time.monotonic() + 5
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
+    """Combine the ranks' payloads: losses averaged over data-parallel replicas (tp rank 0 of
+    each last stage), step time = slowest rank, trace of the last step, optional check."""
+    from .runtime import TRACE_COLUMNS
+
+    s = spec.scenario
+    holders = [p for p in payloads if p["losses"] is not None and p["coords"]["tp"] == 0]
+    losses = [statistics.fmean(p["losses"][i] for p in holders) for i in range(spec.steps)]
+    step_times = [max(p["step_times"][i] for p in payloads) for i in range(spec.steps)]
+    timed = step_times[1:] if len(step_times) > 1 else step_times
+    trace = pd.DataFrame([row for p in payloads for row in p["trace"]], columns=TRACE_COLUMNS)
+    trace = trace.sort_values(["rank", "start_s"], kind="stable").reset_index(drop=True)
+    trace_path = None
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        trace_path = Path(out_dir) / "trace.csv"
+        trace.to_csv(trace_path, index=False)
+    check = ref_losses = None
+    if spec.check:
+        from .reference import compare_with_reference, run_reference
+        ref = run_reference(s, spec.steps, spec.seed, spec.lr)
+        ref_losses = ref.losses
+        check = compare_with_reference(ref, losses, [p["shards"] for p in payloads])
+    return ExecuteResult(s.name, s.schedule, s.world_size, losses, step_times, statistics.median(timed), trace,
+                         trace_path, check, ref_losses,
+                         meta={"backend": spec.backend, "sabotage": spec.sabotage, "seed": spec.seed,
+                               "dtype": "float64" if spec.check else "float32"})
+
+
+def run_torchrun(scenario, steps=3, backend="gloo", check=False, out_dir=None, seed=0, **kw) -> ExecuteResult | None:
+    """Entry for torchrun / SLURM: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT come
+    from the environment. Rank 0 gathers everything and returns the result; others return None."""
+    import torch.distributed as dist
+
+    from .runtime import run_rank
+
+    spec = make_spec(scenario, steps, backend, check, seed, **kw)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != scenario.world_size:
+        raise ValueError(f"WORLD_SIZE={world} but the scenario needs tp*pp*dp*cp = {scenario.world_size} processes")
+    payload = run_rank(rank, world, spec, "env://", int(os.environ.get("LOCAL_RANK", 0)))
+    gathered = [None] * world if rank == 0 else None
+    dist.gather_object(payload, gathered, dst=0)
+    dist.destroy_process_group()
+    return assemble(spec, gathered, out_dir) if rank == 0 else None

@@ -1,0 +1,353 @@
+"""One rank of an executed run: walk this rank's lowered action list, and nothing else
+decides the order (DESIGN.md section 5; the interpreter loop follows the description of
+PyTorch's pipelining runtime in shared/reference/schedules.md section 1.6).
+
+* `F`: run the chunk on its input (tokens on stage 0; the received activation, or the
+  local output of the previous stage for a V turnaround) and keep (input, output).
+* `RECV_x`: post an irecv and keep the handle; the first compute that needs it waits.
+  `SEND_x`: isend; handles are waited at the end of the step. Forward and backward messages
+  travel on two separate communicators per pipeline, so each (src, dst, direction) channel
+  matches in order even where NCCL ignores tags.
+* `B`: backward with the received gradient (or from the loss, scaled by 1/m, on the last
+  stage). `BI` / `BW`: a numerically true split done with autograd: BI computes only the
+  input gradient (`autograd.grad(..., retain_graph=True)`), BW then back-propagates into the
+  chunk's parameters only (`backward(inputs=params)`). BW re-traverses the graph, so BW
+  durations are those of a full backward, not of a weight-gradient-only pass.
+* `DP_REDUCE#b`: all-reduce (average) the bucket's gradients over dp, or reduce-scatter them
+  with the distributed optimizer; with sequence parallelism the replicated parameters'
+  partial gradients are all-reduced over tp first. `OPT_STEP`: plain SGD (on the owned
+  shard with the distributed optimizer). `PARAM_GATHER#b`: all-gather the updated shards.
+
+Trace rows are timestamped with `time.perf_counter` relative to the release of a barrier at
+the start of each step (after `torch.cuda.synchronize` on CUDA). A SEND / RECV ends when
+the runtime first sees it completed: it polls its pending transfers after every action
+and at the wait.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ..placement import Placement
+from ..schedule import Kind, build, lower
+from .gpt import GPTChunk, GPTConfig, activation_shape, sgd_step, token_batch
+from .tensor_parallel import TPContext, all_gather_dim0, reduce_scatter_dim0
+
+COMPUTE = {Kind.F, Kind.B, Kind.BI, Kind.BW, Kind.OPT_STEP}
+STREAM = {**{k: "compute" for k in COMPUTE}, Kind.SEND_F: "pp", Kind.RECV_F: "pp", Kind.SEND_B: "pp",
+          Kind.RECV_B: "pp", Kind.DP_REDUCE: "dp", Kind.PARAM_GATHER: "dp"}
+TRACE_COLUMNS = ["rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer"]
+
+
+@dataclass
+class RunSpec:
+    """Everything a rank needs (picklable; the same for every rank)."""
+
+    scenario: object
+    steps: int = 3
+    backend: str = "gloo"
+    check: bool = False
+    seed: int = 0
+    lr: float = 0.1
+    buckets_per_chunk: int = 1
+    timeout_s: float = 30.0
+    sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce"
+    kill: tuple[int, int] | None = None  # test hook: (rank, 1-based step) -> os._exit(3)
+    extra: dict = field(default_factory=dict)
+
+
+def make_schedule(spec: RunSpec):
+    s = spec.scenario
+    base = build(s.schedule, s.pp, s.num_microbatches, s.vpp)
+    return lower(base, buckets_per_chunk=spec.buckets_per_chunk, param_gather=_dist_opt(s))
+
+
+def _dist_opt(s) -> bool:
+    """ZeRO-1 only means something with dp > 1 (the simulator lowers it the same way)."""
+    return s.parallel.distributed_optimizer and s.dp > 1
+
+
+class RankRuntime:
+    def __init__(self, rank: int, spec: RunSpec, device: torch.device):
+        s = self.scenario = spec.scenario
+        self.rank, self.spec, self.device = rank, spec, device
+        self.cfg = GPTConfig.of(s)
+        self.dtype = torch.float64 if spec.check else torch.float32
+        self.placement = Placement.of(s)
+        self.coords = c = self.placement.coords(rank)
+        self.pipeline = self.placement.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])
+        self._make_groups()
+        self.tp = TPContext(s.tp, c["tp"], self.groups["tp"], s.parallel.sequence_parallel, spec.sabotage)
+        self.schedule = make_schedule(spec)
+        self.stages, self.m = self.schedule.stages, self.schedule.num_microbatches
+        self.pp_rank = c["pp"]
+        self.actions = self.schedule.ranks[self.pp_rank]
+        self.chunks = {ch: GPTChunk(self.cfg, s.stage_layers, self.stages.stage(self.pp_rank, ch), self.tp,
+                                    spec.seed, self.dtype, device) for ch in range(self.stages.vpp)}
+        self.buckets = {}
+        bpc = spec.buckets_per_chunk
+        for ch, module in self.chunks.items():
+            params = list(module.parameters())
+            for j in range(bpc):
+                self.buckets[ch * bpc + j] = params[j * len(params) // bpc:(j + 1) * len(params) // bpc]
+        self.dist_opt = _dist_opt(s)
+        self.grad_shards: dict[int, torch.Tensor] = {}
+        self.param_shards: dict[int, torch.Tensor] = {}
+        self.act_shape = activation_shape(self.cfg, s.training.micro_batch, self.tp)
+
+    def _make_groups(self) -> None:
+        """Every rank creates every group in the same order (torch.distributed requires it)."""
+        timeout = timedelta(seconds=self.spec.timeout_s)
+        self.groups = {}
+        for axis, copies in (("tp", ("tp",)), ("dp", ("dp",)), ("pp", ("pp_f", "pp_b"))):
+            for ranks in self.placement.groups(axis):
+                for name in copies:
+                    group = dist.new_group(ranks, timeout=timeout)
+                    if self.rank in ranks:
+                        self.groups[name] = group
+        self.dp_size, self.dp_rank = self.scenario.dp, self.coords["dp"]
+
+    # ---- timing and trace ------------------------------------------------------------
+    def now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - self.t0
+
+    def _poll(self) -> None:
+        still = []
+        for row, work in self.pending:
+            if work.is_completed():
+                self.rows[row][7] = self.now()
+            else:
+                still.append((row, work))
+        self.pending = still
+
+    def _wait(self, row: int, work) -> None:
+        work.wait(timedelta(seconds=self.spec.timeout_s))
+        if self.rows[row][7] is None:
+            self.rows[row][7] = self.now()
+        self.pending = [(r, w) for r, w in self.pending if r != row]
+
+    # ---- one step ----------------------------------------------------------------------
+    def run_step(self, step: int) -> tuple[list[list], float | None, float]:
+        s, spec = self.scenario, self.spec
+        rows_per_replica = self.m * s.training.micro_batch
+        tokens = token_batch(spec.seed, step, s.training.global_batch, self.cfg).to(self.device)
+        self.tokens = tokens[self.dp_rank * rows_per_replica:(self.dp_rank + 1) * rows_per_replica]
+        for module in self.chunks.values():
+            for p in module.parameters():
+                p.grad = None
+        self.saved, self.act_out, self.grad_in, self.recvs, self.deferred = {}, {}, {}, {}, {}
+        self.sends, self.pending, self.rows, self.loss = [], [], [], None
+        dist.barrier()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.t0 = time.perf_counter()
+        for index, action in enumerate(self.actions):
+            self._run(action)
+            if spec.kill and spec.kill == (self.rank, step + 1) and index == 0:
+                os._exit(3)
+            self._poll()
+        for row, work, _ in self.sends:
+            self._wait(row, work)
+        leftovers = {k: v for k, v in (("saved", self.saved), ("recvs", self.recvs), ("act_out", self.act_out),
+                                       ("grad_in", self.grad_in), ("deferred", self.deferred)) if v}
+        if leftovers:
+            raise RuntimeError(f"rank {self.rank}: state left after the step: "
+                               + ", ".join(f"{k}={sorted(v)}" for k, v in leftovers.items()))
+        return self.rows, self.loss, self.now()
+
+    def _row(self, action, stage, chunk, mb, nbytes=0, peer=-1) -> int:
+        kind = action.kind
+        self.rows.append([self.rank, stage, chunk, mb, kind.value, STREAM[kind], self.now(), None, nbytes, peer])
+        return len(self.rows) - 1
+
+    def _run(self, a) -> None:
+        k = a.kind
+        if k in (Kind.DP_REDUCE, Kind.PARAM_GATHER):
+            chunk = a.bucket // self.spec.buckets_per_chunk
+            row = self._row(a, self.stages.stage(self.pp_rank, chunk), chunk, a.bucket)
+            self.rows[row][8] = (self._dp_reduce if k is Kind.DP_REDUCE else self._param_gather)(a.bucket)
+        elif k is Kind.OPT_STEP:
+            row = self._row(a, self.stages.stage(self.pp_rank, 0), -1, -1)  # chunk -1 as in the engine
+            self._opt_step()
+        else:
+            stage = self.stages.stage(self.pp_rank, a.chunk)
+            if k in (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B):
+                self._p2p(a, stage)
+                return
+            row = self._row(a, stage, a.chunk, a.mb)
+            {Kind.F: self._forward, Kind.B: self._backward, Kind.BI: self._backward_input,
+             Kind.BW: self._backward_weight}[k](a, stage)
+        self.rows[row][7] = self.now()
+
+    # ---- pipeline ------------------------------------------------------------------------
+    def _p2p(self, a, stage: int) -> None:
+        forward = a.kind in (Kind.SEND_F, Kind.RECV_F)
+        group, peer = self.groups["pp_f" if forward else "pp_b"], self.pipeline[a.peer]
+        if a.kind in (Kind.SEND_F, Kind.SEND_B):
+            tensor = (self.act_out if forward else self.grad_in).pop((stage, a.mb)).contiguous()
+            row = self._row(a, stage, a.chunk, a.mb, tensor.numel() * tensor.element_size(), peer)
+            work = dist.isend(tensor, dst=peer, group=group)
+            self.sends.append((row, work, tensor))  # the tensor stays alive until the step ends
+            self.pending.append((row, work))
+        else:
+            key = (a.kind, stage, a.mb)
+            if key in self.recvs:
+                raise RuntimeError(f"rank {self.rank}: {a} posted twice")
+            buf = torch.empty(self.act_shape, dtype=self.dtype, device=self.device)
+            row = self._row(a, stage, a.chunk, a.mb, buf.numel() * buf.element_size(), peer)
+            work = dist.irecv(buf, src=peer, group=group)
+            self.recvs[key] = (row, work, buf)
+            self.pending.append((row, work))
+
+    def _received(self, kind: Kind, stage: int, mb: int) -> torch.Tensor:
+        if (kind, stage, mb) not in self.recvs:
+            raise RuntimeError(f"rank {self.rank}: stage {stage} mb {mb} needs a {kind} that was never posted")
+        row, work, buf = self.recvs.pop((kind, stage, mb))
+        self._wait(row, work)
+        return buf
+
+    def _microbatch(self, mb: int) -> torch.Tensor:
+        size = self.scenario.training.micro_batch
+        return self.tokens[mb * size:(mb + 1) * size]
+
+    def _forward(self, a, stage: int) -> None:
+        module = self.chunks[a.chunk]
+        if stage == 0:
+            x = self._microbatch(a.mb)[:, :-1]
+        elif self.stages.locate(stage - 1)[0] == self.pp_rank:  # V turnaround: local producer
+            x = self.act_out.pop((stage - 1, a.mb)).detach().requires_grad_()
+        else:
+            x = self._received(Kind.RECV_F, stage, a.mb).requires_grad_()
+        if module.last:
+            loss = module(x, self._microbatch(a.mb)[:, 1:])
+            self.loss = (self.loss or 0.0) + float(loss.detach()) / self.m
+            out = loss / self.m
+        else:
+            out = module(x)
+            self.act_out[(stage, a.mb)] = out.detach()
+        self.saved[(stage, a.mb)] = (x, out)
+
+    def _output_grad(self, stage: int, mb: int):
+        if stage == self.stages.num_stages - 1:
+            return None
+        if self.stages.locate(stage + 1)[0] == self.pp_rank:
+            return self.grad_in.pop((stage + 1, mb))
+        return self._received(Kind.RECV_B, stage, mb)
+
+    def _backward(self, a, stage: int) -> None:
+        x, out = self.saved.pop((stage, a.mb))
+        torch.autograd.backward(out, self._output_grad(stage, a.mb))
+        if stage > 0:
+            self.grad_in[(stage, a.mb)] = x.grad
+
+    def _backward_input(self, a, stage: int) -> None:
+        x, out = self.saved[(stage, a.mb)]
+        grad = self._output_grad(stage, a.mb)
+        if stage > 0:
+            (self.grad_in[(stage, a.mb)],) = torch.autograd.grad(out, [x], grad, retain_graph=True)
+        self.deferred[(stage, a.mb)] = grad
+
+    def _backward_weight(self, a, stage: int) -> None:
+        _, out = self.saved.pop((stage, a.mb))
+        grad = self.deferred.pop((stage, a.mb))
+        torch.autograd.backward(out, grad, inputs=list(self.chunks[a.chunk].parameters()))
+
+    # ---- data parallel and optimizer -----------------------------------------------------------
+    def _flat_grads(self, params) -> torch.Tensor:
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+
+    def _padded(self, flat: torch.Tensor) -> torch.Tensor:
+        pad = (-flat.numel()) % self.dp_size
+        return torch.cat([flat, flat.new_zeros(pad)]) if pad else flat
+
+    def _unflatten_into(self, flat: torch.Tensor, params, attr: str) -> None:
+        offset = 0
+        for p in params:
+            part = flat[offset:offset + p.numel()].view_as(p)
+            if attr == "data":
+                p.data.copy_(part)
+            else:
+                p.grad = part.clone()
+            offset += p.numel()
+
+    def _dp_reduce(self, bucket: int) -> int:
+        params = self.buckets[bucket]
+        sp = [p for p in params if p.sequence_parallel]
+        if sp and self.tp.size > 1:  # partial grads of replicated params fed by sequence shards
+            flat = self._flat_grads(sp)
+            dist.all_reduce(flat, group=self.tp.group)
+            self._unflatten_into(flat, sp, "grad")
+        flat = self._flat_grads(params)
+        if self.dist_opt:
+            flat = self._padded(flat)
+            dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
+            if self.spec.sabotage == "dp_reduce":
+                shard = flat.chunk(self.dp_size)[self.dp_rank].clone()
+            else:
+                shard = reduce_scatter_dim0(flat, dp) / self.dp_size
+            self.grad_shards[bucket] = shard
+        elif self.dp_size > 1 and self.spec.sabotage != "dp_reduce":
+            dist.all_reduce(flat, group=self.groups["dp"])
+            self._unflatten_into(flat / self.dp_size, params, "grad")
+        return flat.numel() * flat.element_size()
+
+    def _opt_step(self) -> None:
+        if not self.dist_opt:
+            sgd_step([p for m in self.chunks.values() for p in m.parameters()], self.spec.lr)
+            return
+        for bucket, params in self.buckets.items():
+            flat = self._padded(torch.cat([p.detach().reshape(-1) for p in params]))
+            shard = flat.chunk(self.dp_size)[self.dp_rank].clone()
+            self.param_shards[bucket] = shard.add_(self.grad_shards[bucket], alpha=-self.spec.lr)
+
+    def _param_gather(self, bucket: int) -> int:
+        dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
+        flat = all_gather_dim0(self.param_shards.pop(bucket), dp)
+        self._unflatten_into(flat, self.buckets[bucket], "data")
+        return flat.numel() * flat.element_size()
+
+    # ---- check -------------------------------------------------------------------------------
+    def shards_for_check(self) -> dict:
+        """This rank's final parameters and (dp-averaged) gradients, by global name."""
+        dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
+        if self.dist_opt:  # rebuild full averaged grads from the reduce-scattered shards
+            for bucket, params in self.buckets.items():
+                self._unflatten_into(all_gather_dim0(self.grad_shards[bucket], dp), params, "grad")
+        out = {"rank": self.rank, "tp": self.tp.size, "tp_rank": self.tp.rank, "params": {}, "grads": {}}
+        for module in self.chunks.values():
+            for p in module.parameters():
+                out["params"][p.global_name] = (p.tp_dim, p.detach().cpu().numpy().copy())
+                out["grads"][p.global_name] = p.grad.detach().cpu().numpy().copy()
+        return out
+
+
+def run_rank(rank: int, world_size: int, spec: RunSpec, init_method: str = "env://", local_rank: int = 0) -> dict:
+    """Initialise the process group, run `spec.steps` steps, return this rank's payload."""
+    torch.set_num_threads(1)
+    if spec.backend == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(spec.backend, init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=spec.timeout_s))
+    runtime = RankRuntime(rank, spec, device)
+    losses, step_times, rows = [], [], []
+    for step in range(spec.steps):
+        rows, loss, step_time = runtime.run_step(step)
+        losses.append(loss)
+        step_times.append(step_time)
+    holds_loss = any(module.last for module in runtime.chunks.values())
+    payload = {"rank": rank, "coords": runtime.coords, "losses": losses if holds_loss else None,
+               "step_times": step_times, "trace": rows,
+               "shards": runtime.shards_for_check() if spec.check else None}
+    dist.barrier()  # nobody leaves while a peer may still be reading from it
+    return payload
