@@ -232,16 +232,22 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
-    s = _load(scenario, set_)
+    # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
+    s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
     folder = out_dir or Path("reports") / f"{s.name}-exec"
     try:
         result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
     except ExecutorError as e:
         err.print(f"[bold red]execution failed:[/bold red] {e}", highlight=False)
         raise typer.Exit(1)
-    out.print(result.render() if hasattr(result, "render") else result, highlight=False)
-    if check and not result.check_passed:
+    out.print(result.summary(), highlight=False)
+    if check and not result.passed:
         raise typer.Exit(1)
+
+
+def _local_cluster(path: Path, sets: list[str]) -> list[str]:
+    from .scenario import local_world_size
+    return ["cluster.nodes=1", f"cluster.gpus_per_node={local_world_size(path, sets)}"]
 
 
 @app.command()

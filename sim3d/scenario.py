@@ -452,8 +452,22 @@ def _deep_copy(obj):
     return obj
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    path = Path(path)
+def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> int:
+    """tp*pp*dp*cp as written in the file and overrides (dp defaults to 1 here: a local run
+    has no cluster to derive it from)."""
+    raw = _read_yaml(Path(path))
+    raw = _canonical(_deep_copy(raw), Scenario, "") if isinstance(raw, dict) else {}
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_path(raw, _canonical_path(key), value)
+    par = raw.get("parallel") or {}
+    sizes = [par.get(axis, 1) or 1 for axis in ("tp", "pp", "dp", "cp")]
+    if not all(isinstance(v, int) and v > 0 for v in sizes):
+        return 1  # let the real validation report the bad value
+    return sizes[0] * sizes[1] * sizes[2] * sizes[3]
+
+
+def _read_yaml(path: Path):
     if not path.is_file():
         raise ScenarioError(f"{path}: no such scenario file")
     try:
@@ -465,6 +479,12 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
         raise ScenarioError(f"{path}:{where}: malformed YAML: {problem}") from None
     if raw is None:
         raise ScenarioError(f"{path}: the file is empty")
+    return raw
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    path = Path(path)
+    raw = _read_yaml(path)
     try:
         return scenario_from_dict(raw, overrides)
     except ScenarioError as err:

@@ -1,0 +1,104 @@
+"""The command line as a user meets it: outputs, JSON keys, exit codes, studies."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sim3d.cli import app
+from sim3d.report.summary import SUMMARY_KEYS
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_schedule_table_and_bubble_line():
+    result = invoke("schedule", "1f1b", "--pp", 4, "--microbatches", 8)
+    assert result.exit_code == 0
+    assert "rank 0: F0 F1 F2 F3 B0 F4 B1" in result.stdout
+    assert "bubble: 27.3%" in result.stdout
+
+
+def test_schedule_rejects_impossible_interleaving():
+    result = invoke("schedule", "interleaved-1f1b", "--pp", 4, "--microbatches", 6)
+    assert result.exit_code == 2
+    assert "multiple of pp" in result.stderr
+
+
+def test_run_json_has_every_summary_key(tmp_path):
+    result = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--json", "--no-plots", "--out", tmp_path)
+    assert result.exit_code == 0
+    summary = json.loads(result.stdout)
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert summary["num_gpus"] == 32 and summary["num_microbatches"] == 8
+    assert 0 < summary["mfu"] < 1 and summary["step_time_s"] > 0
+    assert summary["hardware_tflops_per_gpu"] >= summary["model_tflops_per_gpu"]
+
+
+def test_run_writes_trace_and_plots(tmp_path):
+    result = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path, "--set", "parallel.vpp=2",
+                    "--set", "schedule=interleaved-1f1b")
+    assert result.exit_code == 0, result.stderr
+    for name in ("summary.json", "trace.csv", "trace.json", "gantt.png", "gantt.pdf", "memory.png", "schedule.csv"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    trace = pd.read_csv(tmp_path / "trace.csv")
+    assert list(trace.columns) == ["rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s",
+                                   "bytes", "peer"]
+    assert set(trace.chunk[trace.kind == "F"]) == {0, 1}
+    chrome = json.loads((tmp_path / "trace.json").read_text())
+    assert any(e.get("ph") == "X" for e in chrome["traceEvents"])
+
+
+def test_run_explain_names_sources(tmp_path):
+    result = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--explain", "--no-plots", "--out", tmp_path)
+    assert result.exit_code == 0
+    assert "roofline" in result.stdout and "where each cost comes from" in result.stdout
+
+
+def test_validate_prints_layout_and_memory():
+    result = invoke("validate", ROOT / "scenarios" / "gpt3.yaml")
+    assert result.exit_code == 0
+    for text in ("tp=8 pp=16 dp=8", "1024", "192 per step", "6 (96 layers over 16 stages)", "fits"):
+        assert text in result.stdout
+
+
+def test_validate_175b_on_one_gpu_does_not_fit():
+    result = invoke("validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "parallel.tp=1", "--set", "parallel.pp=1",
+                    "--set", "parallel.dp=1", "--set", "cluster.nodes=1", "--set", "cluster.gpus_per_node=1")
+    assert result.exit_code == 0
+    assert "does not fit" in result.stdout and "weights+grads+optimizer alone" in result.stdout
+
+
+def test_sweep_writes_results_and_resumes(tmp_path):
+    args = ["sweep", ROOT / "scenarios" / "mesh-32.yaml", "--grid", "cluster.inter_node.nic_gbps=100,400",
+            "--out", tmp_path, "--workers", 1]
+    assert invoke(*args).exit_code == 0
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert len(table) == 2 and (tmp_path / "sweep.png").exists()
+    slow, fast = table.sort_values("cluster.inter_node.nic_gbps").step_time_s
+    assert fast <= slow  # a faster network never makes the step slower
+    assert invoke(*args).exit_code == 2  # refuses to overwrite
+    args[3] = "cluster.inter_node.nic_gbps=100,400,800"
+    assert invoke(*args, "--resume").exit_code == 0
+    assert len(pd.read_csv(tmp_path / "results.csv")) == 3
+
+
+def test_plan_ranks_layouts_that_fit():
+    result = invoke("plan", ROOT / "scenarios" / "gpt-1.3b.yaml", "--gpus", 8, "--top", 3, "--workers", 1)
+    assert result.exit_code == 0, result.stderr
+    assert "best layouts" in result.stdout
+    lines = [line for line in result.stdout.splitlines() if line.startswith("│ 1 ")]
+    assert lines
+
+
+@pytest.mark.parametrize("scenario", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_scenario_runs(scenario, tmp_path):
+    result = invoke("run", scenario, "--json", "--no-plots", "--out", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["step_time_s"] > 0
