@@ -100,7 +100,11 @@ def _predict(row: dict) -> tuple[float | None, str]:
         worst = report.worst
         if metric == "activation_mem_gib_per_gpu":
             return (worst.activations + worst.other) / GIB, f"pipeline rank {worst.rank}, no reserve"
-        return worst.model_states / GIB, f"pipeline rank {worst.rank}"
+        # Korthikanti's Figure 1 counts the transformer layers' states: compare a middle
+        # pipeline rank (the first and last also hold the embedding / LM head, shown apart)
+        middle = report.rows[len(report.rows) // 2]
+        return middle.model_states / GIB, (f"pipeline rank {middle.rank}; first rank with embedding: "
+                                           f"{report.rows[0].model_states / GIB:.1f}")
     summary = summarize(simulate(s))
     if metric == "step_time_s":
         return summary["step_time_s"], ""
@@ -143,11 +147,21 @@ def render(rows: list[Row]):
     return table
 
 
+def markdown(rows: list[Row]) -> str:
+    lines = ["| row | metric | published | sim3d | error |", "|---|---|---:|---:|---:|"]
+    for r in rows:
+        predicted = "-" if r.predicted is None else f"{r.predicted:.4g}"
+        error = "-" if r.error is None else f"{r.error:+.1%}"
+        lines.append(f"| {r.id} | {r.metric} | {r.published:.4g} | {predicted} | {error} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     parser = argparse.ArgumentParser(prog="python -m sim3d.validation", description=__doc__.splitlines()[0])
     parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--out", type=Path, help="also write the comparison as CSV")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (for the README)")
     args = parser.parse_args(argv)
     console = Console(width=200)
     if not args.csv.is_file():
@@ -155,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with console.status("simulating published runs ...") as status:
         rows = validate_rows(args.csv, progress=lambda rid: status.update(f"simulating {rid} ..."))
-    console.print(render(rows))
+    console.print(markdown(rows) if args.markdown else render(rows), highlight=False)
     for metric in sorted({r.metric for r in rows}):
         value = mape(rows, metric)
         n = sum(1 for r in rows if r.metric == metric and r.error is not None)

@@ -1,0 +1,38 @@
+"""Simulator speed: wall time and simulated actions per second, folded vs full fidelity.
+
+    python benchmarks/engine_speed.py
+
+Timing lives here, never in tests (machines differ). Prints one row per configuration.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sim3d.engine import simulate
+from sim3d.scenario import load_scenario
+
+CASES = [
+    ("gpt3.yaml (1024 GPUs)", "scenarios/gpt3.yaml", [], False),
+    ("gpt3.yaml (1024 GPUs)", "scenarios/gpt3.yaml", [], True),
+    ("gpt3-512-interleaved.yaml", "scenarios/gpt3-512-interleaved.yaml", [], False),
+    ("gpt-1t.yaml (4096 GPUs)", "scenarios/gpt-1t.yaml", [], False),
+    ("gpt-1t.yaml x4 = 16384 GPUs", "scenarios/gpt-1t.yaml", ["parallel.dp=32", "cluster.nodes=2048"], False),
+    ("moe-1024.yaml", "scenarios/moe-1024.yaml", [], False),
+]
+
+
+def main() -> None:
+    print(f"{'scenario':32} {'mode':8} {'GPUs':>6} {'actions':>9} {'sim s':>7} {'wall s':>7} {'actions/s':>10} {'step s':>9}")
+    for name, path, sets, full in CASES:
+        scenario = load_scenario(path, sets)
+        start = time.perf_counter()
+        run = simulate(scenario, full_fidelity=full)
+        wall = time.perf_counter() - start
+        r = run.result
+        print(f"{name:32} {'full' if full else 'folded':8} {scenario.num_gpus:>6} {r.events:>9,} "
+              f"{r.wall_s:>7.2f} {wall:>7.2f} {r.events / r.wall_s:>10,.0f} {r.step_time:>9.4f}")
+
+
+if __name__ == "__main__":
+    main()
