@@ -359,6 +359,9 @@ def _consistency(s: Scenario) -> list[str]:
         p.append(f"training.global_batch: dualpipev needs at least 2*pp={2 * par.pp} micro-batches, got {s.num_microbatches}")
     if tr.precision == "fp8" and PRESETS[s.cluster.gpu].fp8_tflops is None and s.cluster.fp8_tflops is None:
         p.append(f"training.precision: fp8 needs fp8 tensor cores, which {s.cluster.gpu} lacks")
+    if s.costs.network == "flow":
+        p.append("costs.network: flow (max-min fair sharing) is not implemented yet; use analytical, "
+                 "which already divides each link among the concurrent groups crossing it")
     for i, fault in enumerate(s.faults):
         if fault.straggler and fault.straggler.rank >= s.num_gpus:
             p.append(f"faults.{i}.straggler.rank: {fault.straggler.rank} is not a rank of {s.num_gpus} GPUs")
