@@ -67,28 +67,31 @@ class ComputeModel:
         return OpTime(fwd, bi, bw, "analytical")
 
     def _from_profile(self, op) -> OpTime | None:
+        """The op's time from the measured profile, or None when the profile lacks any part
+        of it (then the whole op falls back to the roofline, never a mix)."""
         if self.profile is None:
             return None
-        gemm = getattr(op, "gemm", None)
-        if gemm is not None and op.fwd_flops > 0:
-            m, n, k = gemm
+        if op.gemm is not None and op.fwd_flops > 0:
+            m, n, k = op.gemm
             fwd = self.profile.gemm_seconds(m, n, k, self.dtype, "fwd")
             if fwd is None:
                 return None
             bwd = self.profile.gemm_seconds(m, n, k, self.dtype, "bwd")
             bwd = 2 * fwd if bwd is None else bwd
-            # split the measured backward like the FLOPs split it
+            # split the measured backward as its FLOPs split (input grad vs weight grad)
             total = op.bwd_input_flops + op.bwd_weight_flops
             share = op.bwd_input_flops / total if total else 1.0
             return OpTime(fwd, bwd * share, bwd * (1 - share), "profile")
-        numel = getattr(op, "numel", None)
-        kind = getattr(op, "kernel", None)
-        if numel and kind:
-            fwd = self.profile.op_seconds(kind, numel, self.dtype, "fwd")
-            if fwd is None:
-                return None
-            bwd = self.profile.op_seconds(kind, numel, self.dtype, "bwd")
-            return OpTime(fwd, 2 * fwd if bwd is None else bwd, 0.0, "profile")
+        if op.kernels and op.numel > 0:
+            fwd = bwd = 0.0
+            for kernel in op.kernels:
+                f = self.profile.op_seconds(kernel, int(op.numel), self.dtype, "fwd")
+                if f is None:
+                    return None
+                b = self.profile.op_seconds(kernel, int(op.numel), self.dtype, "bwd")
+                fwd += f
+                bwd += f if b is None else b  # e.g. a residual add: one pass of the gradient
+            return OpTime(fwd, bwd, 0.0, "profile")
         return None
 
     def describe(self) -> str:

@@ -36,6 +36,12 @@ class ActionCost:
     comm: dict[str, float] = field(default_factory=dict)  # stream -> seconds of collectives inside
 
 
+def _op_class(op) -> str:
+    if op.gemm is not None:
+        return "attention matmuls" if op.name.startswith("attn_") else "GEMMs"
+    return "+".join(op.kernels) if op.kernels else "other"
+
+
 class CostModel:
     def __init__(self, scenario, topology: Topology | None = None, profile=None):
         self.s = scenario
@@ -85,7 +91,7 @@ class CostModel:
         total, comm = 0.0, defaultdict(float)
         for op in ops:
             t = self.compute.op_time(op)
-            self.sources["compute"].add(t.source)
+            self.sources[f"compute: {_op_class(op)}"].add(t.source)
             fwd_comm = self._collective(op.comm, op.comm_bytes, op.group) if op.comm else 0.0
             bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group) if op.bwd_comm else 0.0
             redo = recompute == "full" or (recompute == "selective" and op.recompute_selective)
@@ -122,6 +128,12 @@ class CostModel:
         return self._p2p_cache[key]
 
     def _p2p(self, src_pp: int, dst_pp: int) -> float:
+        if self.profile is not None:
+            measured = self.profile.collective_seconds("send_recv", self.p2p_bytes, 2)
+            if measured is not None:
+                self.sources["pipeline p2p"].add("profile")
+                return measured
+        self.sources["pipeline p2p"].add("analytical")
         pipe = self._pipeline
         a, b = pipe[src_pp], pipe[dst_pp]
         bw, lat = self.topology.path_cost(a, b)
@@ -165,16 +177,21 @@ class CostModel:
         return self.compute.roofline(0.0, params * ADAM_BYTES_PER_PARAM)
 
     def explain(self) -> list[tuple[str, str]]:
-        rows = [("compute", self._describe(self.sources.get("compute", {"analytical"})))]
-        for key in sorted(k for k in self.sources if k != "compute"):
-            rows.append((key, self._describe(self.sources[key])))
-        rows.append(("pipeline p2p", f"analytical: {self.p2p_bytes / 2**20:.1f} MiB per message over the placed path"))
+        compute = sorted(k for k in self.sources if k.startswith("compute"))
+        rows = [(key, self._describe("compute", self.sources[key])) for key in compute]
+        for key in sorted(k for k in self.sources if not k.startswith("compute")):
+            rows.append((key, self._describe(key, self.sources[key])))
         return rows
 
-    def _describe(self, sources: set[str]) -> str:
+    def _describe(self, kind: str, sources: set[str]) -> str:
         parts = []
         if "profile" in sources and self.profile is not None:
-            parts.append(self.profile.describe("compute"))
+            parts.append(self.profile.describe("compute" if kind == "compute" else "collective"))
         if "analytical" in sources:
-            parts.append(self.compute.describe())
+            if kind == "compute":
+                parts.append(self.compute.describe())
+            elif kind == "pipeline p2p":
+                parts.append(f"analytical: latency + {self.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path")
+            else:
+                parts.append("analytical: NCCL-like ring / tree / hierarchical, alpha-beta on the placed links")
         return "; ".join(parts)

@@ -52,6 +52,11 @@ class Op:
     comm_bytes / bwd_comm_bytes: buffer size of those collectives; group: "tp", "cp" or "ep".
     recompute_selective: recomputed under selective recomputation (Korthikanti section 5:
       the core attention, QK^T through AV).
+    gemm: (m, n, k) of the op's matrix product, [m x k] @ [k x n] (batched products are
+      flattened into m), so a calibration profile can look the shape up.
+    kernels / numel: the elementwise kernels the op launches (calibration profile names:
+      layernorm, rmsnorm, softmax, dropout, add, gelu, swiglu, embedding, cross_entropy) and
+      the elements of their main tensor.
     """
 
     name: str
@@ -66,6 +71,9 @@ class Op:
     recompute_selective: bool = False
     bwd_comm: str | None = None
     bwd_comm_bytes: float = 0.0
+    gemm: tuple[int, int, int] | None = None
+    kernels: tuple[str, ...] = ()
+    numel: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -133,14 +141,26 @@ def _gemm(name: str, d: Dims, tokens: float, k: float, n: float, *, act: float =
     f = 2.0 * tokens * k * n
     traffic = d.gb * (tokens * k + k * n) + d.ab * tokens * n
     return Op(name, f, f, f, traffic, act, comm, comm_bytes, group, False, bwd_comm,
-              comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes)
+              comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes, gemm=(round(tokens), round(n), round(k)))
 
 
 def _elementwise(name: str, d: Dims, elems: float, *, act: float = 0.0, passes: int = 2,
-                 selective=False, comm=None, comm_bytes=0.0, group=None, bwd_comm=None) -> Op:
+                 selective=False, comm=None, comm_bytes=0.0, group=None, bwd_comm=None,
+                 kernels: tuple[str, ...] = ()) -> Op:
     """Memory-bound op reading and writing `elems` 16-bit values (`passes` tensors)."""
     return Op(name, 0.0, 0.0, 0.0, passes * elems * d.ab, act, comm, comm_bytes, group,
-              selective, bwd_comm, comm_bytes)
+              selective, bwd_comm, comm_bytes, kernels=kernels, numel=elems)
+
+
+def _norm(d: Dims) -> tuple[str, ...]:
+    return ("layernorm",) if d.gelu else ("rmsnorm",)
+
+
+def _activation(d: Dims) -> tuple[str, ...]:
+    return ("gelu",) if d.gelu else ("swiglu",)
+
+
+DROPOUT_ADD = ("dropout", "add")
 
 
 def _tp_boundary(d: Dims, into_parallel: bool) -> dict:
@@ -169,7 +189,7 @@ def _attention(d: Dims) -> list[Op]:
     scores = heads * b * sl * d.s  # local queries x all keys (CP: the ring brings the rest)
     ops = [
         # LayerNorm keeps its input (2sbh); replicated across TP unless SP shards it.
-        _elementwise("input_norm", d, rep, act=ab * rep, **_tp_boundary(d, True)),
+        _elementwise("input_norm", d, rep, act=ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
         # QKV keeps its input: 2sbh without SP; with SP the sharded input (re-gathered in
         # backward), Korthikanti section 4.2.2. Its outputs Q, K, V are kept too (for QK^T and
         # AV backward): they are booked here because selective recomputation keeps them.
@@ -177,15 +197,18 @@ def _attention(d: Dims) -> list[Op]:
               **(_cp_ring(d) if d.cp > 1 else {})),
         # QK^T: 2*b*s_q*s_k*head_dim per head.
         Op("attn_qk", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
-           ab * (b * sl * (q_dim + kv_dim) + scores), 0.0, recompute_selective=True),
-        _elementwise("attn_softmax", d, scores, act=ab * scores, selective=True),  # keeps its output
-        _elementwise("attn_dropout", d, scores, act=MASK_BYTES * scores, selective=True),  # mask
+           ab * (b * sl * (q_dim + kv_dim) + scores), 0.0, recompute_selective=True,
+           gemm=(round(heads * b * sl), d.s, d.head_dim)),  # batched over heads, flattened
+        _elementwise("attn_softmax", d, scores, act=ab * scores, selective=True, kernels=("softmax",)),  # keeps its output
+        _elementwise("attn_dropout", d, scores, act=MASK_BYTES * scores, selective=True,
+                     kernels=("dropout",)),  # mask
         # AV keeps the dropped-out probabilities (V is booked on qkv).
         Op("attn_av", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
-           ab * (scores + b * sl * (kv_dim + q_dim)), ab * scores, recompute_selective=True),
+           ab * (scores + b * sl * (kv_dim + q_dim)), ab * scores, recompute_selective=True,
+           gemm=(round(heads * b * sl), d.head_dim, d.s)),
         _gemm("out_proj", d, b * sl, q_dim, h, act=ab * b * sl * q_dim, **_tp_boundary(d, False)),
         # dropout + residual add; keeps the 1-byte mask.
-        _elementwise("attn_residual", d, rep, act=MASK_BYTES * rep, passes=3),
+        _elementwise("attn_residual", d, rep, act=MASK_BYTES * rep, passes=3, kernels=DROPOUT_ADD),
     ]
     return ops
 
@@ -203,13 +226,13 @@ def _dense_mlp(d: Dims) -> list[Op]:
     f = d.ffn / t
     up_width = 2 * f if not d.gelu else f  # swiglu: gate and up GEMMs (fused here)
     return [
-        _elementwise("post_norm", d, rep, act=ab * rep, **_tp_boundary(d, True)),
+        _elementwise("post_norm", d, rep, act=ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
         _gemm("mlp_up", d, b * sl, h, up_width, act=ab * rep),
         # GeLU keeps its input (2*s*b*ffn); SwiGLU keeps gate and up outputs.
         _elementwise("mlp_act", d, b * sl * up_width, act=ab * b * sl * up_width,
-                     passes=2 if d.gelu else 3),
+                     passes=2 if d.gelu else 3, kernels=_activation(d)),
         _gemm("mlp_down", d, b * sl, f, h, act=ab * b * sl * f, **_tp_boundary(d, False)),
-        _elementwise("mlp_residual", d, rep, act=MASK_BYTES * rep, passes=3),
+        _elementwise("mlp_residual", d, rep, act=MASK_BYTES * rep, passes=3, kernels=DROPOUT_ADD),
     ]
 
 
@@ -232,7 +255,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
     a2a = routed * h * ab
     ep_comm = dict(comm="all-to-all", bwd_comm="all-to-all", comm_bytes=a2a, group="ep") if d.ep > 1 else {}
     ops = [
-        _elementwise("post_norm", d, own * h, act=ab * own * h, **({} if d.sp else _tp_boundary(d, True))),
+        _elementwise("post_norm", d, own * h, act=ab * own * h, kernels=_norm(d), **({} if d.sp else _tp_boundary(d, True))),
         _gemm("router", d, own, h, d.experts, act=ab * own * (h + d.experts)),  # input + logits
         _elementwise("moe_dispatch", d, routed * h, **ep_comm),
     ]
@@ -241,7 +264,8 @@ def _moe_mlp(d: Dims) -> list[Op]:
                                 group="tp", bwd_comm="reduce-scatter"))
     ops += [
         _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (t if d.sp else 1)),
-        _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=2 if d.gelu else 3),
+        _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=2 if d.gelu else 3,
+                     kernels=_activation(d)),
         _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f),
     ]
     if t > 1 and d.sp:
@@ -252,7 +276,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
                                 comm_bytes=tokens * h * ab, group="tp"))
     ops += [
         _elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm),  # keeps the gate probabilities
-        _elementwise("mlp_residual", d, own * h, act=MASK_BYTES * own * h, passes=3),
+        _elementwise("mlp_residual", d, own * h, act=MASK_BYTES * own * h, passes=3, kernels=DROPOUT_ADD),
     ]
     return ops
 
@@ -273,24 +297,25 @@ def embedding_dims_ops(d: Dims) -> list[Op]:
     full = d.b * d.sl * d.h
     # Vocab-parallel lookup: each TP rank fills the rows of its vocabulary shard and zeros
     # elsewhere, then the partial embeddings are summed over TP (reduce-scatter with SP).
-    lookup = Op("embedding", 0.0, 0.0, 0.0, 2 * full * d.ab, 0.0,
+    lookup = Op("embedding", 0.0, 0.0, 0.0, 2 * full * d.ab, 0.0, kernels=("embedding",), numel=full,
                 **(dict(comm="reduce-scatter" if d.sp else "all-reduce", bwd_comm="all-gather" if d.sp else None,
                         comm_bytes=full * d.ab, bwd_comm_bytes=full * d.ab, group="tp") if d.tp > 1 else {}))
     # (+ learned positions for GPT) and embedding dropout: only the 1-byte mask is kept.
-    return [lookup, _elementwise("embedding_dropout", d, rep, act=MASK_BYTES * rep, passes=3)]
+    return [lookup, _elementwise("embedding_dropout", d, rep, act=MASK_BYTES * rep, passes=3, kernels=DROPOUT_ADD)]
 
 
 def head_dims_ops(d: Dims) -> list[Op]:
     rep = d.b * d.sl * d.h / (d.tp if d.sp else 1)
     tokens, v = d.b * d.sl, d.vocab / d.tp
     return [
-        _elementwise("final_norm", d, rep, act=d.ab * rep, **_tp_boundary(d, True)),
+        _elementwise("final_norm", d, rep, act=d.ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
         # Vocab-parallel LM head (column-parallel over the vocabulary): keeps its input.
         _gemm("lm_head", d, tokens, d.h, v, act=d.ab * rep),
         # Vocab-parallel cross-entropy (Megatron `vocab_parallel_cross_entropy`): keeps fp32
         # logits / softmax; three small all-reduces over TP (max, target logit, sum of exp),
         # each one fp32 value per token.
         Op("cross_entropy", 0.0, 0.0, 0.0, tokens * v * (d.ab + LOGIT_BYTES), LOGIT_BYTES * tokens * v,
+           kernels=("cross_entropy",), numel=tokens * v,
            **(dict(comm="all-reduce", comm_bytes=3 * tokens * 4, group="tp") if d.tp > 1 else {})),
     ]
 

@@ -1,0 +1,319 @@
+"""Read a calibration profile (written by ``calibrate/``) and interpolate it.
+
+The file format (columns, units, conventions) is documented in ``calibrate/profile_io.py``;
+the column list is repeated here so that ``sim3d`` never imports ``calibrate`` or torch.
+
+Interpolation rules (every lookup returns seconds, or ``None`` when the profile has no
+measurement of that class, so the caller falls back to the analytical model):
+
+* **GEMM** (``gemm_seconds``): an exact (m, n, k) match returns the measured median.
+  Otherwise the achieved FLOP/s is interpolated over the measured shapes of that dtype and
+  pass by inverse-distance weighting (power 2) of log FLOP/s among the 4 nearest shapes in
+  (log2 m, log2 n, log2 k) space, so a skinny GEMM borrows the efficiency of skinny
+  measurements rather than of squares of the same FLOPs; time = FLOPs / FLOP/s. A weighted
+  mean never leaves the range of its inputs, so outside the measured box the efficiency is
+  clamped to that of the nearest edge shapes (counted as an extrapolation).
+* **other kernels** (``op_seconds``; ``attention_seconds``): seconds are interpolated
+  piecewise-linearly in (log numel, log seconds), made non-decreasing in size first. Below
+  the smallest measured size the smallest time is returned (launch latency floor); above
+  the largest the throughput (numel/s) of the largest is kept. Attention can also be looked
+  up by its FLOPs (``attention_seconds``), same rule in (log FLOPs, log seconds).
+* **collectives** (``collective_seconds``): at the measured group size nearest to the
+  requested one (in log ratio; ties go to the larger), time is interpolated
+  piecewise-linearly in (log bytes, log seconds) -- equivalently log bus bandwidth is
+  interpolated in log bytes -- after making times non-decreasing in size. The bus bandwidth
+  is then carried to the requested group size with the nccl-tests factors
+  (t = t_measured * f(n_requested) / f(n_measured)). Below the smallest size: the smallest
+  size's time (latency floor); above the largest: bus bandwidth clamped at the edge.
+  ``nbytes`` follows nccl-tests (all_gather: gathered output; reduce_scatter: input).
+
+Extrapolations are counted per kind and reported by :meth:`Profile.describe`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
+           "dtype", "device", "seconds", "tflops", "gbps"]
+KINDS = {"gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective"}
+_DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "tf32": "fp32",
+           "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
+           "fp8": "fp8", "float8": "fp8"}
+_OP_ALIASES = {"layer_norm": "layernorm", "rms_norm": "rmsnorm", "residual": "add",
+               "residual_add": "add", "silu_mul": "swiglu", "ce": "cross_entropy",
+               "sdpa": "attention", "flash_attention": "attention", "core_attention": "attention"}
+_COLL_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+                 "alltoall": "all_to_all", "send": "send_recv", "recv": "send_recv", "p2p": "send_recv",
+                 "sendrecv": "send_recv", "send_recv": "send_recv"}
+_NEAREST = 4
+
+
+class ProfileError(ValueError):
+    """A profile file is missing or does not follow the schema."""
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor: busbw = algbw * factor."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _dtype(d) -> str:
+    key = str(d).lower().replace("torch.", "")
+    return _DTYPES.get(key, key)
+
+
+def _pass(p: str) -> str:
+    p = str(p).lower()
+    if p not in ("fwd", "bwd"):
+        raise ValueError(f"pass_ must be 'fwd' or 'bwd', not {p!r}")
+    return p
+
+
+def _curve(x: np.ndarray, sec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median seconds per distinct x, sorted, made non-decreasing; both in natural log."""
+    df = pd.DataFrame({"x": x, "s": sec}).groupby("x", sort=True)["s"].median()
+    s = np.maximum.accumulate(df.to_numpy(dtype=float))
+    return np.log(df.index.to_numpy(dtype=float)), np.log(s)
+
+
+def _interp(lx: np.ndarray, ls: np.ndarray, x: float) -> tuple[float, bool]:
+    """Seconds at x on a log-log curve; latency floor below, constant throughput above."""
+    q = math.log(x)
+    if q < lx[0]:
+        return math.exp(ls[0]), True
+    if q > lx[-1]:
+        return math.exp(ls[-1] + (q - lx[-1])), True
+    return math.exp(float(np.interp(q, lx, ls))), False
+
+
+class Profile:
+    """A measured profile: kernels and collectives of one device, with provenance."""
+
+    def __init__(self, table: pd.DataFrame, path: str | Path | None = None, provenance: dict | None = None):
+        self.path = Path(path) if path is not None else None
+        self.provenance: dict = dict(provenance or {})
+        self.table = self._validate(table)
+        self.extrapolated: Counter = Counter()
+        self._cache: dict = {}
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, path: str | Path) -> "Profile":
+        p = Path(path)
+        if not p.is_file():
+            raise ProfileError(f"calibration profile not found: {p} "
+                               "(run `python -m calibrate` or `sim3d calibrate` to make one)")
+        try:
+            table = pd.read_csv(p, dtype={"op": str, "kind": str, "pass": str, "shape": str,
+                                          "dtype": str, "device": str}, keep_default_na=False,
+                                na_values={c: [""] for c in COLUMNS if c not in ("op", "kind", "pass", "shape", "dtype", "device")})
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+            raise ProfileError(f"{p}: not a readable profile CSV ({exc})") from None
+        prov_path = p.with_suffix(".json")
+        prov: dict = {}
+        if prov_path.is_file():
+            try:
+                prov = json.loads(prov_path.read_text())
+            except ValueError as exc:
+                raise ProfileError(f"{prov_path}: provenance is not valid JSON ({exc})") from None
+        try:
+            return cls(table, p, prov)
+        except ProfileError as exc:
+            raise ProfileError(f"{p}: {exc}") from None
+
+    @staticmethod
+    def _validate(table: pd.DataFrame) -> pd.DataFrame:
+        missing = [c for c in COLUMNS if c not in table.columns]
+        if missing:
+            raise ProfileError(f"profile schema: missing column(s) {missing}; expected columns {COLUMNS}")
+        t = table[COLUMNS].copy()
+        for c in ("op", "kind", "pass", "shape", "dtype", "device"):
+            t[c] = t[c].fillna("").astype(str).str.strip()
+        for c in ("m", "n", "k", "numel", "bytes", "group_size", "seconds", "tflops", "gbps"):
+            try:
+                t[c] = pd.to_numeric(t[c].replace("", np.nan), errors="raise").astype(float)
+            except (ValueError, TypeError):
+                raise ProfileError(f"profile schema: column {c!r} must be numeric") from None
+        t["dtype"] = t["dtype"].map(lambda d: _dtype(d) if d else "")
+
+        def bad(mask, what):
+            if mask.any():
+                i = int(np.flatnonzero(mask.to_numpy())[0])
+                raise ProfileError(f"profile schema: data row {i + 1} (op {t['op'].iloc[i]!r}): {what}")
+        bad(~t["kind"].isin(KINDS), f"kind must be one of {sorted(KINDS)}")
+        bad(t["op"] == "", "op is empty")
+        bad(~(t["seconds"] > 0), "seconds must be a positive number")
+        kern = t["kind"] != "collective"
+        bad(kern & ~t["pass"].isin(["fwd", "bwd"]), "pass must be fwd or bwd")
+        bad(kern & (t["dtype"] == ""), "dtype is empty")
+        gemm = t["kind"] == "gemm"
+        bad(gemm & ~((t["m"] > 0) & (t["n"] > 0) & (t["k"] > 0)), "gemm rows need positive m, n, k")
+        bad((kern & ~gemm) & ~(t["numel"] > 0), "kernel rows need a positive numel")
+        coll = t["kind"] == "collective"
+        bad(coll & ~((t["bytes"] > 0) & (t["group_size"] >= 2)), "collective rows need bytes > 0 and group_size >= 2")
+        return t.reset_index(drop=True)
+
+    # ------------------------------------------------------------------ lookups
+    def gemm_seconds(self, m: int, n: int, k: int, dtype: str, pass_: str = "fwd") -> float | None:
+        """Seconds of an (m, k) x (k, n) GEMM (``pass_='bwd'``: both gradient GEMMs)."""
+        p, d = _pass(pass_), _dtype(dtype)
+        key = ("gemm", d, p)
+        if key not in self._cache:
+            g = self.table[(self.table["kind"] == "gemm") & (self.table["dtype"] == d) & (self.table["pass"] == p)]
+            g = g.groupby(["m", "n", "k"], as_index=False)["seconds"].median()
+            if g.empty:
+                self._cache[key] = None
+            else:
+                mnk = g[["m", "n", "k"]].to_numpy(dtype=float)
+                flops = mnk.prod(axis=1) * (2.0 if p == "fwd" else 4.0)
+                self._cache[key] = (np.log2(mnk), np.log(flops / g["seconds"].to_numpy(dtype=float)),
+                                    g["seconds"].to_numpy(dtype=float))
+        data = self._cache[key]
+        if data is None:
+            return None
+        if min(m, n, k) <= 0:
+            return 0.0
+        pts, lrate, sec = data
+        q = np.log2(np.array([m, n, k], dtype=float))
+        dist2 = ((pts - q) ** 2).sum(axis=1)
+        hit = np.flatnonzero(dist2 < 1e-18)
+        if hit.size:
+            return float(sec[hit[0]])
+        if (q < pts.min(axis=0) - 1e-9).any() or (q > pts.max(axis=0) + 1e-9).any():
+            self.extrapolated["gemm"] += 1
+        near = np.argsort(dist2)[:_NEAREST]
+        w = 1.0 / dist2[near]
+        rate = math.exp(float((w * lrate[near]).sum() / w.sum()))
+        return float(m) * n * k * (2.0 if p == "fwd" else 4.0) / rate
+
+    def op_seconds(self, op: str, numel: int, dtype: str, pass_: str = "fwd") -> float | None:
+        """Seconds of a non-GEMM kernel (norm, activation, softmax, dropout, add, embedding,
+        cross_entropy, attention) whose main tensor has ``numel`` elements. ``op`` may also
+        be a kind (``norm``, ``elementwise``...): then all ops of that kind are pooled."""
+        p, d = _pass(pass_), _dtype(dtype)
+        name = _OP_ALIASES.get(op.lower(), op.lower())
+        key = ("op", name, d, p)
+        if key not in self._cache:
+            t = self.table[(self.table["dtype"] == d) & (self.table["pass"] == p) & (self.table["kind"] != "gemm")
+                           & (self.table["kind"] != "collective")]
+            rows = t[t["op"] == name]
+            if rows.empty:
+                rows = t[t["kind"] == name]
+            self._cache[key] = None if rows.empty else (
+                _curve(rows["numel"].to_numpy(float), rows["seconds"].to_numpy(float)), rows["kind"].iloc[0])
+        data = self._cache[key]
+        if data is None or numel <= 0:
+            return None if data is None else 0.0
+        (lx, ls), kind = data
+        sec, extra = _interp(lx, ls, float(numel))
+        if extra:
+            self.extrapolated[kind] += 1
+        return sec
+
+    def attention_seconds(self, b: int, heads: int, seq: int, head_dim: int, dtype: str,
+                          pass_: str = "fwd") -> float | None:
+        """Causal attention for (b, heads, seq, head_dim), interpolated by FLOPs."""
+        p, d = _pass(pass_), _dtype(dtype)
+        key = ("attn", d, p)
+        if key not in self._cache:
+            a = self.table[(self.table["kind"] == "attention") & (self.table["dtype"] == d) & (self.table["pass"] == p)]
+            a = a[a["tflops"] > 0]
+            self._cache[key] = None if a.empty else _curve(
+                (a["tflops"] * 1e12 * a["seconds"]).to_numpy(float), a["seconds"].to_numpy(float))
+        data = self._cache[key]
+        if data is None:
+            return None
+        flops = 2.0 * b * heads * seq * seq * head_dim * (1.0 if p == "fwd" else 2.5)
+        sec, extra = _interp(*data, flops)
+        if extra:
+            self.extrapolated["attention"] += 1
+        return sec
+
+    def collective_seconds(self, op: str, nbytes: float, group_size: int) -> float | None:
+        """Seconds of a collective moving ``nbytes`` (nccl-tests size) among ``group_size`` ranks."""
+        name = op.lower().replace("-", "_")
+        name = _COLL_ALIASES.get(name.replace("_", ""), name)
+        key = ("coll", name)
+        if key not in self._cache:
+            c = self.table[(self.table["kind"] == "collective") & (self.table["op"] == name)]
+            self._cache[key] = None if c.empty else {
+                int(g): _curve(rows["bytes"].to_numpy(float), rows["seconds"].to_numpy(float))
+                for g, rows in c.groupby("group_size")}
+        curves = self._cache[key]
+        if curves is None:
+            return None
+        if nbytes <= 0 or (group_size < 2 and name != "send_recv"):
+            return 0.0
+        n = max(int(group_size), 2)
+        g0 = min(curves, key=lambda g: (abs(math.log(g / n)), -g))
+        sec, extra = _interp(*curves[g0], float(nbytes))
+        if extra:
+            self.extrapolated["collective"] += 1
+        return sec * bus_factor(name, n) / bus_factor(name, g0)
+
+    # ------------------------------------------------------------------ reporting
+    def has(self, kind: str, dtype: str | None = None) -> bool:
+        t = self.table[self.table["kind"] == kind]
+        if dtype is not None:
+            t = t[t["dtype"] == _dtype(dtype)]
+        return not t.empty
+
+    def summary(self) -> dict:
+        """Measured ranges, e.g. for reports: kind -> {rows, dtypes, ...}."""
+        out = {}
+        for kind, t in self.table.groupby("kind"):
+            info = {"rows": len(t), "dtypes": sorted(x for x in t["dtype"].unique() if x)}
+            if kind == "gemm":
+                r = t["tflops"].dropna()
+                info["tflops"] = (float(r.min()), float(r.max())) if len(r) else None
+            if kind == "collective":
+                info["bytes"] = (float(t["bytes"].min()), float(t["bytes"].max()))
+                info["group_sizes"] = sorted(int(g) for g in t["group_size"].unique())
+            out[kind] = info
+        return out
+
+    def describe(self, kind: str = "compute") -> str:
+        """One line naming the source, for ``sim3d run --explain``."""
+        where = str(self.path) if self.path else "<in-memory profile>"
+        if self.path:
+            try:
+                where = str(self.path.resolve().relative_to(Path.cwd().resolve()))
+            except ValueError:
+                pass
+        pv = self.provenance
+        bits = [pv.get("device_name") or pv.get("device") or "unknown device"]
+        if pv.get("torch"):
+            bits.append(f"torch {pv['torch']}")
+        if pv.get("cuda"):
+            bits.append(f"CUDA {pv['cuda']}")
+        if pv.get("nccl") and kind in ("collective", "collectives"):
+            bits.append(f"NCCL {pv['nccl']}")
+        if pv.get("date"):
+            bits.append(str(pv["date"])[:10])
+        if not pv:
+            bits = ["no provenance file"]
+        text = f"profile {where} ({', '.join(bits)})"
+        if kind in ("compute", "kernels", "all"):
+            kinds = [k for k in self.extrapolated if k != "collective"]
+        elif kind in ("collective", "collectives"):
+            kinds = ["collective"]
+        else:
+            kinds = [kind]
+        n = sum(self.extrapolated[k] for k in kinds)
+        if n:
+            text += (f"; {n} {'/'.join(sorted(kinds))} lookup(s) beyond the measured range "
+                     "(efficiency clamped at the edge)")
+        return text
+
+    def __repr__(self) -> str:
+        return f"Profile({str(self.path) if self.path else '<memory>'}, {len(self.table)} rows)"
