@@ -1,0 +1,186 @@
+"""Kernel benchmarks, forward and backward: GEMM, attention, norms, activations, softmax,
+dropout, residual add, embedding lookup, cross-entropy.
+
+GEMMs use the ``nn.Linear`` layout (y = x W^T with x (m, k), W (n, k)); their backward is the
+two GEMMs autograd runs (dx = dy W, dW = dy^T x), called directly. Every other op's backward
+is ``torch.autograd.grad`` on a graph built once per input set (``retain_graph=True``), so
+only the backward kernels are timed. Inputs are random normal (indices: uniform), one set
+per rotation slot (see :mod:`calibrate.timing`).
+
+The whole plan is measured ``rounds`` times (quick: 2, full: 3), one round after the other;
+each round yields the median of its repeats, and the profile keeps the smallest of these
+medians. A burst of load from other processes (on a shared machine a second runnable
+process stalls a 2-thread OpenMP region by whole scheduler ticks) then spoils one round,
+not the profile.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .profile_io import make_row
+from .shapes import KernelPlan
+from .timing import measure, num_sets
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class KernelBench:
+    def __init__(self, device: str, dtype: str, quick: bool, progress: Callable[[str], None] | None = None,
+                 rounds: int | None = None):
+        self.device, self.dtype, self.quick = device, dtype, quick
+        self.tdtype = TORCH_DTYPES[dtype]
+        self.es = torch.finfo(self.tdtype).bits // 8
+        self.progress = progress or (lambda _msg: None)
+        self.budget = 0.3 if quick else 1.0
+        self.rounds = rounds or (2 if quick else 3)
+        self.rows: list[dict] = []
+        self.skipped: list[str] = []
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _randn(self, *shape, grad=False):
+        return torch.randn(*shape, device=self.device, dtype=self.tdtype, requires_grad=grad)
+
+    def _time(self, calls) -> float:
+        return measure(calls, self.device, warmup=2 if self.quick else 3,
+                       min_repeats=3, max_repeats=15 if self.quick else 30, budget_s=self.budget)
+
+    def _add(self, op, kind, pass_, shape, seconds, *, numel, nbytes, flops=None, m=None, n=None, k=None):
+        self.rows.append(make_row(
+            op=op, kind=kind, **{"pass": pass_}, shape=shape, m=m, n=n, k=k, numel=numel,
+            bytes=nbytes, dtype=self.dtype, device=self.device, seconds=seconds,
+            tflops=(flops / seconds / 1e12) if flops else None, gbps=nbytes / seconds / 1e9))
+
+    def _fwd_bwd(self, op, kind, shape, make, numel, fwd_bytes, bwd_bytes, flops=(None, None), bwd=True):
+        """``make()`` -> (fn, inputs needing grad). Times fn(), then autograd.grad of its output."""
+        try:
+            probe_fn, probe_inputs = make()
+            out = probe_fn()
+            set_bytes = sum(t.numel() * t.element_size() for t in probe_inputs) + out.numel() * out.element_size()
+            sets = [(probe_fn, probe_inputs)] + [make() for _ in range(num_sets(set_bytes, self.device) - 1)]
+            del out
+            self._add(op, kind, "fwd", shape, self._time([fn for fn, _ in sets]),
+                      numel=numel, nbytes=fwd_bytes, flops=flops[0])
+            if not bwd:
+                return
+            graphs = []
+            for fn, inputs in sets:
+                out = fn()
+                grad = torch.randn_like(out) if out.dim() else torch.ones_like(out)
+                graphs.append((out, inputs, grad))
+            calls = [lambda o=o, i=i, g=g: torch.autograd.grad(o, i, g, retain_graph=True) for o, i, g in graphs]
+            self._add(op, kind, "bwd", shape, self._time(calls), numel=numel, nbytes=bwd_bytes, flops=flops[1])
+        except (RuntimeError, NotImplementedError) as exc:  # e.g. op not implemented for dtype
+            self.skipped.append(f"{op} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+
+    # -- ops ---------------------------------------------------------------------------------
+    def gemm(self, op: str, m: int, n: int, k: int) -> None:
+        es, shape = self.es, f"m={m},n={n},k={k}"
+        set_bytes = (m * k + n * k + m * n) * es
+        try:
+            sets = [(self._randn(m, k), self._randn(n, k), self._randn(m, n))
+                    for _ in range(num_sets(set_bytes, self.device))]
+            fwd = [lambda x=x, w=w: F.linear(x, w) for x, w, _ in sets]
+            bwd = [lambda x=x, w=w, dy=dy: (dy @ w, dy.t() @ x) for x, w, dy in sets]
+            kw = dict(m=m, n=n, k=k, numel=m * n)
+            self._add(op, "gemm", "fwd", shape, self._time(fwd), nbytes=set_bytes, flops=2 * m * n * k, **kw)
+            self._add(op, "gemm", "bwd", shape, self._time(bwd), nbytes=2 * set_bytes, flops=4 * m * n * k, **kw)
+        except (RuntimeError, NotImplementedError) as exc:
+            self.skipped.append(f"{op} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+
+    def attention(self, b: int, h: int, kvh: int, s: int, d: int) -> None:
+        gqa = kvh != h
+
+        def make():
+            q, kk, v = self._randn(b, h, s, d, grad=True), self._randn(b, kvh, s, d, grad=True), self._randn(b, kvh, s, d, grad=True)
+            extra = {"enable_gqa": True} if gqa else {}
+            return (lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True, **extra)), [q, kk, v]
+        flops = 2 * b * h * s * s * d            # causal: half of 4*b*h*s^2*d
+        io = (2 * b * h * s * d + 2 * b * kvh * s * d) * self.es
+        shape = f"b={b},h={h},s={s},d={d}" + (f",kv={kvh}" if gqa else "")
+        self._fwd_bwd("attention", "attention", shape, make, b * h * s * d, io, 2 * io,
+                      flops=(flops, 2.5 * flops))
+
+    def rowwise(self, rows: int, cols: int) -> None:
+        es, numel, shape = self.es, rows * cols, f"rows={rows},cols={cols}"
+
+        def unary(fn, with_weight=False):
+            def make():
+                x = self._randn(rows, cols, grad=True)
+                if with_weight:
+                    w = self._randn(cols, grad=True)
+                    return (lambda: fn(x, w)), [x, w]
+                return (lambda: fn(x)), [x]
+            return make
+        ln = unary(lambda x, w: F.layer_norm(x, (cols,), w), True)
+        rms = unary(lambda x, w: F.rms_norm(x, (cols,), w), True)
+        self._fwd_bwd("layernorm", "norm", shape, ln, numel, 2 * numel * es, 3 * numel * es)
+        self._fwd_bwd("rmsnorm", "norm", shape, rms, numel, 2 * numel * es, 3 * numel * es)
+        self._fwd_bwd("gelu", "elementwise", shape, unary(F.gelu), numel, 2 * numel * es, 3 * numel * es)
+
+        def swiglu():
+            x, y = self._randn(rows, cols, grad=True), self._randn(rows, cols, grad=True)
+            return (lambda: F.silu(x) * y), [x, y]
+        self._fwd_bwd("swiglu", "elementwise", shape, swiglu, numel, 3 * numel * es, 5 * numel * es)
+        self._fwd_bwd("dropout", "elementwise", shape, unary(lambda x: F.dropout(x, 0.1, training=True)),
+                      numel, 2 * numel * es, 2 * numel * es)
+
+        def add():
+            x, y = self._randn(rows, cols, grad=True), self._randn(rows, cols, grad=True)
+            return (lambda: x + y), [x, y]
+        # the backward of a residual add is a pass-through (no kernel); the gradient sum at
+        # the residual fork is another add, i.e. use the forward row.
+        self._fwd_bwd("add", "elementwise", shape, add, numel, 3 * numel * es, 0, bwd=False)
+
+    def softmax(self, rows: int, cols: int) -> None:
+        numel, es = rows * cols, self.es
+
+        def make():
+            x = self._randn(rows, cols, grad=True)
+            return (lambda: torch.softmax(x, dim=-1)), [x]
+        self._fwd_bwd("softmax", "softmax", f"rows={rows},cols={cols}", make, numel, 2 * numel * es, 3 * numel * es)
+
+    def embedding(self, tokens: int, vocab: int, hidden: int) -> None:
+        numel, es = tokens * hidden, self.es
+
+        def make():
+            idx = torch.randint(0, vocab, (tokens,), device=self.device)
+            table = self._randn(vocab, hidden, grad=True)
+            return (lambda: F.embedding(idx, table)), [table]
+        self._fwd_bwd("embedding", "embedding", f"tokens={tokens},vocab={vocab},hidden={hidden}", make,
+                      numel, 2 * numel * es, (vocab * hidden + 2 * numel) * es)
+
+    def cross_entropy(self, tokens: int, vocab: int) -> None:
+        numel, es = tokens * vocab, self.es
+
+        def make():
+            logits = self._randn(tokens, vocab, grad=True)
+            target = torch.randint(0, vocab, (tokens,), device=self.device)
+            return (lambda: F.cross_entropy(logits, target)), [logits]
+        self._fwd_bwd("cross_entropy", "loss", f"rows={tokens},cols={vocab}", make, numel,
+                      numel * es, 2 * numel * es)
+
+    # -- driver ------------------------------------------------------------------------------
+    def run(self, plan: KernelPlan) -> list[dict]:
+        torch.manual_seed(0)
+        steps = ([(f"GEMM {op} m={m} n={n} k={k}", self.gemm, (op, m, n, k)) for op, m, n, k in plan.gemms]
+                 + [(f"attention b={a[0]} h={a[1]} s={a[3]} d={a[4]}", self.attention, a) for a in plan.attention]
+                 + [(f"norm/activation {r}x{c}", self.rowwise, (r, c)) for r, c in plan.rowwise]
+                 + [(f"softmax {r}x{c}", self.softmax, (r, c)) for r, c in plan.softmax]
+                 + [(f"embedding {e}", self.embedding, e) for e in plan.embedding]
+                 + [(f"cross-entropy {c}", self.cross_entropy, c) for c in plan.cross_entropy])
+        for r in range(1, self.rounds + 1):
+            for i, (label, fn, args) in enumerate(steps, 1):
+                self.progress(f"round {r}/{self.rounds} [{i}/{len(steps)}] {label} ({self.dtype}, {self.device})")
+                fn(*args)
+                if self.device == "cuda":
+                    torch.cuda.empty_cache()
+        best: dict = {}
+        for row in self.rows:   # keep the smallest per-round median of each measurement
+            key = (row["op"], row["pass"], row["shape"])
+            if key not in best or row["seconds"] < best[key]["seconds"]:
+                best[key] = row
+        self.skipped = sorted(set(self.skipped))
+        return list(best.values())

@@ -1,0 +1,106 @@
+"""``run_calibration``: measure kernels and collectives, write the profile CSV + provenance JSON.
+
+Precision: kernels run in ``dtype`` when given; otherwise bf16 on CUDA (the scenario's
+precision when a scenario is given; fp8 is measured as bf16 and noted) and fp32 on CPU,
+because CPU bf16 matmuls go through slow conversion paths that say nothing about a GPU's
+bf16 tensor cores (and little about CPU fp32 training either).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from .profile_io import default_path, provenance, write_csv, write_provenance
+from .shapes import KernelPlan, default_plan, scenario_plan
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _resolve_dtype(device: str, dtype: str | None, scenario) -> tuple[str, str | None]:
+    if dtype:
+        return dtype, None
+    if device == "cpu":
+        return "fp32", "cpu: fp32 by default (CPU bf16 matmul timings are unrepresentative)"
+    want = scenario.training.precision if scenario is not None else "bf16"
+    if want == "fp8":
+        return "bf16", "fp8 GEMMs are not measured (torch._scaled_mm is not portable); measured bf16"
+    return want, None
+
+
+def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str | None = None,
+                    out: str | None = None, progress: Callable[[str], None] | None = None, *,
+                    dtype: str | None = None, kernels: bool = True, collectives: bool = True,
+                    plan: KernelPlan | None = None, sizes: list[int] | None = None,
+                    group_sizes: list[int] | None = None, collective_ops: tuple[str, ...] | None = None,
+                    threads: int | None = None, rounds: int | None = None) -> Path:
+    """Measure, write ``out`` (default ``calibrate/profiles/<device-slug>.csv``) and its
+    ``.json`` provenance; return the CSV path.
+
+    ``rounds``: how often the kernel plan is measured (default quick 2, full 3; min of medians).
+    ``threads`` sets ``torch.set_num_threads`` for the kernel benchmarks (default: torch's).
+    ``plan`` replaces the default kernel grid (the scenario's shapes are added to it);
+    ``sizes`` / ``group_sizes`` / ``collective_ops`` replace the collective sweep (tests use
+    these to stay small). Under torchrun (CUDA) every rank must call this; rank 0 measures
+    kernels and writes the files, the others return the path after the collectives.
+    """
+    import torch  # noqa: F401 - fail early with a clear message if torch is missing
+    from . import collectives as coll
+    from .kernels import KernelBench
+
+    say = progress or (lambda _m: None)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda requested but torch.cuda.is_available() is False")
+    scenario = None
+    if scenario_path:
+        from sim3d.scenario import load_scenario
+        scenario = load_scenario(scenario_path)
+    dt, note = _resolve_dtype(device, dtype, scenario)
+    path = Path(out) if out else default_path(device)
+    t_start = time.perf_counter()
+    rows: list[dict] = []
+    extra: dict = {"dtype_note": note, "scenario_path": scenario_path, "loadavg_start": _load()}
+    if device == "cpu" and extra["loadavg_start"] and extra["loadavg_start"][0] > 0.5 * (os.cpu_count() or 1):
+        say(f"warning: load average {extra['loadavg_start'][0]:.1f} on {os.cpu_count()} cores; "
+            "other processes will slow the measurements (recorded in the provenance)")
+
+    if collectives:
+        ops = collective_ops or coll.OPS
+        crow, cinfo = coll.measure_collectives(device, quick, dtype=dt if device == "cuda" else "fp32",
+                                               sizes=sizes, group_sizes=group_sizes, ops=ops, progress=say)
+        rows += crow
+        extra["collectives"] = cinfo
+        if device == "cuda" and torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+            return path
+
+    if kernels:
+        kplan = plan if plan is not None else default_plan(device, quick)
+        if scenario is not None:
+            kplan = KernelPlan(**{k: list(v) if isinstance(v, list) else dict(v) for k, v in vars(kplan).items()})
+            kplan.extend(scenario_plan(scenario))
+        if device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = dt == "fp32"   # as training frameworks do
+        if threads:
+            torch.set_num_threads(threads)
+        bench = KernelBench(device, dt, quick, progress=say, rounds=rounds)
+        t0 = time.perf_counter()
+        rows = bench.run(kplan) + rows
+        extra["kernels"] = {"seconds": round(time.perf_counter() - t0, 1), "rounds": bench.rounds,
+                            "statistic": "min over rounds of the median of repeats", "skipped": bench.skipped,
+                            **{k: v for k, v in kplan.notes.items() if v}}
+
+    extra["wall_s"] = round(time.perf_counter() - t_start, 1)
+    extra["loadavg_end"] = _load()
+    extra["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    write_csv(rows, path)
+    write_provenance(provenance(device, quick, dt, extra), path)
+    say(f"wrote {len(rows)} measurements to {path} (+ {path.with_suffix('.json').name})")
+    return path
