@@ -93,6 +93,11 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
         bench = KernelBench(device, dt, quick, progress=say, rounds=rounds)
         t0 = time.perf_counter()
         rows = bench.run(kplan) + rows
+        if scenario is not None:
+            from .blocks import measure_blocks
+            block_rows, skipped = measure_blocks(scenario, device, dt, quick, say)
+            rows = block_rows + rows
+            extra["blocks"] = skipped or f"{len(block_rows)} rows for {scenario.name}"
         extra["kernels"] = {"seconds": round(time.perf_counter() - t0, 1), "rounds": bench.rounds,
                             "statistic": "min over rounds of the median of repeats", "skipped": bench.skipped,
                             **{k: v for k, v in kplan.notes.items() if v}}

@@ -27,6 +27,13 @@ MEMORY_EFFICIENCY = 0.80
 KERNEL_OVERHEAD_S = 3e-6
 
 
+def block_shape(scenario) -> str:
+    """Key of a measured block (calibrate/blocks.py): every dimension its time depends on."""
+    m = scenario.model
+    return (f"b={scenario.training.micro_batch},s={m.seq_len},h={m.hidden},heads={m.heads},kv={m.num_kv_heads},"
+            f"ffn={m.ffn},vocab={m.vocab},act={m.activation},tp={scenario.tp}")
+
+
 @dataclass(frozen=True)
 class OpTime:
     fwd: float

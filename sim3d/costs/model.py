@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..model.memory import stage_params
-from ..model.ops import stage_ops
+from ..model.ops import embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..placement import Placement
 from ..topology import Topology
 from .collectives import collective_time, p2p_time
-from .compute import ComputeModel
+from .compute import ComputeModel, block_shape
 
 COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
               "all-to-all": "all_to_all"}
@@ -53,6 +53,7 @@ class CostModel:
         self._stage_cache: dict[tuple[int, str], ActionCost] = {}
         self._p2p_cache: dict[tuple[int, int], float] = {}
         self._pipeline = self.placement.pipeline()
+        self._block_shape = block_shape(scenario)
 
     # ---- collectives inside compute ----------------------------------------------------
     @cached_property
@@ -83,7 +84,42 @@ class CostModel:
         return self._stage_cache[key]
 
     def _action(self, stage: int, kind: str) -> ActionCost:
-        return self.ops_cost(stage_ops(self.s, stage), kind)
+        s = self.s
+        parts = [("embedding_block", embedding_ops(s))] if stage == 0 else []
+        parts += [("block", layer_ops(s, is_moe_layer(s, layer))) for layer in stage_layer_range(s, stage)]
+        if stage == s.num_stages - 1:
+            parts.append(("head_block", head_ops(s)))
+        total, comm = 0.0, defaultdict(float)
+        for block, ops in parts:
+            cost = self._measured_block(block, ops, kind) or self.ops_cost(ops, kind)
+            total += cost.seconds
+            for stream, seconds in cost.comm.items():
+                comm[stream] += seconds
+        return ActionCost(total, dict(comm))
+
+    def _measured_block(self, block: str, ops, kind: str) -> ActionCost | None:
+        """A whole embedding / layer / head measured by the calibration harness at exactly
+        this shape: it includes the glue ops and dispatch that per-op rows miss. Only for
+        blocks without collectives (the harness measures tp = cp = 1)."""
+        if self.profile is None or any(op.comm or op.bwd_comm for op in ops):
+            return None
+        dtype = self.compute.dtype
+        fwd = self.profile.block_seconds(block, self._block_shape, dtype, "fwd")
+        bwd = self.profile.block_seconds(block, self._block_shape, dtype, "bwd")
+        if fwd is None or bwd is None:
+            return None
+        self.sources[f"compute: {block.replace('_', ' ')}s (measured whole)"].add("profile")
+        recompute = self.s.training.recompute
+        if kind == "F":
+            return ActionCost(fwd)
+        grads_in = sum(op.bwd_input_flops for op in ops)
+        share = grads_in / (grads_in + sum(op.bwd_weight_flops for op in ops) or 1.0)
+        if kind == "BW":
+            return ActionCost(bwd * (1 - share))
+        redo = fwd if recompute == "full" else 0.0
+        if recompute == "selective":
+            redo = self.ops_cost([op for op in ops if op.recompute_selective], "F").seconds
+        return ActionCost(redo + bwd * (share if kind == "BI" else 1.0))
 
     def ops_cost(self, ops, kind: str) -> ActionCost:
         """F, B, BI or BW of a list of ops (one micro-batch), collectives included."""

@@ -41,7 +41,7 @@ import pandas as pd
 
 COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
            "dtype", "device", "seconds", "tflops", "gbps"]
-KINDS = {"gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective"}
+KINDS = {"gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective", "block"}
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "tf32": "fp32",
            "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
            "fp8": "fp8", "float8": "fp8"}
@@ -238,6 +238,14 @@ class Profile:
         if extra:
             self.extrapolated["attention"] += 1
         return sec
+
+    def block_seconds(self, op: str, shape: str, dtype: str, pass_: str = "fwd") -> float | None:
+        """A whole measured block (``block``, ``embedding_block``, ``head_block``) of exactly
+        this shape key (calibrate/blocks.py: block_shape), or None: never interpolated, since
+        a block's time depends on every one of its dimensions."""
+        rows = self.table[(self.table["kind"] == "block") & (self.table["op"] == op) & (self.table["shape"] == shape)
+                          & (self.table["dtype"] == _dtype(dtype)) & (self.table["pass"] == _pass(pass_))]
+        return None if rows.empty else float(rows["seconds"].median())
 
     def collective_seconds(self, op: str, nbytes: float, group_size: int) -> float | None:
         """Seconds of a collective moving ``nbytes`` (nccl-tests size) among ``group_size`` ranks."""

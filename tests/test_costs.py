@@ -1,0 +1,115 @@
+"""Topology, collectives and the cost model against closed forms and hand-built profiles."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sim3d.costs.collectives import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY, collective_time
+from sim3d.costs.compute import block_shape
+from sim3d.costs.model import CostModel
+from sim3d.costs.profile import COLUMNS, Profile
+from sim3d.model.ops import embedding_ops, head_ops, layer_ops
+from sim3d.scenario import load_scenario, scenario_from_dict
+from sim3d.topology import GBIT, Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpt3(*sets):
+    return load_scenario(ROOT / "scenarios" / "gpt3.yaml", list(sets))
+
+
+def test_groups_see_the_links_they_cross():
+    topo = Topology(gpt3())
+    tp, dp, pp = topo.group_link("tp"), topo.group_link("dp"), topo.group_link("pp")
+    assert tp.nodes == 1 and tp.bw == pytest.approx(2400 * GBIT)  # NVSwitch inside a DGX
+    assert dp.nodes == 8 and dp.bw == pytest.approx(200 * GBIT)  # one rail NIC per GPU
+    assert pp.nodes == 16
+
+
+def test_fat_tree_oversubscription_divides_cross_leaf_bandwidth():
+    # pipeline neighbours sit 8 nodes apart, so pipeline rings cross leaves (16 nodes each)
+    full = Topology(gpt3("cluster.inter_node.fabric=fat-tree")).group_link("pp")
+    slim = Topology(gpt3("cluster.inter_node.fabric=fat-tree", "cluster.inter_node.oversubscription=4")).group_link("pp")
+    assert full.bw == pytest.approx(200 * GBIT)  # non-blocking: the NIC is the bottleneck
+    assert slim.bw < full.bw
+
+
+def test_slow_link_fault_is_the_bottleneck():
+    fault = Topology(scenario_from_dict({**gpt3().model_dump(), "faults": [{"link": {"node": 3, "nic_gbps": 50}}]}))
+    assert fault.group_link("dp", rank=3 * 8).bw == pytest.approx(50 * GBIT)
+
+
+def test_ring_all_reduce_closed_form():
+    link = Topology(gpt3()).group_link("tp")
+    n, size = 8, 1 << 30
+    ring = 2 * (n - 1) * link.latency + 2 * (n - 1) / n * size / (link.bw * NVLINK_EFFICIENCY)
+    got = collective_time("all_reduce", size, link)
+    assert got.seconds == pytest.approx(min(ring, got.seconds)) and got.seconds <= ring
+    assert collective_time("all_gather", size, link).seconds == pytest.approx(
+        (n - 1) * link.latency + (n - 1) / n * size / (link.bw * NVLINK_EFFICIENCY))
+
+
+def test_tree_wins_for_small_messages_on_many_nodes():
+    link = Topology(gpt3("parallel.tp=1", "parallel.dp=64")).group_link("dp")
+    assert collective_time("all_reduce", 1024, link).algorithm in ("tree", "hierarchical")
+    big = collective_time("all_reduce", 1 << 30, link)
+    # a node's 8 NICs together must carry 2(nodes-1)/nodes of the buffer (all-reduce lower bound)
+    nodes = link.nodes
+    bound = 2 * (nodes - 1) / nodes * (1 << 30) / (link.per_node * link.inter_bw * NETWORK_EFFICIENCY)
+    assert big.seconds >= bound
+
+
+def test_faster_network_never_slows_a_collective():
+    slow = Topology(gpt3("cluster.inter_node.nic_gbps=100")).group_link("dp")
+    fast = Topology(gpt3("cluster.inter_node.nic_gbps=400")).group_link("dp")
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert collective_time(op, 1 << 28, fast).seconds < collective_time(op, 1 << 28, slow).seconds
+
+
+def test_roofline_gemm_time_matches_peak_and_efficiency():
+    s = gpt3()
+    costs = CostModel(s)
+    qkv = next(op for op in layer_ops(s) if op.name == "qkv")
+    t = costs.compute.op_time(qkv)
+    assert t.fwd == pytest.approx(qkv.fwd_flops / (312e12 * 0.80) + 3e-6)
+
+
+def test_recompute_adds_a_forward_to_the_backward():
+    none, full = CostModel(gpt3("training.recompute=none")), CostModel(gpt3())
+    assert full.action(3, "B").seconds == pytest.approx(none.action(3, "B").seconds + none.action(3, "F").seconds,
+                                                        rel=1e-9)
+
+
+def test_measured_blocks_replace_per_op_costs(tmp_path):
+    s = load_scenario(ROOT / "scenarios" / "tiny.yaml")
+    shape = block_shape(s)
+    rows = []
+    for op, fwd, bwd in (("block", 1e-3, 2e-3), ("embedding_block", 1e-4, 2e-4), ("head_block", 5e-4, 5e-4)):
+        for p, sec in (("fwd", fwd), ("bwd", bwd)):
+            rows.append(dict(op=op, kind="block", **{"pass": p}, shape=shape, m=64, n=64, k=256, numel=4096,
+                             dtype="fp32", device="cpu", seconds=sec))
+    path = tmp_path / "blocks.csv"
+    pd.DataFrame([{c: r.get(c, "") for c in COLUMNS} for r in rows]).to_csv(path, index=False)
+    costs = CostModel(s, profile=Profile.load(path))
+    layers = s.stage_layers[0]
+    assert costs.action(0, "F").seconds == pytest.approx(1e-4 + layers * 1e-3 + 5e-4)
+    assert costs.action(0, "B").seconds == pytest.approx(2e-4 + layers * 2e-3 + 5e-4)
+    bi, bw = costs.action(0, "BI").seconds, costs.action(0, "BW").seconds
+    assert bi + bw == pytest.approx(costs.action(0, "B").seconds) and 0 < bw < bi + bw
+    assert any("measured whole" in what for what, _ in costs.explain())
+    # a different shape does not match: back to per-op costs (here the analytical roofline)
+    other = CostModel(load_scenario(ROOT / "scenarios" / "tiny.yaml", ["model.hidden=128"]), profile=costs.profile)
+    other.action(0, "F")
+    assert not any("measured whole" in what for what, _ in other.explain())
+
+
+def test_committed_cpu_profile_drives_the_tiny_scenario():
+    path = ROOT / "calibrate" / "profiles" / "cpu-amd-epyc.csv"
+    s = load_scenario(ROOT / "scenarios" / "tiny.yaml")
+    costs = CostModel(s, profile=Profile.load(path))
+    costs.action(0, "F")
+    sources = dict(costs.explain())
+    assert all("profile" in source for what, source in sources.items() if what.startswith("compute")), sources
+    assert sum(len(op.kernels) + (op.gemm is not None) for op in embedding_ops(s) + head_ops(s)) > 0
