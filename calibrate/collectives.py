@@ -28,7 +28,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .profile_io import bus_factor, make_row
+from sim3d.costs.collectives import bus_factor
+
+from .profile_io import make_row
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 KiB, MiB = 1 << 10, 1 << 20

@@ -57,15 +57,6 @@ PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 
 
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor: busbw = algbw * factor."""
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
-
-
 def make_row(**kw) -> dict:
     unknown = set(kw) - set(COLUMNS)
     if unknown:

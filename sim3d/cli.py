@@ -214,7 +214,8 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
                             progress=lambda done, total: progress.update(task, completed=done, total=total))
     import pandas as pd
     table = pd.read_csv(results)
-    shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]].fillna("")
+    shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]
+    shown = shown.astype(object).where(shown.notna(), "")
     out.print(shown.to_string(index=False), highlight=False)
     out.print(f"wrote {results} and {out_dir / 'sweep.png'}")
 

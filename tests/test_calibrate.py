@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim3d.costs.profile import COLUMNS, Profile, ProfileError, bus_factor
+from sim3d.costs.collectives import bus_factor
+from sim3d.costs.profile import COLUMNS, Profile, ProfileError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "calibrate" / "profiles").glob("*.csv"))

@@ -34,6 +34,11 @@ BUS_FACTOR = {  # nccl-tests PERFORMANCE.md: busbw = algbw * factor(n)
 }
 
 
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests bus-bandwidth factor: busbw = algbw * factor(n)."""
+    return BUS_FACTOR[op](n) if op in BUS_FACTOR else 1.0
+
+
 @dataclass(frozen=True)
 class CollectiveTime:
     seconds: float

@@ -39,6 +39,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .collectives import bus_factor
+
 COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
            "dtype", "device", "seconds", "tflops", "gbps"]
 KINDS = {"gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective", "block"}
@@ -56,15 +58,6 @@ _NEAREST = 4
 
 class ProfileError(ValueError):
     """A profile file is missing or does not follow the schema."""
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor: busbw = algbw * factor."""
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 def _dtype(d) -> str:
