@@ -76,6 +76,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         print(json.dumps(summary, indent=2))
     else:
         out.print(summary_table(summary))
+        _print_memory(s)
         for w in summary["warnings"]:
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
         if not summary["fits_in_memory"]:
@@ -86,6 +87,12 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     written = _write_outputs(sim, summary, folder, plots, quiet=as_json)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+
+
+def _print_memory(s) -> None:
+    from .model.memory import memory_report
+    from .report.memory_plot import memory_table
+    out.print(memory_table(memory_report(s, check_schedule=False).rows, s.gpu.hbm_gib))
 
 
 def _profile(s):

@@ -115,16 +115,14 @@ def _p2p_errors(schedule: Schedule) -> list[str]:
 def dependency_graph(schedule: Schedule) -> tuple[nx.DiGraph, list[str]]:
     """Nodes are (rank, index). Edges: program order within a rank, and data edges from the
     producer (its SEND when lowered) to the consuming compute. A cycle is a deadlock."""
-    graph = nx.DiGraph()
+    edges: list[tuple[tuple[int, int], tuple[int, int]]] = []
     errors: list[str] = []
     where: dict[tuple[int, Kind, int], tuple[int, int]] = {}  # (stage, family, mb) -> node
     sent: dict[tuple[int, Kind, int], tuple[int, int]] = {}
     posted: dict[tuple[int, Kind, int], int] = {}  # (consumer stage, RECV kind, mb) -> index
     for rank, actions in enumerate(schedule.ranks):
+        edges += [((rank, i), (rank, i + 1)) for i in range(len(actions) - 1)]
         for index, a in enumerate(actions):
-            graph.add_node((rank, index), action=a)
-            if index:
-                graph.add_edge((rank, index - 1), (rank, index))
             if a.is_compute:
                 family = BI if a.kind in (B, BI) else a.kind
                 where[(schedule.stage_of(rank, a), family, a.mb)] = (rank, index)
@@ -156,7 +154,10 @@ def dependency_graph(schedule: Schedule) -> tuple[nx.DiGraph, list[str]]:
                 errors.append(f"rank {rank} action {index} ({a}): its input from stage {src_stage} is never "
                               + ("sent" if schedule.lowered and src_rank != rank else "produced"))
                 continue
-            graph.add_edge(origin, (rank, index))
+            edges.append((origin, (rank, index)))
+    graph = nx.DiGraph()
+    graph.add_nodes_from((rank, i) for rank, actions in enumerate(schedule.ranks) for i in range(len(actions)))
+    graph.add_edges_from(edges)
     return graph, errors
 
 
@@ -184,7 +185,7 @@ def validate(schedule: Schedule) -> ScheduleReport:
         errors += _p2p_errors(schedule)
     if not errors and not nx.is_directed_acyclic_graph(graph):
         cycle = nx.find_cycle(graph)
-        steps = [f"rank {r} #{i} {graph.nodes[(r, i)]['action']}" for (r, i), _ in cycle]
+        steps = [f"rank {r} #{i} {schedule.ranks[r][i]}" for (r, i), _ in cycle]
         errors.append("deadlock: cyclic wait " + " -> ".join(steps) + " -> back to the start")
     if errors:
         shown = errors[:12] + ([f"... and {len(errors) - 12} more"] if len(errors) > 12 else [])
