@@ -25,6 +25,7 @@ def cases():
     # extras: split backward, V placement, sequence parallelism, distributed optimizer, swiglu+GQA
     yield 1, 2, 1, "zb-h1", 1, []
     yield 1, 2, 1, "zbv", 2, []
+    yield 1, 2, 1, "dualpipev", 2, []
     yield 2, 2, 2, "1f1b", 1, ["parallel.sequence_parallel=true", "parallel.distributed_optimizer=true"]
     yield 2, 2, 1, "interleaved-1f1b", 2, ["model.activation=swiglu", "model.kv_heads=2"]
 

@@ -23,7 +23,7 @@ from pydantic import (
 
 from .hardware import GPU_FIELDS, PRESETS, GpuSpec, gpu_preset, suggest
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")  # dualpipev: not yet generated
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in V placement
 AXES = ("tp", "cp", "ep", "dp", "pp")
 

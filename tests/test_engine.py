@@ -54,11 +54,11 @@ def compute_spans(result):
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv"]),
+@given(name=st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"]),
        pp=st.integers(1, 8), groups=st.integers(1, 4), data=st.data())
 def test_engine_equals_reference_evaluator(name, pp, groups, data):
-    vpp = {"interleaved-1f1b": data.draw(st.integers(1, 3)), "zbv": 2}.get(name, 1)
-    m = pp * groups
+    vpp = {"interleaved-1f1b": data.draw(st.integers(1, 3)), "zbv": 2, "dualpipev": 2}.get(name, 1)
+    m = pp * groups * (2 if name == "dualpipev" else 1)
     transfer = data.draw(st.sampled_from([0.0, 0.25]))
     schedule = lower(build(name, pp, m, vpp))
     costs = UnitCosts(pp, transfer=transfer)

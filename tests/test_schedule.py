@@ -80,6 +80,20 @@ def test_zbv_matches_closed_form_when_m_is_large():
     assert timeline.step_time == pytest.approx(6 * m + pp - 1)  # schedules.md section 7
 
 
+@settings(max_examples=30, deadline=None)
+@given(pp=st.integers(1, 8), extra=st.integers(0, 16))
+def test_dualpipev_validates_with_pp_plus_one_activations(pp, extra):
+    """DualPipe README: activations per device PP+1 (PP = 2*pp stages, in chunk units)."""
+    m = 2 * pp + extra
+    report = validate(lower(build("dualpipev", pp, m, 2)))
+    assert max(report.peak_inflight) == min(2 * pp + 1, 2 * m)
+
+
+def test_dualpipev_needs_two_microbatches_per_stage_pair():
+    with pytest.raises(ScheduleConstraint, match="at least 2\\*pp"):
+        build("dualpipev", 4, 7, 2)
+
+
 def test_v_stage_map():
     stages = StageMap(4, 2, "v")
     assert [stages.stage(r, 0) for r in range(4)] == [0, 1, 2, 3]

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from ..schedule import Kind, build, validate
 from ..schedule.generators import ScheduleConstraint
+from ..schedule.validate import FREED
 from .ops import Dims, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range
 
 GIB = 2**30
@@ -163,16 +164,9 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     return layers, other
 
 
-def _free_kind(sched) -> Kind:
-    """Activations are freed at B, or at BW for split backwards (as the validator counts)."""
-    split = any(a.kind is Kind.BW for actions in sched.ranks for a in actions)
-    return Kind.BW if split else Kind.B
-
-
 @lru_cache(maxsize=256)
 def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
-    """(schedule or None, peak in-flight chunk activations per rank, the kind that frees
-    a chunk's activations). With `check` the
+    """(schedule or None, peak in-flight chunk activations per rank). With `check` the
     schedule is proved by `validate` and its `peak_inflight` is used; without (fast path for
     layout searches, `validate` costs seconds at pp=64, m=512) the same count is replayed here."""
     try:
@@ -181,21 +175,20 @@ def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
         # Generator not available: bound by ZB-V's 2p chunk-activations for V schedules
         # (shared/reference/schedules.md section 7), GPipe's m*vpp otherwise.
         bound = min(m * vpp, 2 * pp) if vpp == 2 else m * vpp
-        return None, (bound,) * pp, Kind.B
-    free = _free_kind(sched)
+        return None, (bound,) * pp
     if check:
-        return sched, validate(sched).peak_inflight, free
+        return sched, validate(sched).peak_inflight
     peaks = []
     for actions in sched.ranks:
         live = peak = 0
         for a in actions:
-            live += (a.kind is Kind.F) - (a.kind is free)
+            live += (a.kind is Kind.F) - (a.kind in FREED)
             peak = max(peak, live)
         peaks.append(peak)
-    return sched, tuple(peaks), free
+    return sched, tuple(peaks)
 
 
-def _walk_peak(sched, free: Kind, rank: int, per_chunk: dict[int, tuple[float, float]]) -> tuple[float, float]:
+def _walk_peak(sched, rank: int, per_chunk: dict[int, tuple[float, float]]) -> tuple[float, float]:
     """Replays a rank's compute order: a chunk's activations live from its F to its B (or BW).
     Chunks of one rank may differ (uneven layers, embedding / head), so bytes are summed per
     chunk rather than multiplying `peak_inflight` by one size; with equal chunks the two agree.
@@ -208,7 +201,7 @@ def _walk_peak(sched, free: Kind, rank: int, per_chunk: dict[int, tuple[float, f
             live_o += per_chunk[a.chunk][1]
             if live_l + live_o > sum(best):
                 best = (live_l, live_o)
-        elif a.kind is free:
+        elif a.kind in FREED:
             live_l -= per_chunk[a.chunk][0]
             live_o -= per_chunk[a.chunk][1]
     return best
@@ -250,13 +243,13 @@ class RankMemory:
 def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     """One `RankMemory` per pipeline rank of scenario `s` (`check_schedule=False` skips the
     schedule validator, for layout searches)."""
-    sched, peaks, free = _schedule(s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
+    sched, peaks = _schedule(s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
     rows = []
     for rank in range(s.pp):
         stages = tuple(sched.stages.stage(rank, c) if sched else c * s.pp + rank for c in range(s.vpp))
         per_chunk = {c: stage_activation_bytes(s, st) for c, st in enumerate(stages)}
         if sched is not None:
-            acts, other = _walk_peak(sched, free, rank, per_chunk)
+            acts, other = _walk_peak(sched, rank, per_chunk)
         else:  # fallback: the bound times the largest chunk
             acts, other = (peaks[rank] * max(v[i] for v in per_chunk.values()) for i in (0, 1))
         layer_ids = [i for st in stages for i in stage_layer_range(s, st)]

@@ -183,3 +183,70 @@ def zbv(pp: int, m: int, vpp: int = 2) -> Schedule:
             emit(BW, 0)
         ranks.append([a for a in order if a.mb < m])
     return _schedule("zbv", m, StageMap(pp, 2, "v"), ranks)
+
+
+@register("dualpipev")
+def dualpipev(pp: int, m: int, vpp: int = 2) -> Schedule:
+    """DualPipeV (DeepSeek-AI, deepseek-ai/DualPipe, 2025; the "cut-in-half" DualPipe of the
+    DeepSeek-V3 report): V placement, eight phases per rank r (schedules.md section 1.3).
+    Phases 4 and 5 pair a forward of one chunk with a backward of the other; DualPipe
+    overlaps each pair, which this IR expresses as the two actions back to back (the engine
+    runs them one after the other, an upper bound on the overlapped time). The tail switches
+    to split backwards (BI, with BW deferred) to fill the drain."""
+    _check(pp, m, vpp, "dualpipev", want_vpp=2)
+    if m < 2 * pp:
+        raise ScheduleConstraint(f"dualpipev: needs at least 2*pp = {2 * pp} micro-batches, got {m}")
+    ranks = []
+    for r in range(pp):
+        order: list[Action] = []
+        nxt = {(F, 0): 0, (F, 1): 0, (B, 0): 0, (B, 1): 0}
+        weights: deque[tuple[int, int]] = deque()  # (chunk, mb) whose BW is still to run
+
+        def forward(chunk: int) -> None:
+            order.append(Action(F, nxt[(F, chunk)], chunk))
+            nxt[(F, chunk)] += 1
+
+        def backward(chunk: int, split: bool = False) -> None:
+            mb = nxt[(B, chunk)]
+            nxt[(B, chunk)] += 1
+            order.append(Action(BI if split else B, mb, chunk))
+            if split:
+                weights.append((chunk, mb))
+
+        def weight() -> None:
+            chunk, mb = weights.popleft()
+            order.append(Action(BW, mb, chunk))
+
+        for _ in range(2 * (pp - r - 1)):                      # 1: nF0
+            forward(0)
+        for _ in range(r + 1):                                  # 2: nF0F1
+            forward(0)
+            forward(1)
+        for _ in range(pp - r - 1):                             # 3: nI1W1F1
+            backward(1, split=True)
+            weight()
+            forward(1)
+        for _ in range(m - 2 * pp + r + 1):                     # 4: n(F0&B1)(F1&B0)
+            forward(0)
+            backward(1)
+            forward(1)
+            backward(0)
+        for _ in range(pp - r - 1):                             # 5: nB1(F1&B0)
+            backward(1)
+            forward(1)
+            backward(0)
+        split = False
+        for i in range(r + 1):                                  # 6: nB1B0, zero bubble half-way
+            if i == (r + 1) // 2 and r % 2 == 1:
+                split = True
+            backward(1, split)
+            if i == (r + 1) // 2 and r % 2 == 0:
+                split = True
+            backward(0, split)
+        for _ in range(pp - r - 1):                             # 7: nWB0
+            weight()
+            backward(0, split=True)
+        while weights:                                          # 8: nW
+            weight()
+        ranks.append(order)
+    return _schedule("dualpipev", m, StageMap(pp, 2, "v"), ranks)

@@ -18,6 +18,11 @@ from .ir import P2P, Action, Kind, Schedule
 
 F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
 RECV_OF = {Kind.SEND_F: Kind.RECV_F, Kind.SEND_B: Kind.RECV_B}
+# A micro-batch's activations on a stage live from its F to the end of its backward: a full
+# B, or the BW of a split one (BI still needs them for the weight gradient). Schedules may
+# mix both (DualPipeV). FREED_AT_BI is the optimistic count of frameworks that free at BI.
+FREED = frozenset({B, BW})
+FREED_AT_BI = frozenset({B, BI})
 
 
 class ScheduleError(ValueError):
@@ -161,7 +166,7 @@ def dependency_graph(schedule: Schedule) -> tuple[nx.DiGraph, list[str]]:
     return graph, errors
 
 
-def _peaks(schedule: Schedule, free_at: tuple[Kind, ...]) -> tuple[int, ...]:
+def _peaks(schedule: Schedule, free_at: frozenset[Kind]) -> tuple[int, ...]:
     peaks = []
     for actions in schedule.ranks:
         live, peak = 0, 0
@@ -190,8 +195,5 @@ def validate(schedule: Schedule) -> ScheduleReport:
     if errors:
         shown = errors[:12] + ([f"... and {len(errors) - 12} more"] if len(errors) > 12 else [])
         raise ScheduleError(f"schedule {schedule.name!r} is invalid:\n  " + "\n  ".join(shown))
-    split = any(a.kind is BW for actions in schedule.ranks for a in actions)
-    freed_at_w = (BW,) if split else (B,)
-    freed_at_i = (BI,) if split else (B,)
-    return ScheduleReport(_peaks(schedule, freed_at_w), _peaks(schedule, freed_at_i),
+    return ScheduleReport(_peaks(schedule, FREED), _peaks(schedule, FREED_AT_BI),
                           sum(len(r) for r in schedule.ranks))
