@@ -145,7 +145,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 @app.command()
 @guarded
-def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv"),
+def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | dualpipev"),
              pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
              microbatches: int = typer.Option(..., "--microbatches", "-m", min=1),
              vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Chunks per rank (interleaved / V)."),
@@ -158,7 +158,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
     from .schedule.evaluate import evaluate, uniform_costs
 
     if vpp is None:
-        vpp = 2 if name in ("interleaved-1f1b", "zbv") else 1
+        vpp = 2 if name in ("interleaved-1f1b", "zbv", "dualpipev") else 1
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = check(full)
