@@ -138,3 +138,24 @@ def test_cost_model_tp_collectives_inside_compute():
     costs = CostModel(s)
     forward = costs.action(0, "F")
     assert forward.comm["tp"] > 0 and forward.seconds > forward.comm["tp"]
+
+
+def test_blocking_sends_expose_pipeline_transfers():
+    base = {"name": "p2p", "model": {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 1024, "seq_len": 1024},
+            "parallel": {"tp": 1, "pp": 4, "dp": 1}, "training": {"micro_batch": 2, "global_batch": 16},
+            "cluster": {"nodes": 4, "gpus_per_node": 1, "inter_node": {"nic_gbps": 10}}}
+    overlapped = simulate(scenario_from_dict(base)).result
+    blocking = simulate(scenario_from_dict({**base, "training": {**base["training"], "overlap_p2p": False}})).result
+    assert blocking.step_time > overlapped.step_time
+    assert max(blocking.p2p_wait.values()) > max(overlapped.p2p_wait.values())
+
+
+def test_full_fidelity_progress_reaches_the_end_without_changing_the_result():
+    s = scenario_from_dict({
+        "name": "sym", "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256},
+        "parallel": {"tp": 2, "pp": 2, "dp": 2}, "training": {"micro_batch": 1, "global_batch": 8},
+        "cluster": {"nodes": 1, "gpus_per_node": 8}})
+    seen = []
+    with_progress = simulate(s, full_fidelity=True, progress=seen.append).result
+    assert seen and seen[-1] == 1.0 and seen == sorted(seen)
+    assert with_progress.step_time == simulate(s, full_fidelity=True).result.step_time

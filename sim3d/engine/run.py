@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ..costs.model import CostModel
 from ..schedule import Schedule, ScheduleReport, build, lower, validate
@@ -28,10 +29,15 @@ def plan_schedule(scenario, costs: CostModel | None = None) -> tuple[Schedule, S
     return lowered, validate(lowered)
 
 
-def simulate(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None) -> SimRun:
+def simulate(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None,
+             progress: Callable[[float], None] | None = None) -> SimRun:
+    """One step. Stragglers need every GPU simulated, so they imply full fidelity.
+    `progress(fraction)` is called during a full-fidelity run, against the folded step time
+    (simulated first, in a fraction of the time) as the expected end."""
     if costs is None:
         costs = CostModel(scenario, Topology(scenario), profile)
     schedule, report = plan_schedule(scenario, costs)
-    needs_every_gpu = any(f.straggler for f in scenario.faults)
-    result = Engine(scenario, schedule, costs, full_fidelity or needs_every_gpu).run()
+    full = full_fidelity or any(f.straggler for f in scenario.faults)
+    horizon = Engine(scenario, schedule, costs).run().step_time if full and progress else None
+    result = Engine(scenario, schedule, costs, full).run(progress=progress, horizon=horizon)
     return SimRun(scenario, schedule, report, costs, result)

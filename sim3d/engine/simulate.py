@@ -4,7 +4,8 @@ Each rank walks its action list in order. Compute actions occupy the rank's comp
 (the process itself); a compute that consumes another rank's output first waits for the
 message to arrive. SENDs start a transfer on the (src, dst, direction) channel, which
 serialises messages in order, as NCCL and gloo do; RECVs are posts and cost nothing by
-themselves. DP_REDUCE / PARAM_GATHER run on the rank's data-parallel stream; with
+themselves (with `overlap_p2p: false` a SEND blocks the compute stream until delivered).
+DP_REDUCE / PARAM_GATHER run on the rank's data-parallel stream; with
 `overlap_grad_reduce` a chunk's buckets become ready one after another during its last
 backward, as Megatron's bucketed hooks make them. OPT_STEP waits for every reduction.
 
@@ -84,6 +85,7 @@ class Engine:
         self.rows: list[tuple] = []
         self.buckets = schedule.meta.get("buckets_per_chunk", 1)
         self.overlap_dp = scenario.training.overlap_grad_reduce
+        self.overlap_p2p = scenario.training.overlap_p2p
         self.slowdown = defaultdict(lambda: 1.0)
         for fault in scenario.faults:
             if fault.straggler:
@@ -106,14 +108,18 @@ class Engine:
             return [dict(tp=0, dp=0, cp=0)]
         return [dict(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
 
-    def run(self) -> SimResult:
+    def run(self, progress=None, horizon: float | None = None) -> SimResult:
+        """Replay the step; with `progress` and an expected end time `horizon`, report the
+        fraction of simulated time done a hundred times along the way."""
         start = time.perf_counter()
-        ranks = []
+        ranks, processes = [], []  # processes: one per simulated rank
         for pipe in self._pipelines():
             globals_ = self.placement.pipeline(**pipe)
             for pp_rank, actions in enumerate(self.schedule.ranks):
                 ranks.append(globals_[pp_rank])
-                self.env.process(self._rank(pp_rank, globals_, actions, pipe))
+                processes.append(self.env.process(self._rank(pp_rank, globals_, actions, pipe)))
+        if progress and horizon:
+            self.env.process(self._monitor(len(processes), progress, horizon))
         self.env.run()
         missing = [r for r in ranks if r not in self.finish]
         if missing:
@@ -124,6 +130,17 @@ class Engine:
         return SimResult(self.rows, step, {r: self.busy[r] for r in ranks}, {r: self.tp_busy[r] for r in ranks},
                          {r: self.p2p_wait[r] for r in ranks}, {r: self.dp_tail[r] for r in ranks},
                          events, time.perf_counter() - start, ranks)
+
+    def _monitor(self, ranks: int, progress, horizon: float):
+        """Report progress every hundredth of the expected step; ends with the last rank
+        (at most one tick later, which no rank observes)."""
+        while len(self.finish) < ranks and not self._stalled():
+            yield self.env.timeout(horizon / 100)
+            progress(min(self.env.now / horizon, 1.0))
+
+    def _stalled(self) -> bool:
+        """Only this monitor is left to run: the ranks still waiting are deadlocked."""
+        return self.env.peek() == float("inf")
 
     def _arrival(self, key: tuple) -> simpy.Event:
         if key not in self.arrivals:
@@ -178,7 +195,11 @@ class Engine:
                 family = F if a.kind is F else (BW if a.kind is BW else BI)
                 self._arrival((pipe_id, stage, family, a.mb, "local")).succeed(env.now)
             elif a.kind in (Kind.SEND_F, Kind.SEND_B):
-                env.process(self._transfer(pipe_id, pipe_ranks, pp_rank, a))
+                transfer = env.process(self._transfer(pipe_id, pipe_ranks, pp_rank, a))
+                if not self.overlap_p2p:  # blocking send: the compute stream waits for delivery
+                    begin = env.now
+                    yield transfer
+                    self.p2p_wait[me] += env.now - begin
             elif a.kind in (Kind.RECV_F, Kind.RECV_B):
                 continue  # a post: the transfer process records the arrival
             elif a.kind is Kind.DP_REDUCE:
