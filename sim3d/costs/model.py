@@ -214,7 +214,8 @@ class CostModel:
 
     def explain(self) -> list[tuple[str, str]]:
         compute = sorted(k for k in self.sources if k.startswith("compute"))
-        rows = [(key, self._describe("compute", self.sources[key])) for key in compute]
+        rows = [("cluster", self.topology.describe())]
+        rows += [(key, self._describe("compute", self.sources[key])) for key in compute]
         for key in sorted(k for k in self.sources if not k.startswith("compute")):
             rows.append((key, self._describe(key, self.sources[key])))
         return rows

@@ -12,21 +12,12 @@ The step time of a trace is max(end) - min(start) over its compute-stream action
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
 TRACE_COLUMNS = ["rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer"]
 KEY = ["pp_rank", "kind", "microbatch", "chunk"]
 KIND_ORDER = ["F", "B", "BI", "BW", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "DP_REDUCE", "PARAM_GATHER", "OPT_STEP"]
-
-
-def load_trace(path: str | Path) -> pd.DataFrame:
-    """Read a trace written as CSV or Parquet; checks the columns."""
-    path = Path(path)
-    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    _check_columns(frame, str(path))
-    return frame
 
 
 def _check_columns(frame: pd.DataFrame, what: str) -> None:

@@ -32,7 +32,6 @@ class Kind(str, Enum):
 
 
 COMPUTE = frozenset({Kind.F, Kind.B, Kind.BI, Kind.BW})
-BACKWARD = frozenset({Kind.B, Kind.BI, Kind.BW})
 P2P = frozenset({Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B})
 BUCKETED = frozenset({Kind.DP_REDUCE, Kind.PARAM_GATHER})
 ALIASES = {"I": Kind.BI, "W": Kind.BW}

@@ -35,8 +35,6 @@ class ScheduleReport:
     peak_inflight_freed_at_bi: tuple[int, ...]  # same, if activations are freed at BI
     num_actions: int
 
-    def peak_stage_equivalents(self, rank: int, vpp: int) -> float:
-        return self.peak_inflight[rank] / vpp
 
 
 def _compute_order_errors(schedule: Schedule) -> list[str]:
