@@ -141,10 +141,11 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .report.memory_plot import memory_table
 
     from .engine import plan_schedule
+    from .schedule import validate as prove
 
     s = _load(scenario, set_)
     out.print(layout_table(s))
-    lowered, proof = plan_schedule(s)
+    proof = prove(plan_schedule(s))
     out.print(f"schedule {s.schedule}: {proof.num_actions:,} actions over {s.pp} pipeline ranks, proved "
               f"deadlock-free; peak in-flight micro-batches per rank {list(proof.peak_inflight)}",
               highlight=False, soft_wrap=True)
