@@ -159,3 +159,13 @@ def test_full_fidelity_progress_reaches_the_end_without_changing_the_result():
     with_progress = simulate(s, full_fidelity=True, progress=seen.append).result
     assert seen and seen[-1] == 1.0 and seen == sorted(seen)
     assert with_progress.step_time == simulate(s, full_fidelity=True).result.step_time
+
+
+def test_engine_reports_a_deadlock_with_the_waiting_rank():
+    from sim3d.engine import DeadlockError
+    from sim3d.schedule import Kind
+    schedule = lower(build("1f1b", 2, 4))
+    rank0 = [a for a in schedule.ranks[0] if not (a.kind is Kind.SEND_F and a.mb == 2)]
+    broken = schedule.with_ranks([rank0, schedule.ranks[1]])
+    with pytest.raises(DeadlockError, match=r"rank 0 at action \d+ \(B2\); rank 1 at action \d+ \(F2\)"):
+        Engine(tiny_scenario(pp=1, m=1), broken, UnitCosts(2)).run()

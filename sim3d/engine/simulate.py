@@ -123,8 +123,9 @@ class Engine:
         self.env.run()
         missing = [r for r in ranks if r not in self.finish]
         if missing:
-            raise DeadlockError(f"simulation stopped with ranks {missing[:8]} still waiting "
-                                f"(first: {self._waiting.get(missing[0], '?')})")
+            waiting = "; ".join(self._waiting.get(r, f"rank {r}") for r in missing[:8])
+            raise DeadlockError(f"deadlock: the event queue is empty but {len(missing)} rank(s) still wait: "
+                                f"{waiting}")
         step = max(self.finish.values())
         events = len(self.rows)
         return SimResult(self.rows, step, {r: self.busy[r] for r in ranks}, {r: self.tp_busy[r] for r in ranks},
@@ -170,7 +171,7 @@ class Engine:
                 if need is not None:
                     event = self._arrival(need)
                     if not event.triggered:
-                        self._waiting[me] = f"rank {me} action {index} {a}"
+                        self._waiting[me] = f"rank {me} at action {index} ({a})"
                         ready_at = env.now
                         yield event
                         # only the transfer is communication; waiting for the producer is bubble
