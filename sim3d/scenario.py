@@ -310,7 +310,8 @@ def _consistency(s: Scenario) -> list[str]:
     if s.cluster.gpu not in PRESETS:
         p.append(f"cluster.gpu: unknown GPU preset {s.cluster.gpu!r}{suggest(s.cluster.gpu, PRESETS)}"
                  f"; known: {', '.join(PRESETS)}")
-        return p
+        if s.cluster.gpus_per_node is None:  # the node size comes from the preset
+            return p
     if s.schedule not in SCHEDULES:
         p.append(f"schedule: unknown schedule {s.schedule!r}{suggest(s.schedule, SCHEDULES)}; known: {', '.join(SCHEDULES)}")
     if m.hidden % m.heads:
@@ -319,7 +320,7 @@ def _consistency(s: Scenario) -> list[str]:
         p.append(f"model.kv_heads: model.heads={m.heads} is not divisible by kv_heads={m.num_kv_heads}")
     if m.heads % par.tp:
         p.append(f"parallel.tp: model.heads={m.heads} is not divisible by tp={par.tp}")
-    if m.num_kv_heads % par.tp:
+    if m.num_kv_heads != m.heads and m.num_kv_heads % par.tp:
         p.append(f"parallel.tp: model.kv_heads={m.num_kv_heads} is not divisible by tp={par.tp}")
     if m.ffn % par.tp:
         p.append(f"parallel.tp: ffn_hidden={m.ffn} is not divisible by tp={par.tp}")
@@ -357,7 +358,8 @@ def _consistency(s: Scenario) -> list[str]:
         p.append(f"parallel.vpp: schedule {s.schedule} places two chunks per rank in a V, set vpp=2 (got {par.vpp})")
     if s.schedule == "dualpipev" and tr.global_batch % unit == 0 and s.num_microbatches < 2 * par.pp:
         p.append(f"training.global_batch: dualpipev needs at least 2*pp={2 * par.pp} micro-batches, got {s.num_microbatches}")
-    if tr.precision == "fp8" and PRESETS[s.cluster.gpu].fp8_tflops is None and s.cluster.fp8_tflops is None:
+    if (tr.precision == "fp8" and s.cluster.gpu in PRESETS and PRESETS[s.cluster.gpu].fp8_tflops is None
+            and s.cluster.fp8_tflops is None):
         p.append(f"training.precision: fp8 needs fp8 tensor cores, which {s.cluster.gpu} lacks")
     if s.costs.network == "flow":
         p.append("costs.network: flow (max-min fair sharing) is not implemented yet; use analytical, "
