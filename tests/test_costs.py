@@ -46,7 +46,8 @@ def test_ring_all_reduce_closed_form():
     n, size = 8, 1 << 30
     ring = 2 * (n - 1) * link.latency + 2 * (n - 1) / n * size / (link.bw * NVLINK_EFFICIENCY)
     got = collective_time("all_reduce", size, link)
-    assert got.seconds == pytest.approx(min(ring, got.seconds)) and got.seconds <= ring
+    assert got.algorithm == "ring"  # inside a node, large buffers: ring's 2(n-1)/n beats the tree's 2
+    assert got.seconds == pytest.approx(ring, rel=1e-12)
     assert collective_time("all_gather", size, link).seconds == pytest.approx(
         (n - 1) * link.latency + (n - 1) / n * size / (link.bw * NVLINK_EFFICIENCY))
 
