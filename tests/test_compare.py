@@ -1,7 +1,8 @@
 import pandas as pd
 import pytest
 
-from sim3d.report.compare import TRACE_COLUMNS, compare_traces
+from sim3d.report.compare import compare_traces
+from sim3d.schedule.ir import TRACE_COLUMNS
 
 
 def row(rank, stage, kind, mb, start, end, chunk=0, stream="compute"):

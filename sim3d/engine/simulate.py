@@ -23,11 +23,10 @@ from dataclasses import dataclass
 
 import simpy
 
-from ..schedule.ir import Action, Kind, Schedule
+from ..schedule.ir import TRACE_COLUMNS, Action, Kind, Schedule
 
 F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
 COMPUTE = (F, B, BI, BW)
-TRACE_COLUMNS = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
 
 
 class DeadlockError(RuntimeError):

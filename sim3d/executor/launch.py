@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..schedule.ir import TRACE_COLUMNS
+
 SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe",
              "econnreset", "socket closed", "read error", "connection refused", "peer")
 
@@ -231,14 +233,13 @@ def _free_port() -> int:
 def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
     """Combine the ranks' payloads: losses averaged over data-parallel replicas (tp rank 0 of
     each last stage), step time = slowest rank, trace of the last step, optional check."""
-    from .runtime import TRACE_COLUMNS
 
     s = spec.scenario
     holders = [p for p in payloads if p["losses"] is not None and p["coords"]["tp"] == 0]
     losses = [statistics.fmean(p["losses"][i] for p in holders) for i in range(spec.steps)]
     step_times = [max(p["step_times"][i] for p in payloads) for i in range(spec.steps)]
     timed = step_times[1:] if len(step_times) > 1 else step_times
-    trace = pd.DataFrame([row for p in payloads for row in p["trace"]], columns=TRACE_COLUMNS)
+    trace = pd.DataFrame([row for p in payloads for row in p["trace"]], columns=list(TRACE_COLUMNS))
     trace = trace.sort_values(["rank", "start_s"], kind="stable").reset_index(drop=True)
     trace_path = None
     if out_dir is not None:

@@ -42,7 +42,6 @@ from .tensor_parallel import TPContext, all_gather_dim0, reduce_scatter_dim0
 COMPUTE = {Kind.F, Kind.B, Kind.BI, Kind.BW, Kind.OPT_STEP}
 STREAM = {**{k: "compute" for k in COMPUTE}, Kind.SEND_F: "pp", Kind.RECV_F: "pp", Kind.SEND_B: "pp",
           Kind.RECV_B: "pp", Kind.DP_REDUCE: "dp", Kind.PARAM_GATHER: "dp"}
-TRACE_COLUMNS = ["rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer"]
 
 
 @dataclass

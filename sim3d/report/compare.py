@@ -15,15 +15,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-TRACE_COLUMNS = ["rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer"]
+from .trace import check_trace
+
 KEY = ["pp_rank", "kind", "microbatch", "chunk"]
 KIND_ORDER = ["F", "B", "BI", "BW", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "DP_REDUCE", "PARAM_GATHER", "OPT_STEP"]
-
-
-def _check_columns(frame: pd.DataFrame, what: str) -> None:
-    missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{what}: trace lacks column(s) {', '.join(missing)} (expected {', '.join(TRACE_COLUMNS)})")
 
 
 def _with_pp_rank(trace: pd.DataFrame) -> pd.DataFrame:
@@ -83,8 +78,7 @@ class CompareResult:
 
 def compare_traces(sim: pd.DataFrame, real: pd.DataFrame) -> CompareResult:
     """Align two traces action by action (see the module docstring) and report errors."""
-    _check_columns(sim, "simulated trace")
-    _check_columns(real, "executed trace")
+    sim, real = check_trace(sim), check_trace(real)
     s, r = _with_pp_rank(sim), _with_pp_rank(real)
     s_mean = s.groupby(KEY, as_index=False)["duration_s"].mean().rename(columns={"duration_s": "sim_s"})
     r_mean = r.groupby(KEY, as_index=False)["duration_s"].mean().rename(columns={"duration_s": "real_s"})

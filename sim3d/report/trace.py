@@ -21,7 +21,8 @@ from typing import Mapping
 
 import pandas as pd
 
-TRACE_COLUMNS = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
+from ..schedule.ir import TRACE_COLUMNS
+
 _INT_COLUMNS = ("rank", "stage", "chunk", "microbatch", "bytes", "peer")
 _FLOAT_COLUMNS = ("start_s", "end_s")
 _STR_COLUMNS = ("kind", "stream")
