@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..model.memory import stage_params
-from ..model.ops import embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.ops import ACT_BYTES, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..placement import Placement
 from ..topology import Topology
 from .collectives import collective_time, p2p_time
@@ -21,7 +21,6 @@ from .compute import ComputeModel, block_shape
 
 COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
               "all-to-all": "all_to_all"}
-BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}  # activations / gradients on the wire
 # Adam step, per local parameter: read fp32 master, exp_avg, exp_avg_sq and the gradient,
 # write the three fp32 states and the 16-bit model copy (Megatron's fused multi-tensor Adam).
 ADAM_BYTES_PER_PARAM = 4 * 3 + 4 + 4 * 3 + 2
@@ -155,7 +154,7 @@ class CostModel:
         s = self.s
         tokens = s.training.micro_batch * s.model.seq_len / s.cp
         shard = s.tp if s.parallel.sequence_parallel else 1
-        return tokens * s.model.hidden * BYTES[s.training.precision] / shard
+        return tokens * s.model.hidden * ACT_BYTES[s.training.precision] / shard
 
     def p2p(self, src_pp: int, dst_pp: int) -> float:
         key = (src_pp, dst_pp)
@@ -188,7 +187,7 @@ class CostModel:
         return max(1, min(16, round(biggest / bucket)))
 
     def _dp_collective(self, op: str, params, buckets: int) -> tuple[float, float]:
-        width = BYTES[self.s.training.precision]
+        width = ACT_BYTES[self.s.training.precision]
         dense, expert = params.dense / buckets * width, params.expert / buckets * width
         seconds = self._collective(op, dense, "dp")
         if expert:

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..schedule.ir import Kind
 from .trace import check_trace
 
 KEY = ["pp_rank", "kind", "microbatch", "chunk"]
-KIND_ORDER = ["F", "B", "BI", "BW", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "DP_REDUCE", "PARAM_GATHER", "OPT_STEP"]
+KIND_ORDER = [k.value for k in Kind]  # the IR's order: compute, point-to-point, data parallel
 
 
 def _with_pp_rank(trace: pd.DataFrame) -> pd.DataFrame:
