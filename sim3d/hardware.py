@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
-    bf16_tflops: float
+    bf16_tflops: float | None  # None: no bf16 tensor cores (V100)
     fp16_tflops: float
     fp8_tflops: float | None  # None: no fp8 tensor cores
     fp32_tflops: float  # plain FP32 (non-tensor-core) peak; fp32 training falls back to TF32 in practice
@@ -25,6 +25,11 @@ class GpuSpec:
     nic_gbps: float  # default NIC line rate, Gbit/s
     nics_per_node: int
     gpus_per_node: int
+    sms: int  # streaming multiprocessors: the unit of GEMM wave quantization and of SMs lent to comm kernels
+    # Measured NCCL bus bandwidth inside one node (GB/s, large messages, all GPUs of the
+    # node): ring, and NVLink SHARP (NVLS, all-reduce only, NVSwitch 3+) where it exists.
+    nvlink_ring_busbw: float
+    nvlink_nvls_busbw: float | None = None
 
     def peak_tflops(self, precision: str) -> float:
         peak = {
@@ -40,25 +45,37 @@ class GpuSpec:
 
 PRESETS: dict[str, GpuSpec] = {
     # NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web):
-    # BF16/FP16 312 TF, TF32 156 TF, FP32 19.5 TF; 40GB HBM2 at 1,555 GB/s;
-    # NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction.
+    # BF16/FP16 312 TF, TF32 156 TF, FP32 19.5 TF; 40GB HBM2 at 1,555 GB/s; 108 SMs (NVIDIA
+    # A100 whitepaper); NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction.
     # DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute.
-    "a100-40gb": GpuSpec("a100-40gb", 312.0, 312.0, None, 19.5, 156.0, 40.0, 1.555, 2400.0, 200.0, 8, 8),
+    # Ring busbw ~230 GB/s on 8 A100 (NCCL maintainer, NVIDIA/nccl-tests#149; validation/nccl.csv).
+    "a100-40gb": GpuSpec("a100-40gb", 312.0, 312.0, None, 19.5, 156.0, 40.0, 1.555, 2400.0, 200.0, 8, 8, 108, 230.0),
     # Same datasheet, A100 80GB SXM: HBM2e at 2,039 GB/s.
-    "a100-80gb": GpuSpec("a100-80gb", 312.0, 312.0, None, 19.5, 156.0, 80.0, 2.039, 2400.0, 200.0, 8, 8),
+    "a100-80gb": GpuSpec("a100-80gb", 312.0, 312.0, None, 19.5, 156.0, 80.0, 2.039, 2400.0, 200.0, 8, 8, 108, 230.0),
     # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16 1,979 TF and FP8 3,958 TF
     # *with sparsity*, i.e. 989.4 / 1978.9 dense; TF32 494.7 dense; FP32 67 TF; 80GB HBM3 at
-    # 3.35 TB/s; NVLink 900 GB/s bidirectional = 3600 Gb/s per direction.
-    # DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (NDR) for compute.
-    "h100-sxm": GpuSpec("h100-sxm", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 3600.0, 400.0, 8, 8),
-    # NVIDIA H200 datasheet (SXM): same Hopper tensor throughput as H100 SXM; 141GB HBM3e at
-    # 4.8 TB/s; NVLink 900 GB/s. DGX H200: 8x ConnectX-7 400 Gb/s.
-    "h200": GpuSpec("h200", 989.4, 989.4, 1978.9, 67.0, 494.7, 141.0, 4.8, 3600.0, 400.0, 8, 8),
+    # 3.35 TB/s; 132 SMs (H100 SXM5, NVIDIA H100 whitepaper); NVLink 900 GB/s bidirectional
+    # = 3600 Gb/s per direction. DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (NDR) for compute.
+    # busbw: ring ~370 GB/s, NVLS ~480 GB/s on 8 GPUs (sjeaugey, NVIDIA/nccl-tests#212; nccl#1455).
+    "h100-sxm": GpuSpec("h100-sxm", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 3600.0, 400.0, 8, 8, 132,
+                        370.0, 480.0),
+    # NVIDIA H200 datasheet (SXM): same Hopper tensor throughput and SMs as H100 SXM; 141GB
+    # HBM3e at 4.8 TB/s; NVLink 900 GB/s. DGX H200: 8x ConnectX-7 400 Gb/s. NVLS all-reduce
+    # peak 475 GB/s measured (NVIDIA/nccl-tests#272), ring as H100.
+    "h200": GpuSpec("h200", 989.4, 989.4, 1978.9, 67.0, 494.7, 141.0, 4.8, 3600.0, 400.0, 8, 8, 132, 370.0, 475.0),
     # NVIDIA DGX B200 / HGX B200 datasheet: per GPU FP8 4.5 PF and BF16 2.25 PF dense
     # (9 / 4.5 PF quoted with sparsity), TF32 1.1 PF dense, FP32 75 TF; 180GB HBM3e at
-    # 8 TB/s; NVLink 5 1.8 TB/s bidirectional = 7200 Gb/s per direction;
-    # DGX B200: 8x ConnectX-7 400 Gb/s.
-    "b200": GpuSpec("b200", 2250.0, 2250.0, 4500.0, 75.0, 1100.0, 180.0, 8.0, 7200.0, 400.0, 8, 8),
+    # 8 TB/s; 148 SMs; NVLink 5 1.8 TB/s bidirectional = 7200 Gb/s per direction;
+    # DGX B200: 8x ConnectX-7 400 Gb/s. No public busbw measurement found: the H100's measured
+    # fractions of the line rate (370/450 ring, 480/450*... NVLS 480/450) are assumed.
+    "b200": GpuSpec("b200", 2250.0, 2250.0, 4500.0, 75.0, 1100.0, 180.0, 8.0, 7200.0, 400.0, 8, 8, 148,
+                    740.0, 960.0),
+    # NVIDIA V100 SXM3 32GB in a DGX-2 (the 2019-20 Megatron runs): FP16 tensor 125 TF, no
+    # BF16 and no FP8; FP32 15.7 TF (V100 datasheet); 80 SMs; HBM2 900 GB/s; 16 GPUs on
+    # NVSwitch at 300 GB/s bidirectional = 1200 Gb/s per direction; 8x EDR 100 Gb/s NICs per
+    # 16 GPUs (DGX-2 datasheet; validation/hardware.csv). No busbw measurement found: the
+    # A100's measured fraction of the line rate (230/300) is assumed.
+    "v100": GpuSpec("v100", None, 125.0, None, 15.7, 125.0, 32.0, 0.9, 1200.0, 100.0, 8, 16, 80, 115.0),
 }
 
 GPU_FIELDS = tuple(f.name for f in fields(GpuSpec) if f.name != "name")

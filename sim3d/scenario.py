@@ -19,6 +19,8 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
+    model_validator,
 )
 
 from .hardware import GPU_FIELDS, PRESETS, GpuSpec, gpu_preset, suggest
@@ -62,8 +64,27 @@ class Model(_Strict):
     ffn_hidden: PositiveInt | None = Field(None, validation_alias=AliasChoices("ffn_hidden", "ffn_hidden_size"))
     vocab: PositiveInt = _alias("vocab", "padded_vocab_size", "vocab_size")
     seq_len: PositiveInt = _alias("seq_len", "seq_length")
-    activation: Literal["gelu", "swiglu"] = "gelu"
+    # gelu: GPT (biases, LayerNorm); swiglu: LLaMA (gated, RMSNorm, no biases);
+    # squared-relu: Nemotron-4 (non-gated relu(x)^2, LayerNorm, no biases; arXiv:2402.16819 sec. 2)
+    activation: Literal["gelu", "swiglu", "squared-relu"] = "gelu"
+    kv_channels: PositiveInt | None = None  # head dim when it is not hidden/heads (Megatron --kv-channels)
+    # Megatron's defaults (megatron/training/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1);
+    # 0 removes the dropout kernels and their masks from time and memory.
+    hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     moe: MoE | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _megatron_activation_flags(cls, raw):
+        """Megatron's boolean flags --swiglu / --squared-relu name the activation."""
+        if isinstance(raw, dict):
+            for flag, name in (("swiglu", "swiglu"), ("squared_relu", "squared-relu")):
+                if flag in raw:
+                    raw = dict(raw)
+                    if raw.pop(flag) is True:
+                        raw["activation"] = name
+        return raw
 
     @property
     def num_kv_heads(self) -> int:
@@ -75,7 +96,7 @@ class Model(_Strict):
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.kv_channels or self.hidden // self.heads
 
 
 class Parallel(_Strict):
@@ -88,6 +109,15 @@ class Parallel(_Strict):
     sequence_parallel: bool = False
     distributed_optimizer: bool = Field(False, validation_alias=AliasChoices("distributed_optimizer", "use_distributed_optimizer"))
     order: str = "tp-cp-ep-dp-pp"
+    # Megatron's uneven pipeline splits (megatron/core/transformer/transformer_block.py,
+    # get_num_layers_to_build): layers of the first / last pipeline rank, the rest even.
+    decoder_first_pipeline_num_layers: PositiveInt | None = Field(
+        None, validation_alias=AliasChoices("decoder_first_pipeline_num_layers", "num_layers_in_first_pipeline_stage"))
+    decoder_last_pipeline_num_layers: PositiveInt | None = Field(
+        None, validation_alias=AliasChoices("decoder_last_pipeline_num_layers", "num_layers_in_last_pipeline_stage"))
+    # count the embedding / the loss as one layer when splitting (the first / last stage builds one layer fewer)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
 
 class Training(_Strict):
@@ -95,8 +125,33 @@ class Training(_Strict):
     global_batch: PositiveInt = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
     recompute: Literal["none", "selective", "full"] = "none"
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
-    overlap_grad_reduce: bool = True
-    overlap_p2p: bool = True
+    # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's
+    # --attention-backend flash|fused|auto); unfused: scores materialised in HBM (Megatron
+    # 2020-22, --attention-backend local|unfused). `use_flash_attn: true` means flash.
+    attention_backend: Literal["flash", "unfused"] = "flash"
+    overlap_grad_reduce: bool = Field(True, validation_alias=AliasChoices("overlap_grad_reduce", "overlap_grad_sync"))
+    overlap_param_gather: bool = Field(
+        False, validation_alias=AliasChoices("overlap_param_gather", "overlap_param_sync"))
+    tp_comm_overlap: bool = Field(False, validation_alias=AliasChoices("tp_comm_overlap", "ub_tp_comm_overlap"))
+    overlap_p2p: bool = Field(True, validation_alias=AliasChoices("overlap_p2p", "overlap_p2p_comm"))
+
+    @field_validator("attention_backend", mode="before")
+    @classmethod
+    def _megatron_backend_names(cls, value):
+        return {"fused": "flash", "auto": "flash", "local": "unfused"}.get(value, value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _use_flash_attn(cls, raw):
+        if isinstance(raw, dict) and "use_flash_attn" in raw:
+            raw = dict(raw)
+            flag = raw.pop("use_flash_attn")
+            if not isinstance(flag, bool):
+                raise ValueError(f"use_flash_attn must be true or false, got {flag!r}")
+            if flag and raw.get("attention_backend", "flash") not in ("flash", "fused", "auto"):
+                raise ValueError(f"use_flash_attn: true contradicts attention_backend: {raw['attention_backend']}")
+            raw.setdefault("attention_backend", "flash" if flag else "unfused")
+        return raw
 
 
 class IntraNode(_Strict):
@@ -211,15 +266,71 @@ class Scenario(_Strict):
     def num_stages(self) -> int:
         return self.pp * self.vpp
 
+    @property
+    def megatron_split(self) -> bool:
+        par = self.parallel
+        return (par.decoder_first_pipeline_num_layers is not None or par.decoder_last_pipeline_num_layers is not None
+                or par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split)
+
     @cached_property
     def stage_layers(self) -> tuple[int, ...]:
-        """Transformer layers of each global stage. Uneven splits put the extra layers on
-        the middle stages, away from the first (embedding) and last (LM head) stages."""
+        """Transformer layers of each global stage. With Megatron's split options see
+        `_megatron_stage_layers`; otherwise uneven splits put the extra layers on the middle
+        stages, away from the first (embedding) and last (LM head) stages."""
+        if self.megatron_split:
+            layers, problem = self._megatron_stage_layers()
+            if problem:
+                raise ScenarioError(problem)
+            return layers
         n, layers = self.num_stages, self.model.layers
         base, extra = divmod(layers, n)
         order = sorted(range(n), key=lambda s: (abs(s - (n - 1) / 2), s))
         bonus = set(order[:extra])
         return tuple(base + (s in bonus) for s in range(n))
+
+    def _megatron_stage_layers(self) -> tuple[tuple[int, ...], str | None]:
+        """Megatron-Core's `get_num_layers_to_build` (megatron/core/transformer/
+        transformer_block.py): the first / last pipeline rank builds the given number of
+        layers and the others split the rest evenly; or the embedding and / or the loss count
+        as one layer each and the first / last stage builds one layer fewer. Each rank's layers
+        split evenly over its vpp chunks; in Megatron's interleaved order global stage g is
+        chunk g // pp of pipeline rank g % pp."""
+        par, pp, vpp, total = self.parallel, self.pp, self.vpp, self.model.layers
+        first, last = par.decoder_first_pipeline_num_layers, par.decoder_last_pipeline_num_layers
+        account = par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split
+        where = "parallel.decoder_first/last_pipeline_num_layers"
+        if first is not None or last is not None:
+            if any(account):
+                return (), (f"{where}: cannot be combined with account_for_embedding/loss_in_pipeline_split "
+                            "(Megatron rejects it too)")
+            rest, left = total - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
+            if rest < 0 or (left == 0 and rest) or (left and rest % left) or (left and rest == 0):
+                return (), (f"{where}: {total} layers minus first={first} and last={last} leave {rest} layers "
+                            f"for {left} other pipeline rank(s): not an even split of at least 1 each")
+            per_rank = [rest // left if left else 0] * pp
+            if first is not None:
+                per_rank[0] = first
+            if last is not None:
+                per_rank[-1] = last
+            if pp == 1 and first is not None and last is not None and first != last:
+                return (), f"{where}: pp=1 has one stage, first={first} and last={last} differ"
+            bad = [r for r, n in enumerate(per_rank) if n % vpp]
+            if bad:
+                return (), (f"{where}: pipeline rank {bad[0]} gets {per_rank[bad[0]]} layers, "
+                            f"not divisible by vpp={vpp}")
+            return tuple(per_rank[g % pp] // vpp for g in range(pp * vpp)), None
+        counted = total + account[0] + account[1]
+        if counted % (pp * vpp):
+            return (), (f"parallel.account_for_*_in_pipeline_split: {total} layers + {account[0] + account[1]} "
+                        f"(embedding/loss) = {counted} is not divisible by pp*vpp = {pp * vpp}")
+        per = counted // (pp * vpp)
+        layers = [per] * (pp * vpp)
+        layers[0] -= account[0]
+        layers[-1] -= account[1]
+        if min(layers) < 1:
+            return (), (f"parallel.account_for_*_in_pipeline_split: a stage would get {min(layers)} layers "
+                        f"({counted} counted layers over {pp * vpp} stages)")
+        return tuple(layers), None
 
     @property
     def nic_gbps(self) -> float:
@@ -241,7 +352,7 @@ class Scenario(_Strict):
                 "tensor-parallel collectives will cross the inter-node network")
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")
-        if len(set(self.stage_layers)) > 1:
+        if not self.megatron_split and len(set(self.stage_layers)) > 1:
             out.append(f"{self.model.layers} layers do not split evenly over {self.num_stages} stages: "
                        f"stages get {min(self.stage_layers)}-{max(self.stage_layers)} layers")
         return out
@@ -314,8 +425,9 @@ def _consistency(s: Scenario) -> list[str]:
             return p
     if s.schedule not in SCHEDULES:
         p.append(f"schedule: unknown schedule {s.schedule!r}{suggest(s.schedule, SCHEDULES)}; known: {', '.join(SCHEDULES)}")
-    if m.hidden % m.heads:
-        p.append(f"model.hidden: {m.hidden} is not divisible by model.heads={m.heads}")
+    if m.hidden % m.heads and m.kv_channels is None:
+        p.append(f"model.hidden: {m.hidden} is not divisible by model.heads={m.heads} (set model.kv_channels "
+                 "for a head dimension of its own)")
     if m.heads % m.num_kv_heads:
         p.append(f"model.kv_heads: model.heads={m.heads} is not divisible by kv_heads={m.num_kv_heads}")
     if m.heads % par.tp:
@@ -328,6 +440,14 @@ def _consistency(s: Scenario) -> list[str]:
         p.append(f"parallel.tp: model.vocab={m.vocab} is not divisible by tp={par.tp} (pad the vocabulary)")
     if s.num_stages > m.layers:
         p.append(f"parallel.pp: pp={par.pp} * vpp={par.vpp} = {s.num_stages} stages exceeds {m.layers} layers")
+    elif s.megatron_split:
+        if s.schedule in V_SCHEDULES:
+            p.append(f"parallel: Megatron's first/last-stage layer options describe the loop placement; "
+                     f"schedule {s.schedule} places stages in a V")
+        else:
+            problem = s._megatron_stage_layers()[1]
+            if problem:
+                p.append(problem)
     if par.cp > 1 and m.seq_len % (2 * par.cp):
         p.append(f"parallel.cp: model.seq_len={m.seq_len} is not divisible by 2*cp={2 * par.cp} (load-balanced ring attention)")
     if par.ep > 1 and m.moe is None:
@@ -358,9 +478,17 @@ def _consistency(s: Scenario) -> list[str]:
         p.append(f"parallel.vpp: schedule {s.schedule} places two chunks per rank in a V, set vpp=2 (got {par.vpp})")
     if s.schedule == "dualpipev" and tr.global_batch % unit == 0 and s.num_microbatches < 2 * par.pp:
         p.append(f"training.global_batch: dualpipev needs at least 2*pp={2 * par.pp} micro-batches, got {s.num_microbatches}")
-    if (tr.precision == "fp8" and s.cluster.gpu in PRESETS and PRESETS[s.cluster.gpu].fp8_tflops is None
-            and s.cluster.fp8_tflops is None):
-        p.append(f"training.precision: fp8 needs fp8 tensor cores, which {s.cluster.gpu} lacks")
+    key = "tf32" if tr.precision == "fp32" else tr.precision
+    if (s.cluster.gpu in PRESETS and getattr(PRESETS[s.cluster.gpu], f"{key}_tflops") is None
+            and getattr(s.cluster, f"{key}_tflops") is None):
+        p.append(f"training.precision: {tr.precision} needs {key} tensor cores, which {s.cluster.gpu} lacks")
+    if tr.tp_comm_overlap and not (par.sequence_parallel and par.tp > 1):
+        p.append("training.tp_comm_overlap: Transformer Engine's userbuffer overlap needs tp > 1 and "
+                 f"parallel.sequence_parallel: true (Megatron asserts it), got tp={par.tp}, "
+                 f"sequence_parallel={par.sequence_parallel}")
+    if tr.overlap_param_gather and not par.distributed_optimizer:
+        p.append("training.overlap_param_gather: needs parallel.distributed_optimizer: true "
+                 "(there is no parameter all-gather without it)")
     if s.costs.network == "flow":
         p.append("costs.network: flow (max-min fair sharing) is not implemented yet; use analytical, "
                  "which already divides each link among the concurrent groups crossing it")

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from sim3d.costs.collectives import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY, collective_time
-from sim3d.costs.compute import block_shape
+from sim3d.costs.compute import block_shape, gemm_shape_efficiency
 from sim3d.costs.model import CostModel
 from sim3d.costs.profile import COLUMNS, Profile
 from sim3d.model.ops import embedding_ops, head_ops, layer_ops
@@ -74,7 +74,35 @@ def test_roofline_gemm_time_matches_peak_and_efficiency():
     costs = CostModel(s)
     qkv = next(op for op in layer_ops(s) if op.name == "qkv")
     t = costs.compute.op_time(qkv)
-    assert t.fwd == pytest.approx(qkv.fwd_flops / (312e12 * 0.80) + 3e-6)
+    # GPT-3 qkv at tp 8: m=2048 tokens, n=3*12288/8=4608, k=12288. 128x256 tiles: 16*18=288
+    # tiles over 108 SMs = 2.67 waves; split-K 3 makes 864 = 8 whole waves of depth 4096;
+    # k-loop efficiency 4096/(4096+128); A100 best-shape (MAMF) efficiency 0.869.
+    assert qkv.gemm == (2048, 4608, 12288)
+    efficiency = 0.869 * 1.0 * (4096 / (4096 + 128))
+    assert t.fwd == pytest.approx(qkv.fwd_flops / (312e12 * efficiency) + 3e-6)
+
+
+def test_gemm_shape_efficiency_wave_quantization():
+    k = 256  # too shallow to split: only wave quantization and the k-loop overhead act
+    assert gemm_shape_efficiency(128 * 12, 256 * 11, k, 132) == pytest.approx(k / (k + 128))  # 132 tiles
+    assert gemm_shape_efficiency(128 * 12, 256 * 11 + 1, k, 132) == pytest.approx(
+        (128 * 12 * (256 * 11 + 1)) / (144 * 128 * 256) * 144 / 264 * k / (k + 128))  # 144 tiles: 2 waves
+    # a deep k lets split-K fill the second wave
+    assert gemm_shape_efficiency(128 * 12, 256 * 11 + 1, 1 << 14, 132) > 0.75  # vs 0.5 without split
+    assert gemm_shape_efficiency(4096, 4096, 128, 132) < gemm_shape_efficiency(4096, 4096, 8192, 132)
+
+
+def test_fp8_changes_only_the_te_linear_gemms():
+    bf16 = gpt3("cluster.gpu=h100-sxm", "training.precision=bf16")
+    fp8 = gpt3("cluster.gpu=h100-sxm", "training.precision=fp8")
+    c16, c8 = CostModel(bf16).compute, CostModel(fp8).compute
+    for a, b in zip(layer_ops(bf16) + head_ops(bf16), layer_ops(fp8) + head_ops(fp8)):
+        assert a.name == b.name
+        t16, t8 = c16.op_time(a), c8.op_time(b)
+        if a.name in ("qkv", "out_proj", "mlp_up", "mlp_down"):
+            assert b.fp8 and t8.fwd < t16.fwd and t8.bwd_input < t16.bwd_input and t8.bwd_weight < t16.bwd_weight
+        else:  # attention, norms, LM head, loss: 16-bit, identical
+            assert not b.fp8 and (t8.fwd, t8.bwd_input, t8.bwd_weight) == (t16.fwd, t16.bwd_input, t16.bwd_weight)
 
 
 def test_recompute_adds_a_forward_to_the_backward():

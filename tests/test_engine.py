@@ -39,7 +39,7 @@ class UnitCosts:
 def tiny_scenario(pp=4, m=8, schedule="1f1b", vpp=1, **training):
     return scenario_from_dict({
         "name": "uniform", "schedule": schedule,
-        "model": {"layers": pp * vpp * 4, "hidden": 2048, "heads": 16, "vocab": 64, "seq_len": 1024},
+        "model": {"layers": pp * vpp * 8, "hidden": 2048, "heads": 16, "vocab": 64, "seq_len": 1024},
         "parallel": {"tp": 1, "pp": pp, "dp": 1, "vpp": vpp},
         "training": {"micro_batch": 1, "global_batch": m, "precision": "bf16", **training},
         "cluster": {"gpu": "h100-sxm", "nodes": pp, "gpus_per_node": 1,

@@ -12,11 +12,15 @@ from sim3d.scenario import load_scenario, scenario_from_dict
 
 
 def make(layers=4, hidden=256, heads=8, seq=128, vocab=1024, mb=1, gb=4, tp=1, pp=1, cp=1, dp=1, vpp=1,
-         sp=False, recompute="none", precision="bf16", schedule="1f1b", dist_opt=False):
+         sp=False, recompute="none", precision="bf16", schedule="1f1b", dist_opt=False, backend="unfused",
+         dropout=0.1):
+    """Korthikanti's formulas describe Megatron's unfused attention with dropout: the default here."""
     return scenario_from_dict(dict(
-        name="t", model=dict(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq),
+        name="t", model=dict(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq,
+                             hidden_dropout=dropout, attention_dropout=dropout),
         parallel=dict(tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, sequence_parallel=sp, distributed_optimizer=dist_opt),
-        training=dict(micro_batch=mb, global_batch=gb, recompute=recompute, precision=precision),
+        training=dict(micro_batch=mb, global_batch=gb, recompute=recompute, precision=precision,
+                      attention_backend=backend),
         schedule=schedule, cluster=dict(gpu="a100-80gb", nodes=1, gpus_per_node=tp * pp * cp * dp)))
 
 
@@ -56,7 +60,8 @@ def korthikanti(layers, h, heads, pp, vpp, mb, gb, sp=False, recompute="none", s
     return scenario_from_dict(dict(
         name=f"kor-{layers}", model=dict(layers=layers, hidden=h, heads=heads, vocab=51200, seq_len=2048),
         parallel=dict(tp=8, pp=pp, dp=1, vpp=vpp, sequence_parallel=sp),
-        training=dict(micro_batch=mb, global_batch=gb, recompute=recompute, precision="bf16"),
+        training=dict(micro_batch=mb, global_batch=gb, recompute=recompute, precision="bf16",
+                      attention_backend="unfused"),
         schedule=schedule or ("interleaved-1f1b" if vpp > 1 else "1f1b"),
         cluster=dict(gpu="a100-80gb", nodes=pp, gpus_per_node=8)))
 

@@ -15,13 +15,16 @@ from sim3d.scenario import load_scenario, scenario_from_dict
 
 def make(layers=4, hidden=256, heads=8, seq=128, vocab=1024, mb=1, gb=4, tp=1, pp=1, cp=1, ep=1,
          kv_heads=None, ffn=None, activation="gelu", sp=False, recompute="none", precision="bf16",
-         moe=None, schedule="1f1b", vpp=1, dp=1, gpu="a100-80gb"):
+         moe=None, schedule="1f1b", vpp=1, dp=1, gpu="a100-80gb", backend="unfused", dropout=0.1):
+    """The papers' closed forms describe Megatron's unfused attention: that is the default here."""
     n = tp * pp * cp * dp
     return scenario_from_dict(dict(
         name="t", model=dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn,
-                             vocab=vocab, seq_len=seq, activation=activation, moe=moe),
+                             vocab=vocab, seq_len=seq, activation=activation, moe=moe,
+                             hidden_dropout=dropout, attention_dropout=dropout),
         parallel=dict(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=vpp, sequence_parallel=sp),
-        training=dict(micro_batch=mb, global_batch=gb, recompute=recompute, precision=precision),
+        training=dict(micro_batch=mb, global_batch=gb, recompute=recompute, precision=precision,
+                      attention_backend=backend),
         schedule=schedule, cluster=dict(gpu=gpu, nodes=1, gpus_per_node=n)))
 
 

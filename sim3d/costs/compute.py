@@ -1,30 +1,106 @@
-"""How long one op takes on one GPU: a measured profile when it has the op, else a roofline.
+"""How long one op takes on one GPU: a measured profile when it has the op, else an analytical
+model: a roofline whose GEMM efficiency depends on the shape, and fused attention priced
+from the throughput its kernels are published to reach.
 
-The analytical model is a roofline: time = max(FLOPs / (peak * GEMM efficiency),
-bytes / (HBM bandwidth * memory efficiency)) + a per-kernel overhead. Its three constants
-are physical, per GPU generation, and stated with their grounds below; nothing is fitted
-to a validation row.
+    time = max(FLOPs / (peak * efficiency), bytes / (HBM bandwidth * memory efficiency)) + overhead
+
+Every constant below is physical, per GPU generation, and stated with its source; nothing
+is fitted to a validation row.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-# Fraction of the dense tensor-core peak that cuBLAS sustains on the large, well-aligned
-# GEMMs of billion-parameter transformers. Assumption grounded in public measurements:
-# Korthikanti et al. 2022 report 57% *model-wide* MFU (incl. communication, norms, softmax)
-# on A100 for the 1T model, which bounds GEMM efficiency from below; large bf16 GEMMs on
-# A100 are commonly benchmarked at 250-280 of 312 TFLOP/s (0.80-0.90). Hopper's larger
-# peak is harder to saturate (H100 bf16 GEMMs run at ~650-750 of 989 TFLOP/s).
-GEMM_EFFICIENCY = {"a100-40gb": 0.80, "a100-80gb": 0.80, "h100-sxm": 0.72, "h200": 0.72, "b200": 0.70}
-DEFAULT_GEMM_EFFICIENCY = 0.75
-# Fraction of the HBM datasheet bandwidth that unfused PyTorch elementwise / norm /
-# softmax kernels reach. Assumption: streaming kernels reach ~90% of peak (STREAM-like
-# copy), multi-operand PyTorch kernels less; 0.80 in between.
+import numpy as np
+
+# ---- GEMMs ----------------------------------------------------------------------------------
+# Fraction of the dense tensor-core peak that torch.matmul (cuBLAS) reaches on the best shape
+# of a brute-force search ("maximum achievable matmul FLOPS"): stas00/ml-engineering,
+# compute/accelerator/README.md, MAMF table (mamf-finder.py): A100 SXM bf16 271.2 of 312;
+# H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; H200 fp8 1453.4 of 1979 (bf16 taken
+# as H100's: same SMs and clocks). B200 and V100: no public MAMF found; 0.75 assumed.
+GEMM_PEAK_EFFICIENCY = {  # gpu -> {precision: fraction}
+    "a100-40gb": {"bf16": 0.869}, "a100-80gb": {"bf16": 0.869},
+    "h100-sxm": {"bf16": 0.803, "fp8": 0.709}, "h200": {"bf16": 0.803, "fp8": 0.734},
+}
+ASSUMED_GEMM_EFFICIENCY = 0.75
+# Shape effects (NVIDIA "Matrix Multiplication Background" user's guide, tile and wave
+# quantization): the output is cut into tiles, one per SM at a time; a last partial wave of
+# tiles leaves SMs idle. cuBLAS's large-GEMM tiles on Ampere / Hopper are 128x256 (either
+# orientation; CUTLASS's default bf16 tile shapes for sm80 / sm90).
+GEMM_TILE = (128, 256)
+# Each output tile pays a pipeline fill and an epilogue, about two 64-deep k-blocks of the
+# main loop (CUTLASS multistage mainloop with BK=64): efficiency k / (k + 128).
+GEMM_K_OVERHEAD = 128
+GEMM_MAX_SPLIT_K = 4
+
+# ---- fused attention ------------------------------------------------------------------------
+# Causal attention kernels skip fully masked tiles (FlashAttention-2 csrc/flash_attn/src/
+# flash_fwd_kernel.h clips n_block_max at the diagonal; FA3 hopper/block.h likewise), so they
+# execute half of the model's 4*b*s^2*h forward FLOPs; the papers' causal TFLOP/s count that
+# half. Backward = 2.5x forward matmul work (it recomputes the scores; FA2
+# benchmarks/benchmark_flash_attention.py).
+CAUSAL_EXECUTED = 0.5
+FLASH_BACKWARD_WORK = 2.5
+# Achieved TFLOP/s of cuDNN fused attention (what Transformer Engine runs on Hopper), BF16,
+# head dim 128, causal forward and backward, by sequence length 512..16k: Shah et al. 2024
+# (FlashAttention-3, arXiv:2407.08608), benchmark figures, cuDNN series, H100 SXM5.
+_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+_HOPPER_FWD = (315, 410, 484, 518, 529, 539)
+_HOPPER_BWD = (305, 408, 465, 499, 518, 516)
+# Ampere: FlashAttention-2 reaches up to 73% of peak forward and 63% backward on A100 (Dao
+# 2023, arXiv:2307.08691, sections 1 and 4.1); the sequence-length dependence is taken as
+# Hopper's (no per-length A100 table was found).
+_AMPERE_PEAK = {"fwd": 0.73, "bwd": 0.63}
+# Head dim 64 reaches ~0.69x the TFLOP/s of head dim 128 (FA3 figures, cuDNN forward 413 vs 595
+# at 16k); linear in between, no gain assumed above 128.
+HEAD_DIM_64_FACTOR = 0.69
+
+# ---- memory-bound kernels -------------------------------------------------------------------
+# Fraction of the HBM datasheet bandwidth that elementwise / norm / softmax kernels reach.
+# Assumption: streaming kernels reach ~90% of peak (STREAM-like copy), multi-operand PyTorch
+# kernels less; 0.80 in between.
 MEMORY_EFFICIENCY = 0.80
 # Per-kernel fixed cost: launch latency and the ramp/tail of a kernel, a few microseconds
 # on current GPUs (CUDA launch overhead is ~3-5 us when not hidden by the stream queue).
 KERNEL_OVERHEAD_S = 3e-6
+
+
+def gemm_peak_efficiency(gpu: str, precision: str) -> float:
+    key = "fp8" if precision == "fp8" else "bf16"
+    return GEMM_PEAK_EFFICIENCY.get(gpu, {}).get(key, ASSUMED_GEMM_EFFICIENCY)
+
+
+def gemm_shape_efficiency(m: int, n: int, k: int, sms: int) -> float:
+    """Tile and wave quantization of the output (best tile orientation, and split-K up to
+    `GEMM_MAX_SPLIT_K` ways when too few tiles fill the SMs, as cuBLAS's heuristics and
+    Hopper's stream-K kernels do) times the k-loop's fixed cost per tile; 1.0 for a GEMM that
+    fills every SM in whole waves with a deep k."""
+    best = 0.0
+    for tm, tn in (GEMM_TILE, GEMM_TILE[::-1]):
+        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        useful = (m * n) / (tiles * tm * tn)  # a tile that sticks out of the matrix computes padding
+        for split in range(1, GEMM_MAX_SPLIT_K + 1):
+            depth = k / split
+            if split > 1 and depth < 2 * GEMM_K_OVERHEAD:
+                break
+            work = tiles * split
+            waves = math.ceil(work / sms)
+            best = max(best, useful * work / (waves * sms) * depth / (depth + GEMM_K_OVERHEAD))
+    return best
+
+
+def attention_efficiency(gpu: str, direction: str, seq: int, head_dim: int) -> float:
+    """Fraction of the 16-bit dense peak a fused causal attention kernel reaches, for a
+    kernel over `seq` queries and keys (per context-parallel step)."""
+    table = _HOPPER_FWD if direction == "fwd" else _HOPPER_BWD
+    hopper = np.interp(math.log2(max(seq, 1)), np.log2(_SEQ), table) / 989.4
+    if gpu.startswith("a100") or gpu == "v100":
+        hopper *= _AMPERE_PEAK[direction] / (table[-1] / 989.4)
+    factor = HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
+    return float(hopper * factor)
 
 
 def block_shape(scenario) -> str:
@@ -45,39 +121,76 @@ class OpTime:
 class ComputeModel:
     def __init__(self, scenario, profile=None):
         gpu = scenario.gpu
+        self.gpu = gpu
         self.precision = scenario.training.precision
-        self.peak = gpu.peak_tflops(self.precision) * 1e12
+        # GEMMs outside Transformer Engine's FP8 linears, and attention, run 16-bit
+        self.precision16 = "bf16" if self.precision == "fp8" else self.precision
+        self.peak = gpu.peak_tflops(self.precision16) * 1e12
+        self.peak_fp8 = gpu.peak_tflops("fp8") * 1e12 if self.precision == "fp8" else None
         self.hbm = gpu.hbm_tbps * 1e12
-        self.gemm_eff = GEMM_EFFICIENCY.get(gpu.name, DEFAULT_GEMM_EFFICIENCY)
+        self.gemm_eff = gemm_peak_efficiency(gpu.name, self.precision16)
+        self.gemm_eff_fp8 = gemm_peak_efficiency(gpu.name, "fp8") if self.peak_fp8 else None
         self.profile = profile
         self.dtype = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}[self.precision]
 
-    def roofline(self, flops: float, nbytes: float) -> float:
+    def memory_time(self, nbytes: float) -> float:
+        return nbytes / (self.hbm * MEMORY_EFFICIENCY) + KERNEL_OVERHEAD_S if nbytes > 0 else 0.0
+
+    def roofline(self, flops: float, nbytes: float, gemm: tuple[int, int, int] | None = None,
+                 fp8: bool = False) -> float:
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        return max(flops / (self.peak * self.gemm_eff), nbytes / (self.hbm * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S
+        peak, eff = (self.peak_fp8, self.gemm_eff_fp8) if fp8 else (self.peak, self.gemm_eff)
+        if gemm is not None:
+            eff *= gemm_shape_efficiency(*gemm, self.gpu.sms)
+        return max(flops / (peak * eff), nbytes / (self.hbm * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S
 
     def op_time(self, op) -> OpTime:
         measured = self._from_profile(op)
         if measured is not None:
             return measured
+        if op.attention is not None:
+            return self._fused_attention(op)
         # Backward of a GEMM reads about what its forward read (the other operand and the
         # output gradient) per half; a memory-bound op's backward reads the saved input and
         # the output gradient and writes the input gradient: twice the forward traffic.
         if op.fwd_flops > 0:
-            fwd = self.roofline(op.fwd_flops, op.fwd_bytes)
-            bi = self.roofline(op.bwd_input_flops, op.fwd_bytes) if op.bwd_input_flops else 0.0
-            bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes) if op.bwd_weight_flops else 0.0
+            m, n, k = op.gemm if op.gemm else (0, 0, 0)
+            # dgrad is [m x n] @ [n x k], wgrad [k x m] @ [m x n]: the shape each one tiles
+            shapes = (op.gemm, (m, k, n), (k, n, m)) if op.gemm else (None, None, None)
+            fwd = self.roofline(op.fwd_flops, op.fwd_bytes, shapes[0], op.fp8)
+            bi = self.roofline(op.bwd_input_flops, op.fwd_bytes, shapes[1], op.fp8) if op.bwd_input_flops else 0.0
+            bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes, shapes[2], op.fp8) if op.bwd_weight_flops else 0.0
+            if op.fp8_cast_bytes:  # cast (and transpose) of the input in forward, of the output grad in backward
+                fwd += self.memory_time(op.fp8_cast_bytes)
+                bi += self.memory_time(op.fp8_cast_bytes * (n / k if k else 1.0))
         else:
             fwd = self.roofline(0.0, op.fwd_bytes)
             bi, bw = self.roofline(0.0, 2 * op.fwd_bytes), 0.0
         return OpTime(fwd, bi, bw, "analytical")
+
+    def _fused_attention(self, op) -> OpTime:
+        _, sq, _, head_dim = op.attention
+        executed = op.fwd_flops * CAUSAL_EXECUTED
+        io = op.fwd_bytes / (self.hbm * MEMORY_EFFICIENCY)
+        fwd = max(executed / (self.peak * attention_efficiency(self.gpu.name, "fwd", sq, head_dim)), io)
+        bwd = max(FLASH_BACKWARD_WORK * executed / (self.peak * attention_efficiency(self.gpu.name, "bwd", sq, head_dim)),
+                  2 * io)
+        return OpTime(fwd + KERNEL_OVERHEAD_S, bwd + KERNEL_OVERHEAD_S, 0.0, "analytical")
 
     def _from_profile(self, op) -> OpTime | None:
         """The op's time from the measured profile, or None when the profile lacks any part
         of it (then the whole op falls back to the roofline, never a mix)."""
         if self.profile is None:
             return None
+        if op.attention is not None:
+            bh, sq, sk, head_dim = op.attention
+            fwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "fwd")
+            bwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "bwd")
+            if fwd is None or bwd is None:
+                return None
+            steps = sk / sq  # context parallelism: one causal sq x sq block per ring step on average
+            return OpTime(fwd * steps, bwd * steps, 0.0, "profile")
         if op.gemm is not None and op.fwd_flops > 0:
             m, n, k = op.gemm
             fwd = self.profile.gemm_seconds(m, n, k, self.dtype, "fwd")
@@ -102,5 +215,9 @@ class ComputeModel:
         return None
 
     def describe(self) -> str:
-        return (f"roofline: {self.peak / 1e12:.0f} TFLOP/s x {self.gemm_eff:.2f} GEMM efficiency, "
+        text = (f"roofline: {self.peak / 1e12:.0f} TFLOP/s x {self.gemm_eff:.3f} best-shape GEMM efficiency "
+                f"x wave/tile quantization over {self.gpu.sms} SMs x k/(k+{GEMM_K_OVERHEAD}), "
                 f"{self.hbm / 1e12:.2f} TB/s x {MEMORY_EFFICIENCY:.2f}, {KERNEL_OVERHEAD_S * 1e6:.0f} us per kernel")
+        if self.peak_fp8:
+            text += f"; FP8 linears {self.peak_fp8 / 1e12:.0f} TFLOP/s x {self.gemm_eff_fp8:.3f} + cast kernels"
+        return text

@@ -55,21 +55,21 @@ class Params:
 
 
 def _norm_params(d: Dims) -> int:
-    return 2 * d.h if d.gelu else d.h  # LayerNorm (weight, bias) for GPT, RMSNorm for LLaMA
+    return d.h if d.gated else 2 * d.h  # RMSNorm (weight) for LLaMA, LayerNorm (weight, bias) otherwise
 
 
 def layer_params(d: Dims, moe_layer: bool) -> Params:
     """Parameters of one layer on one rank. GPT style (gelu) has biases and LayerNorm,
     LLaMA style (swiglu) neither. Column-parallel weights and biases are split by tp;
     row-parallel biases and norms are replicated (Shoeybi et al. 2019, section 3)."""
-    h, t, bias = d.h, d.tp, d.gelu
-    qkv_out = h + 2 * d.kv_dim
-    attn = (h * qkv_out + bias * qkv_out + h * h) / t + bias * h + 2 * _norm_params(d)
+    h, t, bias = d.h, d.tp, d.gpt_style
+    qkv_out = d.q_dim + 2 * d.kv_dim
+    attn = (h * qkv_out + bias * qkv_out + d.q_dim * h) / t + bias * h + 2 * _norm_params(d)
 
     def mlp(ffn: int) -> float:
-        if d.gelu:
-            return (2 * h * ffn + ffn) / t + h
-        return 3 * h * ffn / t
+        if d.gated:
+            return 3 * h * ffn / t
+        return (2 * h * ffn + bias * ffn) / t + bias * h
 
     if moe_layer and d.experts:
         router = h * d.experts  # replicated on every rank
@@ -82,11 +82,11 @@ def _tied(d: Dims) -> bool:
     LLaMA-style models untie them. With pp > 1 the last stage still keeps its own copy
     (synchronised through the embedding group), so tying only saves memory when the first
     and last stage share a rank."""
-    return d.gelu
+    return d.gpt_style
 
 
 def embedding_params(d: Dims) -> float:
-    return d.vocab * d.h / d.tp + (d.s * d.h if d.gelu else 0)  # vocab-parallel + learned positions
+    return d.vocab * d.h / d.tp + (d.s * d.h if d.gpt_style else 0)  # vocab-parallel + learned positions
 
 
 def head_params(d: Dims, with_embedding: bool) -> float:

@@ -12,7 +12,9 @@ Conventions (shared by flops.py, memory.py and the cost model):
   gradient, each equal to the forward; the attention score GEMMs (QK^T, AV) have no weights,
   so their whole 2x backward is input gradient. Every op thus totals 3x its forward.
 * Core attention is counted without causal halving (4*b*s^2*h forward), following the
-  papers above.
+  papers above, for both backends: `flash` computes the same model FLOPs as `unfused`. How
+  much of that a kernel actually executes (FlashAttention skips fully masked tiles, the
+  unfused path does not) is the cost model's business (costs/compute.py).
 * `act_bytes` is what the op saves for its backward, broken down term by term as in
   Korthikanti et al. section 4.1 (16-bit activations, 1-byte dropout masks); summing it over
   a layer gives their equations (memory.py and tests/test_memory.py rely on that).
@@ -29,14 +31,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-# Bytes per element of GEMM inputs (weights and the activation operand) by precision.
-# fp8: TransformerEngine casts GEMM operands to 8 bits; everything else stays 16-bit.
-GEMM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
-# Bytes per stored activation element: Korthikanti section 4.1 assumes 16-bit activations;
-# fp8 training still keeps 16-bit activations between ops (as the brief of this module asks).
+# Bytes per stored activation element: Korthikanti section 4.1 assumes 16-bit activations.
+# fp8 training (Transformer Engine) keeps 16-bit activations between ops and casts only the
+# operands of its linear layers to 8 bits.
 ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+FP8_BYTES = 1
 MASK_BYTES = 1  # dropout masks are stored as one byte per element (Korthikanti section 4.1)
 LOGIT_BYTES = 4  # the vocab-parallel cross-entropy keeps fp32 logits (Korthikanti section 4.3)
+LSE_BYTES = 4  # FlashAttention keeps one fp32 log-sum-exp per query and head for its backward
+# Transformer Engine casts the input of an FP8 linear (read 16-bit, write 8-bit value and
+# its 8-bit transpose for the weight gradient) and, in backward, the output gradient the
+# same way: 2 + 1 + 1 bytes moved per element (TE `cast_transpose`). Weights are cast once
+# per step and cached across micro-batches (TE `is_first_microbatch`), so not per op here.
+FP8_CAST_BYTES_PER_ELEMENT = 4
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Op:
     kernels / numel: the elementwise kernels the op launches (calibration profile names:
       layernorm, rmsnorm, softmax, dropout, add, gelu, swiglu, embedding, cross_entropy) and
       the elements of their main tensor.
+    attention: a fused (flash) attention kernel's shape; its backward recomputes the scores.
     """
 
     name: str
@@ -74,6 +82,9 @@ class Op:
     gemm: tuple[int, int, int] | None = None
     kernels: tuple[str, ...] = ()
     numel: float = 0.0
+    fp8: bool = False  # a Transformer Engine linear whose GEMMs run on FP8 tensor cores
+    fp8_cast_bytes: float = 0.0  # bytes its FP8 casts move in forward (the same again in backward)
+    attention: tuple[int, int, int, int] | None = None  # fused attention kernel: (batch*heads, s_q, s_k, head_dim)
 
     @property
     def flops(self) -> float:
@@ -92,7 +103,7 @@ class Dims:
     head_dim: int
     ffn: int
     vocab: int
-    gelu: bool  # GPT-style (gelu, biases, LayerNorm) vs LLaMA-style (swiglu)
+    activation: str  # gelu (GPT: biases, LayerNorm) | swiglu (LLaMA) | squared-relu (Nemotron-4)
     precision: str
     tp: int = 1
     cp: int = 1
@@ -102,17 +113,22 @@ class Dims:
     top_k: int = 1
     expert_ffn: int = 0
     capacity: float = 1.0
+    flash: bool = False  # fused attention (FlashAttention / cuDNN / TE) instead of materialised scores
+    hidden_dropout: bool = True  # dropout after attention, MLP and embedding (keeps 1-byte masks)
+    attention_dropout: bool = True  # dropout on the attention probabilities (unfused: an s^2 mask)
 
     @classmethod
     def of(cls, s, capacity: float | None = None) -> "Dims":
-        m, moe = s.model, s.model.moe
+        m, moe, tr = s.model, s.model.moe, s.training
         cf = capacity if capacity is not None else (moe.capacity_factor or 1.0) if moe else 1.0
-        return cls(b=s.training.micro_batch, s=m.seq_len, h=m.hidden, heads=m.heads,
+        return cls(b=tr.micro_batch, s=m.seq_len, h=m.hidden, heads=m.heads,
                    kv_heads=m.num_kv_heads, head_dim=m.head_dim, ffn=m.ffn, vocab=m.vocab,
-                   gelu=m.activation == "gelu", precision=s.training.precision,
+                   activation=m.activation, precision=tr.precision,
                    tp=s.tp, cp=s.cp, ep=s.ep, sp=s.parallel.sequence_parallel and s.tp > 1,
                    experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 1,
-                   expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0, capacity=cf)
+                   expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0, capacity=cf,
+                   flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
+                   attention_dropout=m.attention_dropout > 0)
 
     def unsharded(self) -> "Dims":
         return replace(self, tp=1, cp=1, ep=1, sp=False)
@@ -127,21 +143,36 @@ class Dims:
         return ACT_BYTES[self.precision]
 
     @property
-    def gb(self) -> int:
-        return GEMM_BYTES[self.precision]
+    def gpt_style(self) -> bool:
+        """GPT-2/3 block: biases, LayerNorm, learned positions, tied embedding."""
+        return self.activation == "gelu"
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "swiglu"
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
 
 
-def _gemm(name: str, d: Dims, tokens: float, k: float, n: float, *, act: float = 0.0,
+def _gemm(name: str, d: Dims, tokens: float, k: float, n: float, *, act: float = 0.0, te_linear: bool = True,
           comm=None, comm_bytes=0.0, group=None, bwd_comm=None, bwd_comm_bytes=None) -> Op:
-    """[tokens x k] @ [k x n] with a weight: forward 2*tokens*k*n, BI and BW the same."""
+    """[tokens x k] @ [k x n] with a weight: forward 2*tokens*k*n, BI and BW the same.
+    `te_linear`: a Transformer Engine linear of the transformer layer, the only GEMMs that
+    run in FP8 (the LM head and the router stay 16-bit, outside TE's fp8_autocast)."""
     f = 2.0 * tokens * k * n
-    traffic = d.gb * (tokens * k + k * n) + d.ab * tokens * n
+    fp8 = te_linear and d.precision == "fp8"
+    operand = FP8_BYTES if fp8 else d.ab
+    traffic = operand * (tokens * k + k * n) + d.ab * tokens * n
+    cast = FP8_CAST_BYTES_PER_ELEMENT * tokens * k if fp8 else 0.0
     return Op(name, f, f, f, traffic, act, comm, comm_bytes, group, False, bwd_comm,
-              comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes, gemm=(round(tokens), round(n), round(k)))
+              comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes, gemm=(round(tokens), round(n), round(k)),
+              fp8=fp8, fp8_cast_bytes=cast)
 
 
 def _elementwise(name: str, d: Dims, elems: float, *, act: float = 0.0, passes: int = 2,
@@ -153,14 +184,18 @@ def _elementwise(name: str, d: Dims, elems: float, *, act: float = 0.0, passes: 
 
 
 def _norm(d: Dims) -> tuple[str, ...]:
-    return ("layernorm",) if d.gelu else ("rmsnorm",)
+    return ("rmsnorm",) if d.gated else ("layernorm",)
 
 
 def _activation(d: Dims) -> tuple[str, ...]:
-    return ("gelu",) if d.gelu else ("swiglu",)
+    return ("squared_relu",) if d.activation == "squared-relu" else ("swiglu",) if d.gated else ("gelu",)
 
 
-DROPOUT_ADD = ("dropout", "add")
+def _residual(name: str, d: Dims, elems: float) -> Op:
+    """Residual add, with the hidden dropout before it when enabled (keeps its 1-byte mask)."""
+    if d.hidden_dropout:
+        return _elementwise(name, d, elems, act=MASK_BYTES * elems, passes=3, kernels=("dropout", "add"))
+    return _elementwise(name, d, elems, passes=3, kernels=("add",))
 
 
 def _tp_boundary(d: Dims, into_parallel: bool) -> dict:
@@ -184,9 +219,8 @@ def _tp_boundary(d: Dims, into_parallel: bool) -> dict:
 def _attention(d: Dims) -> list[Op]:
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     rep = b * sl * h / (t if d.sp else 1)  # elements of a replicated (or SP-sharded) activation
-    q_dim, kv_dim = h / t, d.kv_dim / t  # local query / key-value widths
+    q_dim, kv_dim = d.q_dim / t, d.kv_dim / t  # local query / key-value widths
     heads = d.heads / t
-    scores = heads * b * sl * d.s  # local queries x all keys (CP: the ring brings the rest)
     ops = [
         # LayerNorm keeps its input (2sbh); replicated across TP unless SP shards it.
         _elementwise("input_norm", d, rep, act=ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
@@ -195,22 +229,54 @@ def _attention(d: Dims) -> list[Op]:
         # AV backward): they are booked here because selective recomputation keeps them.
         _gemm("qkv", d, b * sl, h, q_dim + 2 * kv_dim, act=ab * (rep + b * sl * (q_dim + 2 * kv_dim)),
               **(_cp_ring(d) if d.cp > 1 else {})),
+    ]
+    ops += _flash_core(d) if d.flash else _unfused_core(d)
+    ops += [
+        _gemm("out_proj", d, b * sl, q_dim, h, act=ab * b * sl * q_dim, **_tp_boundary(d, False)),
+        _residual("attn_residual", d, rep),
+    ]
+    return ops
+
+
+def _unfused_core(d: Dims) -> list[Op]:
+    """Megatron 2020-22 core attention: the s_q x s_k scores are written to HBM, softmax
+    (and dropout) run over them, and the backward reads what the forward kept."""
+    b, sl, ab = d.b, d.sl, d.ab
+    q_dim, kv_dim, heads = d.q_dim / d.tp, d.kv_dim / d.tp, d.heads / d.tp
+    scores = heads * b * sl * d.s  # local queries x all keys (CP: the ring brings the rest)
+    ops = [
         # QK^T: 2*b*s_q*s_k*head_dim per head.
         Op("attn_qk", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
            ab * (b * sl * (q_dim + kv_dim) + scores), 0.0, recompute_selective=True,
            gemm=(round(heads * b * sl), d.s, d.head_dim)),  # batched over heads, flattened
         _elementwise("attn_softmax", d, scores, act=ab * scores, selective=True, kernels=("softmax",)),  # keeps its output
-        _elementwise("attn_dropout", d, scores, act=MASK_BYTES * scores, selective=True,
-                     kernels=("dropout",)),  # mask
-        # AV keeps the dropped-out probabilities (V is booked on qkv).
-        Op("attn_av", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
-           ab * (scores + b * sl * (kv_dim + q_dim)), ab * scores, recompute_selective=True,
-           gemm=(round(heads * b * sl), d.head_dim, d.s)),
-        _gemm("out_proj", d, b * sl, q_dim, h, act=ab * b * sl * q_dim, **_tp_boundary(d, False)),
-        # dropout + residual add; keeps the 1-byte mask.
-        _elementwise("attn_residual", d, rep, act=MASK_BYTES * rep, passes=3, kernels=DROPOUT_ADD),
     ]
+    if d.attention_dropout:
+        ops.append(_elementwise("attn_dropout", d, scores, act=MASK_BYTES * scores, selective=True,
+                                kernels=("dropout",)))  # mask
+    # AV keeps the dropped-out probabilities (without dropout: the softmax output, already
+    # kept above); V is booked on qkv.
+    kept = ab * scores if d.attention_dropout else 0.0
+    ops.append(Op("attn_av", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
+                  ab * (scores + b * sl * (kv_dim + q_dim)), kept, recompute_selective=True,
+                  gemm=(round(heads * b * sl), d.head_dim, d.s)))
     return ops
+
+
+def _flash_core(d: Dims) -> list[Op]:
+    """Fused attention (FlashAttention-2/3, cuDNN, TE DotProductAttention; Dao 2023,
+    arXiv:2307.08691 section 3): the same model FLOPs as the unfused path (4*b*s_q*s_k*d
+    forward, twice that backward), but scores live only in on-chip memory: HBM traffic is
+    Q, K, V, O and one fp32 log-sum-exp per query and head, nothing of size s^2 is kept,
+    dropout is fused (regenerated from the RNG state, no mask), and the backward recomputes
+    the scores (2.5x the forward's matmul work; FA2 benchmarks/benchmark_flash_attention.py)."""
+    b, sl, ab = d.b, d.sl, d.ab
+    q_dim, kv_dim, heads = d.q_dim / d.tp, d.kv_dim / d.tp, d.heads / d.tp
+    scores = heads * b * sl * d.s
+    lse = LSE_BYTES * heads * b * sl
+    io = ab * b * sl * (2 * q_dim + 2 * kv_dim) + lse  # read Q, K, V; write O and the LSE
+    return [Op("core_attention", 4.0 * scores * d.head_dim, 8.0 * scores * d.head_dim, 0.0, io, lse,
+               recompute_selective=True, attention=(round(b * heads), sl, d.s, d.head_dim))]
 
 
 def _cp_ring(d: Dims) -> dict:
@@ -224,15 +290,15 @@ def _dense_mlp(d: Dims) -> list[Op]:
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     rep = b * sl * h / (t if d.sp else 1)
     f = d.ffn / t
-    up_width = 2 * f if not d.gelu else f  # swiglu: gate and up GEMMs (fused here)
+    up_width = 2 * f if d.gated else f  # swiglu: gate and up GEMMs (fused here)
     return [
         _elementwise("post_norm", d, rep, act=ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
         _gemm("mlp_up", d, b * sl, h, up_width, act=ab * rep),
-        # GeLU keeps its input (2*s*b*ffn); SwiGLU keeps gate and up outputs.
+        # GeLU / squared ReLU keep their input (2*s*b*ffn); SwiGLU keeps gate and up outputs.
         _elementwise("mlp_act", d, b * sl * up_width, act=ab * b * sl * up_width,
-                     passes=2 if d.gelu else 3, kernels=_activation(d)),
+                     passes=3 if d.gated else 2, kernels=_activation(d)),
         _gemm("mlp_down", d, b * sl, f, h, act=ab * b * sl * f, **_tp_boundary(d, False)),
-        _elementwise("mlp_residual", d, rep, act=MASK_BYTES * rep, passes=3, kernels=DROPOUT_ADD),
+        _residual("mlp_residual", d, rep),
     ]
 
 
@@ -251,12 +317,12 @@ def _moe_mlp(d: Dims) -> list[Op]:
     routed = own * d.top_k * d.capacity  # token copies this rank sends out / gets back
     tokens = b * sl * d.top_k * d.capacity  # token copies this rank's experts process
     f = d.expert_ffn / t
-    up_width = 2 * f if not d.gelu else f
+    up_width = 2 * f if d.gated else f
     a2a = routed * h * ab
     ep_comm = dict(comm="all-to-all", bwd_comm="all-to-all", comm_bytes=a2a, group="ep") if d.ep > 1 else {}
     ops = [
         _elementwise("post_norm", d, own * h, act=ab * own * h, kernels=_norm(d), **({} if d.sp else _tp_boundary(d, True))),
-        _gemm("router", d, own, h, d.experts, act=ab * own * (h + d.experts)),  # input + logits
+        _gemm("router", d, own, h, d.experts, act=ab * own * (h + d.experts), te_linear=False),  # input + logits
         _elementwise("moe_dispatch", d, routed * h, **ep_comm),
     ]
     if t > 1 and d.sp:
@@ -264,7 +330,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
                                 group="tp", bwd_comm="reduce-scatter"))
     ops += [
         _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (t if d.sp else 1)),
-        _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=2 if d.gelu else 3,
+        _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=3 if d.gated else 2,
                      kernels=_activation(d)),
         _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f),
     ]
@@ -276,7 +342,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
                                 comm_bytes=tokens * h * ab, group="tp"))
     ops += [
         _elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm),  # keeps the gate probabilities
-        _elementwise("mlp_residual", d, own * h, act=MASK_BYTES * own * h, passes=3, kernels=DROPOUT_ADD),
+        _residual("mlp_residual", d, own * h),
     ]
     return ops
 
@@ -300,8 +366,13 @@ def embedding_dims_ops(d: Dims) -> list[Op]:
     lookup = Op("embedding", 0.0, 0.0, 0.0, 2 * full * d.ab, 0.0, kernels=("embedding",), numel=full,
                 **(dict(comm="reduce-scatter" if d.sp else "all-reduce", bwd_comm="all-gather" if d.sp else None,
                         comm_bytes=full * d.ab, bwd_comm_bytes=full * d.ab, group="tp") if d.tp > 1 else {}))
-    # (+ learned positions for GPT) and embedding dropout: only the 1-byte mask is kept.
-    return [lookup, _elementwise("embedding_dropout", d, rep, act=MASK_BYTES * rep, passes=3, kernels=DROPOUT_ADD)]
+    # + learned positions (GPT) and the embedding dropout: only the 1-byte mask is kept.
+    if d.hidden_dropout:
+        return [lookup, _elementwise("embedding_dropout", d, rep, act=MASK_BYTES * rep, passes=3,
+                                     kernels=("dropout", "add"))]
+    if d.gpt_style:
+        return [lookup, _elementwise("embedding_positions", d, rep, passes=3, kernels=("add",))]
+    return [lookup]
 
 
 def head_dims_ops(d: Dims) -> list[Op]:
@@ -310,7 +381,7 @@ def head_dims_ops(d: Dims) -> list[Op]:
     return [
         _elementwise("final_norm", d, rep, act=d.ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
         # Vocab-parallel LM head (column-parallel over the vocabulary): keeps its input.
-        _gemm("lm_head", d, tokens, d.h, v, act=d.ab * rep),
+        _gemm("lm_head", d, tokens, d.h, v, act=d.ab * rep, te_linear=False),
         # Vocab-parallel cross-entropy (Megatron `vocab_parallel_cross_entropy`): keeps fp32
         # logits / softmax; three small all-reduces over TP (max, target logit, sum of exp),
         # each one fp32 value per token.
