@@ -5,15 +5,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim3d.validation import DEFAULT_CSV, main, mape, validate_rows
+from sim3d.scenario import ScenarioError
+from sim3d.validation import (DEFAULT_CSV, REPO_ROOT, Row, main, mape, mape_by_family, note_settings, scenario_of,
+                              validate_rows)
 
 HEADER = ("id,source,model,params_b,layers,hidden,heads,ffn_hidden,vocab,seq_len,gpu,num_gpus,tp,pp,dp,cp,ep,vp,"
           "micro_batch,global_batch,sequence_parallel,recompute,distributed_optimizer,metric,value,notes")
+# Korthikanti's rows: the kor22_ prefix gives them 2022 Megatron (unfused attention, dropout 0.1)
 ROWS = [
-    "layer,src,m,22,1,6144,64,24576,,2048,A100-SXM4-80GB,8,8,1,1,1,1,,4,,false,none,,layer_fwd_bwd_ms,19.6,x",
-    "mem,src,m,22,48,6144,64,24576,,2048,A100-SXM4-80GB,8,8,1,1,1,1,1,4,4,false,none,false,"
+    "kor22_layer,src,m,22,1,6144,64,24576,,2048,A100-SXM4-80GB,8,8,1,1,1,1,,4,,false,none,,layer_fwd_bwd_ms,19.6,x",
+    "kor22_mem,src,m,22,48,6144,64,24576,,2048,A100-SXM4-80GB,8,8,1,1,1,1,1,4,4,false,none,false,"
     "activation_mem_gib_per_gpu,59.25,x",
-    "nobatch,src,m,530,105,20480,128,81920,,2048,A100-SXM4-80GB,2240,8,35,8,1,1,,,,true,selective,,mfu,0.542,x",
+    "kor22_nobatch,src,m,530,105,20480,128,81920,,2048,A100-SXM4-80GB,2240,8,35,8,1,1,,,,true,selective,,mfu,0.542,x",
 ]
 
 
@@ -21,13 +24,13 @@ def test_rows_become_predictions(tmp_path):
     csv = tmp_path / "runs.csv"
     csv.write_text("\n".join([HEADER, *ROWS]) + "\n")
     rows = {r.id: r for r in validate_rows(csv)}
-    assert rows["layer"].predicted is not None and abs(rows["layer"].error) < 0.5
+    assert rows["kor22_layer"].predicted is not None and abs(rows["kor22_layer"].error) < 0.5
     # Korthikanti eq.: 22B, t=8, b=4, no recompute, 48 layers on one stage
     s, b, h, a, t, L = 2048, 4, 6144, 64, 8, 48
     formula = s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * L / 2**30
-    assert rows["mem"].predicted == pytest.approx(formula, rel=0.02)
-    assert rows["nobatch"].predicted is None and "not expressible" in rows["nobatch"].note
-    assert mape(list(rows.values()), "layer_fwd_bwd_ms") == pytest.approx(abs(rows["layer"].error))
+    assert rows["kor22_mem"].predicted == pytest.approx(formula, rel=0.02)
+    assert rows["kor22_nobatch"].predicted is None and "not expressible" in rows["kor22_nobatch"].note
+    assert mape(list(rows.values()), "layer_fwd_bwd_ms") == pytest.approx(abs(rows["kor22_layer"].error))
 
 
 def test_command_writes_csv(tmp_path, capsys):
@@ -35,7 +38,7 @@ def test_command_writes_csv(tmp_path, capsys):
     csv.write_text("\n".join([HEADER, ROWS[0]]) + "\n")
     out = tmp_path / "out.csv"
     assert main([str(csv), "--out", str(out), "--markdown"]) == 0
-    assert "| layer | layer_fwd_bwd_ms | 19.6 |" in capsys.readouterr().out
+    assert "| kor22_layer | layer_fwd_bwd_ms | 19.6 |" in capsys.readouterr().out
     assert len(pd.read_csv(out)) == 1
 
 
@@ -43,7 +46,76 @@ def test_missing_csv_is_bad_input(tmp_path):
     assert main([str(tmp_path / "nope.csv")]) == 2
 
 
-@pytest.mark.skipif(not Path(DEFAULT_CSV).is_file(), reason="shared/validation not beside the checkout")
+def test_default_csv_is_in_the_repository():
+    assert (REPO_ROOT / "pyproject.toml").is_file()
+    path = Path(DEFAULT_CSV).resolve()
+    assert path.is_relative_to(REPO_ROOT) and path.is_file()
+    for name in ("nccl.csv", "hardware.csv", "README.md"):
+        assert (path.parent / name).is_file()
+
+
+def _published(row_id: str) -> dict:
+    table = pd.read_csv(DEFAULT_CSV)
+    return table[table["id"] == row_id].to_dict("records")[0]
+
+
 def test_published_csv_rows_all_parse():
     table = pd.read_csv(DEFAULT_CSV)
-    assert {"id", "metric", "value"} <= set(table.columns)
+    assert {"id", "source", "metric", "value", "notes"} <= set(table.columns)
+    built = 0
+    for row in table.to_dict("records"):
+        try:
+            scenario_of(row, layer_only=row["metric"].startswith("layer_"))
+            built += 1
+        except ScenarioError as e:  # only a missing batch size may stop a row
+            assert "not published" in str(e), (row["id"], str(e))
+    assert built >= len(table) - 2
+
+
+def test_rows_run_the_software_of_their_era():
+    llama = scenario_of(_published("dgxc2411_llama31_70b_64"))
+    assert llama.model.activation == "swiglu" and llama.model.kv_heads == 8
+    assert llama.model.hidden_dropout == 0 and llama.model.attention_dropout == 0
+    assert llama.training.attention_backend == "flash" and llama.training.tp_comm_overlap
+    assert llama.training.precision == "bf16"
+    assert (llama.cluster.gpu, llama.nic_gbps, llama.nics_per_node) == ("h100-sxm", 400, 8)
+    assert llama.cluster.inter_node.fabric == "rail-optimized"
+    gpt3 = scenario_of(_published("dgxc2411_gpt3_175b_128"))
+    assert gpt3.training.overlap_param_gather and gpt3.model.activation == "gelu"
+    assert scenario_of(_published("dgxc2411_nemotron4_15b_16")).model.activation == "squared-relu"
+    kor = scenario_of(_published("kor22_22B_full"))
+    assert kor.training.attention_backend == "unfused" and not kor.training.tp_comm_overlap
+    assert kor.model.hidden_dropout == 0.1 and kor.model.attention_dropout == 0.1
+    assert (kor.cluster.gpu, kor.nic_gbps) == ("a100-80gb", 200)
+    bloom = scenario_of(_published("bloom176b_iter85376_step"))
+    assert bloom.training.attention_backend == "unfused" and bloom.nics_per_node == 4
+
+
+def test_notes_parsing_ignores_what_it_does_not_know():
+    settings = note_settings("precision=fp16/bf16-mixed (not stated); num_query_groups=8; tokens/s (x) = 5; "
+                             "grad-accum=4; ub_tp_comm_overlap=true, whatever=1")
+    assert settings["precision"] == "fp16/bf16-mixed" and settings["num_query_groups"] == "8"
+    assert settings["ub_tp_comm_overlap"] == "true" and "tokens/s" not in settings
+    row = _published("kor22_22B_full")
+    assert scenario_of(row).training.precision == "bf16"
+    assert scenario_of({**row, "notes": "precision=fp16; foo=bar"}).training.precision == "fp16"
+    assert scenario_of({**row, "notes": float("nan")}).training.precision == "bf16"
+
+
+def test_mape_per_row_family():
+    rows = [Row("kor22_a", "step_time_s", 2.0, 2.2), Row("kor22_b", "step_time_s", 1.0, 0.7),
+            Row("kor22_c", "mfu", 0.5, 0.45), Row("kor22_d", "mfu", 0.5, None),
+            Row("dgxc2411_x", "step_time_s", 10.0, 12.5), Row("bloom176b_y", "mfu", 0.4, None)]
+    by_family = mape_by_family(rows)
+    assert set(by_family) == {"kor22", "dgxc2411"}  # bloom176b has no prediction
+    assert by_family["kor22"]["step_time_s"] == (pytest.approx(0.2), 2)
+    assert by_family["kor22"]["mfu"] == (pytest.approx(0.1), 1)
+    assert by_family["dgxc2411"] == {"step_time_s": (pytest.approx(0.25), 1)}
+    assert mape(rows, "step_time_s") == pytest.approx((0.1 + 0.3 + 0.25) / 3)
+
+
+def test_command_prints_family_mape(tmp_path, capsys):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("\n".join([HEADER, ROWS[0].replace("kor22_layer,", "fam_layer,", 1)]) + "\n")
+    assert main([str(csv)]) == 0
+    assert "mean absolute percentage error, fam_*, layer_fwd_bwd_ms:" in capsys.readouterr().out
