@@ -133,6 +133,9 @@ class Training(_Strict):
     overlap_param_gather: bool = Field(
         False, validation_alias=AliasChoices("overlap_param_gather", "overlap_param_sync"))
     tp_comm_overlap: bool = Field(False, validation_alias=AliasChoices("tp_comm_overlap", "ub_tp_comm_overlap"))
+    # Megatron's default since late 2021 (--no-async-tensor-model-parallel-allreduce turns it
+    # off): the backward input-gradient all-reduce overlaps the weight-gradient GEMM.
+    async_tensor_model_parallel_allreduce: bool = True
     overlap_p2p: bool = Field(True, validation_alias=AliasChoices("overlap_p2p", "overlap_p2p_comm"))
 
     @field_validator("attention_backend", mode="before")
@@ -482,6 +485,9 @@ def _consistency(s: Scenario) -> list[str]:
     if (s.cluster.gpu in PRESETS and getattr(PRESETS[s.cluster.gpu], f"{key}_tflops") is None
             and getattr(s.cluster, f"{key}_tflops") is None):
         p.append(f"training.precision: {tr.precision} needs {key} tensor cores, which {s.cluster.gpu} lacks")
+    if tr.attention_backend == "flash" and s.cluster.gpu == "v100":
+        p.append("training.attention_backend: flash attention needs an Ampere or newer GPU (FlashAttention-2 "
+                 "supports sm80+); set training.attention_backend: unfused for v100")
     if tr.tp_comm_overlap and not (par.sequence_parallel and par.tp > 1):
         p.append("training.tp_comm_overlap: Transformer Engine's userbuffer overlap needs tp > 1 and "
                  f"parallel.sequence_parallel: true (Megatron asserts it), got tp={par.tp}, "

@@ -40,6 +40,8 @@ class GroupLink:
     inter_bw: float  # per-member network bandwidth across nodes, after sharing (bytes/s)
     intra_latency: float
     inter_latency: float
+    intra_efficiency: float = 0.77  # measured ring busbw / NVLink line rate (GpuSpec.nvlink_ring_busbw)
+    nvls_busbw: float | None = None  # NVLink SHARP all-reduce busbw of a whole node, bytes/s (None: no NVLS)
 
 
 class Topology:
@@ -135,8 +137,13 @@ class Topology:
         intra = self.scenario.nvlink_gbps * GBIT
         intra_lat = self.scenario.cluster.intra_node.latency_us * 1e-6
         inter_lat = self.scenario.cluster.inter_node.latency_us * 1e-6
+        gpu = self.scenario.gpu
+        # measured busbw as a fraction of the preset's line rate, so a what-if NVLink speed scales it
+        efficiency = gpu.nvlink_ring_busbw * 1e9 / (gpu.nvlink_gbps * GBIT)
+        nvls = (gpu.nvlink_nvls_busbw * 1e9 / (gpu.nvlink_gbps * GBIT) * intra
+                if gpu.nvlink_nvls_busbw and self.scenario.cluster.intra_node.fabric == "nvswitch" else None)
         if n < 2:
-            return GroupLink(1, float("inf"), 0.0, 1, 1, intra, float("inf"), intra_lat, inter_lat)
+            return GroupLink(1, float("inf"), 0.0, 1, 1, intra, float("inf"), intra_lat, inter_lat, efficiency, nvls)
         load = self._ring_load(axis)
         bw, lat, inter_bw = float("inf"), 0.0, float("inf")
         for i, a in enumerate(group):
@@ -147,7 +154,8 @@ class Topology:
             lat = max(lat, sum(self.graph.edges[e]["latency"] for e in edges))
             if self.gpu_of(a)[0] != self.gpu_of(b)[0]:
                 inter_bw = min(inter_bw, hop_bw)
-        return GroupLink(n, bw, lat, len(nodes), max(nodes.values()), intra, inter_bw, intra_lat, inter_lat)
+        return GroupLink(n, bw, lat, len(nodes), max(nodes.values()), intra, inter_bw, intra_lat, inter_lat,
+                         efficiency, nvls)
 
     def describe(self) -> str:
         s = self.scenario

@@ -18,12 +18,22 @@ from dataclasses import dataclass
 from ..topology import GroupLink
 
 # Achievable fraction of the link rate for large messages (bus bandwidth / link rate):
-# NVLink: 8x A100-SXM4-80GB all_reduce_perf reaches ~200 GB/s busbw of the 300 GB/s per
-#   direction (NVIDIA/nccl-tests issue #149, 2023; issue #178 reports 208 GB/s) -> 0.70.
+# NVLink: per GPU preset, from measured ring busbw (hardware.py: A100 ~230 of 300 GB/s,
+#   NVIDIA/nccl-tests#149; H100 ~370 of 450 GB/s, nccl-tests#212), carried by GroupLink.
 # InfiniBand: 4x HDR 200 Gb/s per 8 A100 reach 96 GB/s peak of 100 GB/s busbw
-#   (NVIDIA/nccl-tests issue #119, 2022) -> 0.90 (large messages; latency is separate).
-NVLINK_EFFICIENCY = 0.70
+#   (NVIDIA/nccl-tests issue #119, 2022) -> 0.90 (large messages; latency is separate);
+#   NCCL maintainers expect 46-48 of 50 GB/s per 400G NIC (nccl-tests#290, #319): 0.94.
 NETWORK_EFFICIENCY = 0.90
+# Size dependence inside a node (Hockney's n_1/2 model, Hockney 1991 "Performance parameters
+# and benchmarking of supercomputers"): a message of S bytes moves as if it were S + n_half at
+# the peak bus bandwidth. n_half = 16 MiB reproduces the measured 8x H100 all-reduce sweep of
+# NVIDIA/dgxc-benchmarking nccl/README.md within 7% from 16 MiB to 4 GiB (validation/nccl.csv;
+# tests/test_costs.py); below 16 MiB (LL / LL128 protocols) it is pessimistic (1 MiB: 2.4x).
+NVLINK_N_HALF_BYTES = 16 * 2**20
+# NVLS all-reduce bus bandwidth by GPUs in the node, relative to 8 GPUs (user measurement on
+# 8x H100, NVIDIA/nccl#1455: 370, 370, 420, 440, 460, 480 GB/s for 2..8 GPUs; <= 4 as ring).
+NVLS_SCALING = {2: 370 / 480, 3: 370 / 480, 4: 370 / 480, 5: 420 / 480, 6: 440 / 480, 7: 460 / 480, 8: 1.0}
+
 
 BUS_FACTOR = {  # nccl-tests PERFORMANCE.md: busbw = algbw * factor(n)
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -46,8 +56,13 @@ class CollectiveTime:
 
 
 def _effective_bw(link: GroupLink) -> float:
-    eff = NETWORK_EFFICIENCY if link.nodes > 1 else NVLINK_EFFICIENCY
+    eff = NETWORK_EFFICIENCY if link.nodes > 1 else link.intra_efficiency
     return link.bw * eff
+
+
+def _size_penalty(nbytes: float, link: GroupLink) -> float:
+    """Bytes a message moves as (Hockney's n_1/2) inside a node; as is across nodes."""
+    return nbytes + NVLINK_N_HALF_BYTES if link.nodes == 1 else nbytes
 
 
 def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
@@ -57,31 +72,36 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
     if op not in BUS_FACTOR:
         raise ValueError(f"unknown collective {op!r}; expected one of {', '.join(BUS_FACTOR)}")
     bw = _effective_bw(link)
+    moved = _size_penalty(nbytes, link)
     steps = 2 * (n - 1) if op == "all_reduce" else (n - 1)
-    candidates = [CollectiveTime(steps * link.latency + BUS_FACTOR[op](n) * nbytes / bw, "ring")]
+    candidates = [CollectiveTime(steps * link.latency + BUS_FACTOR[op](n) * moved / bw, "ring")]
     if op == "all_reduce":
         # double binary tree: 2 log2(n) latency hops, each rank moves the buffer twice
-        candidates.append(CollectiveTime(2 * math.ceil(math.log2(n)) * link.latency + 2 * nbytes / bw, "tree"))
+        candidates.append(CollectiveTime(2 * math.ceil(math.log2(n)) * link.latency + 2 * moved / bw, "tree"))
         if link.nodes > 1 and link.per_node > 1:
             candidates.append(_hierarchical_all_reduce(nbytes, link))
+        if link.nodes == 1 and link.nvls_busbw and n in NVLS_SCALING:
+            # NVLink SHARP: the switch reduces; measured busbw by group size (one latency each way)
+            nvls = link.nvls_busbw * NVLS_SCALING[n] * (link.bw / link.intra_bw)  # shared links scale it
+            candidates.append(CollectiveTime(2 * link.latency + BUS_FACTOR[op](n) * moved / nvls, "nvls"))
     if op == "all_to_all" and link.nodes > 1:
         # off-node share over the network, on-node share over NVLink, concurrently
         off = (n - link.per_node) / n * nbytes / (link.inter_bw * NETWORK_EFFICIENCY)
-        on = (link.per_node - 1) / n * nbytes / (link.intra_bw * NVLINK_EFFICIENCY)
+        on = (link.per_node - 1) / n * nbytes / (link.intra_bw * link.intra_efficiency)
         candidates = [CollectiveTime((n - 1) * link.latency + max(off, on), "pairwise")]
     return min(candidates, key=lambda c: c.seconds)
 
 
 def _hierarchical_all_reduce(nbytes: float, link: GroupLink) -> CollectiveTime:
     k, nodes = link.per_node, link.nodes
-    intra = link.intra_bw * NVLINK_EFFICIENCY
+    intra = link.intra_bw * link.intra_efficiency
     inter = link.inter_bw * NETWORK_EFFICIENCY
-    rs = (k - 1) * link.intra_latency + (k - 1) / k * nbytes / intra
+    rs = (k - 1) * link.intra_latency + (k - 1) / k * (nbytes + NVLINK_N_HALF_BYTES) / intra
     ar = 2 * (nodes - 1) * link.inter_latency + 2 * (nodes - 1) / nodes * (nbytes / k) / inter
     return CollectiveTime(2 * rs + ar, "hierarchical")
 
 
-def p2p_time(nbytes: float, bw: float, latency: float, crosses_nodes: bool) -> float:
+def p2p_time(nbytes: float, bw: float, latency: float, crosses_nodes: bool, intra_efficiency: float = 0.77) -> float:
     if nbytes <= 0 or bw == float("inf"):
         return latency
-    return latency + nbytes / (bw * (NETWORK_EFFICIENCY if crosses_nodes else NVLINK_EFFICIENCY))
+    return latency + nbytes / (bw * (NETWORK_EFFICIENCY if crosses_nodes else intra_efficiency))

@@ -1,9 +1,11 @@
 """Per-action costs of a scenario: what the engine asks when it replays a schedule.
 
 Compute actions (F, B, BI, BW) of a global stage cost the sum of their ops (compute.py) plus
-the TP / EP collectives between them, which Megatron issues synchronously on the compute
-stream; context-parallel ring exchanges overlap the attention they feed. Point-to-point,
-data-parallel and optimizer costs come from the topology and collectives.py.
+the TP / EP collectives between them. By default Megatron issues those synchronously on the
+compute stream; the overlap switches (Megatron's names, see `_overlap_plan`) hide a
+collective under an adjacent GEMM, which then runs on fewer SMs: overlapped communication
+is never free. Context-parallel ring exchanges overlap the attention they feed.
+Point-to-point, data-parallel and optimizer costs come from the topology and collectives.py.
 """
 
 from __future__ import annotations
@@ -21,12 +23,47 @@ from .compute import ComputeModel, block_shape
 
 COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
               "all-to-all": "all_to_all"}
-# Adam step, per local parameter: read fp32 master, exp_avg, exp_avg_sq and the gradient,
-# write the three fp32 states and the 16-bit model copy (Megatron's fused multi-tensor Adam).
-ADAM_BYTES_PER_PARAM = 4 * 3 + 4 + 4 * 3 + 2
+# The optimizer step as Megatron runs it (megatron/core/optimizer/optimizer.py,
+# MixedPrecisionOptimizer.step; distrib_optimizer.py), bytes moved per parameter of the
+# rank's optimizer shard: unscale + inf check of the fp32 main grads (fp16 loss scaling
+# only: read + write 4), grad-norm clipping's multi_tensor_l2norm (read 4), fused Adam
+# (read fp32 param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq: 28), copy
+# of the fp32 master weights to the 16-bit model weights (read 4, write 2); then
+# zero_grad_buffer rewrites the whole fp32 gradient buffer of the rank (4 per local parameter).
+UNSCALE_BYTES = 8
+GRAD_NORM_BYTES = 4
+ADAM_BYTES = 28
+MASTER_COPY_BYTES = 6
+ZERO_GRAD_BYTES = 4
 # Megatron-core DistributedDataParallelConfig: bucket_size = max(40M, 1M * dp) parameters
 # (megatron/core/distributed/distributed_data_parallel.py).
 BUCKET_PARAMS = 40_000_000
+# SMs a communication kernel takes from the GEMM it overlaps: Transformer Engine's userbuffer
+# default for the pipeline and bulk methods (transformer_engine/pytorch/module/base.py,
+# initialize_ub: num_sm 16, num_splits 4; ring_exchange uses 1 SM and the copy engines with
+# tp splits). An NCCL collective overlapping a GEMM (Megatron's async grad all-reduce) is
+# charged the same 16 SMs (NCCL runs one CTA per channel; 16 channels on NVSwitch nodes is our
+# assumption).
+COMM_SMS = 16
+PIPELINE_SPLITS = 4
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How a collective hides under a GEMM: `splits` chunks pipelined with it (None: one bulk
+    transfer alongside the whole GEMM), taking `sms` SMs from it."""
+    method: str
+    sms: int
+    splits: int | None
+
+
+def overlapped_seconds(gemm: float, comm: float, overlap: Overlap, sms: int) -> float:
+    """Time of a GEMM and a collective run together. The GEMM slows by the SMs the
+    communication kernel takes; in a pipeline of n chunks one chunk of the shorter side is
+    exposed: max(g, c) + min(g, c) / n."""
+    slowed = gemm * sms / (sms - overlap.sms) if overlap.sms else gemm
+    tail = min(slowed, comm) / overlap.splits if overlap.splits else 0.0
+    return max(slowed, comm) + tail
 
 
 @dataclass
@@ -36,8 +73,12 @@ class ActionCost:
 
 
 def _op_class(op) -> str:
+    if op.attention is not None:
+        return "attention (flash: fused kernel)"
     if op.gemm is not None:
-        return "attention matmuls" if op.name.startswith("attn_") else "GEMMs"
+        if op.name.startswith("attn_"):
+            return "attention (unfused: score matmuls)"
+        return "GEMMs (FP8, Transformer Engine linears)" if op.fp8 else "GEMMs (16-bit)"
     return "+".join(op.kernels) if op.kernels else "other"
 
 
@@ -64,7 +105,7 @@ class CostModel:
         if link.size < 2 or not kind:
             return 0.0
         if kind == "ring":  # context-parallel ring: cp-1 neighbour exchanges
-            return p2p_time(nbytes, link.bw, link.latency * (link.size - 1), link.nodes > 1)
+            return p2p_time(nbytes, link.bw, link.latency * (link.size - 1), link.nodes > 1, link.intra_efficiency)
         op = COLLECTIVE[kind]
         if self.profile is not None:
             measured = self.profile.collective_seconds(op, nbytes, link.size)
@@ -120,23 +161,99 @@ class CostModel:
             redo = self.ops_cost([op for op in ops if op.recompute_selective], "F").seconds
         return ActionCost(redo + bwd * (share if kind == "BI" else 1.0))
 
+    def _overlap_plan(self, ops) -> dict[tuple[int, str], tuple[int, str, Overlap]]:
+        """(collective's op index, "fwd" | "bwd") -> (GEMM op index, GEMM part, overlap).
+
+        `training.tp_comm_overlap` (Megatron --tp-comm-overlap, Transformer Engine userbuffers,
+        needs sequence parallelism): the all-gather into a column-parallel GEMM is a ring
+        exchange with its forward; the reduce-scatter after a row-parallel GEMM pipelines with
+        it; in backward the gradient all-gather pipelines with the row-parallel dgrad and the
+        input-gradient reduce-scatter runs in bulk beside the column-parallel wgrad (TE's
+        defaults per GEMM, module/base.py initialize_ub).
+        `training.async_tensor_model_parallel_allreduce` (Megatron's default): the backward
+        input-gradient all-reduce (reduce-scatter with SP) of a column-parallel linear runs on
+        its own stream beside the weight-gradient GEMM (megatron/core/tensor_parallel/layers.py,
+        LinearWithGradAccumulationAndAsyncCommunication)."""
+        tr, tp = self.s.training, self.s.tp
+        plan = {}
+        if tp < 2:
+            return plan
+        ring = Overlap("ring exchange", 1, tp)
+        pipeline = Overlap("pipelined", COMM_SMS, PIPELINE_SPLITS)
+        bulk = Overlap("bulk", COMM_SMS, None)
+        for i, op in enumerate(ops):
+            if op.group != "tp":
+                continue
+            following = ops[i + 1] if i + 1 < len(ops) else None
+            feeds_gemm = following is not None and following.gemm is not None and following.group in (None, "tp") \
+                and not following.name.startswith(("attn_", "lm_head", "router"))
+            if op.gemm is None and feeds_gemm:  # norm -> column-parallel GEMM boundary
+                if tr.tp_comm_overlap and op.comm:
+                    plan[(i, "fwd")] = (i + 1, "fwd", ring)
+                if op.bwd_comm and (tr.tp_comm_overlap or tr.async_tensor_model_parallel_allreduce):
+                    plan[(i, "bwd")] = (i + 1, "bwd_weight", bulk)
+                if op.comm == "all-gather" and tr.recompute != "full" and (
+                        tr.tp_comm_overlap or tr.async_tensor_model_parallel_allreduce):
+                    # sequence parallelism keeps only the input shard: backward all-gathers it
+                    # again for the wgrad, beside the dgrad GEMM (Megatron layers.py; TE bulk).
+                    # With both switches off the serial model of 2021 Megatron is kept as it was.
+                    plan[(i, "regather")] = (i + 1, "bwd_input", bulk)
+            elif op.gemm is not None and tr.tp_comm_overlap and not op.name.startswith(("lm_head", "router")):
+                if op.comm:  # row-parallel GEMM -> reduce-scatter
+                    plan[(i, "fwd")] = (i, "fwd", pipeline)
+                if op.bwd_comm:  # gradient all-gather -> row-parallel dgrad
+                    plan[(i, "bwd")] = (i, "bwd_input", ring)
+        return plan
+
     def ops_cost(self, ops, kind: str) -> ActionCost:
-        """F, B, BI or BW of a list of ops (one micro-batch), collectives included."""
+        """F, B, BI or BW of a list of ops (one micro-batch), collectives included; those the
+        overlap switches hide are charged with the GEMM they share the GPU with."""
         recompute = self.s.training.recompute
+        sms = self.s.gpu.sms
+        times = [self.compute.op_time(op) for op in ops]
+        plan = self._overlap_plan(ops)
+        # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
+        hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}
+        for i, op in enumerate(ops):
+            self.sources[f"compute: {_op_class(op)}"].add(times[i].source)
+            for direction, name, nbytes in (("fwd", op.comm, op.comm_bytes), ("bwd", op.bwd_comm, op.bwd_comm_bytes),
+                                            ("regather", op.comm, op.comm_bytes)):
+                key = (i, direction)
+                if not name or key not in plan:
+                    continue
+                j, part, how = plan[key]
+                wanted = ("F",) if direction == "fwd" else (("B",) if part == "bwd_weight" else ("B", "BI"))
+                if kind in wanted:
+                    hidden[(j, part)] = (self._collective(name, nbytes, op.group), how)
+                    self.sources[f"tp overlap: {how.method}"].add("analytical")
         total, comm = 0.0, defaultdict(float)
-        for op in ops:
-            t = self.compute.op_time(op)
-            self.sources[f"compute: {_op_class(op)}"].add(t.source)
+        for i, op in enumerate(ops):
+            t = times[i]
             fwd_comm = self._collective(op.comm, op.comm_bytes, op.group) if op.comm else 0.0
             bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group) if op.bwd_comm else 0.0
+            if (i, "fwd") in plan and kind == "F":
+                fwd_comm = 0.0  # charged with its GEMM below
+            if (i, "bwd") in plan and kind in ("B", "BI") and (plan[(i, "bwd")][1] != "bwd_weight" or kind == "B"):
+                bwd_comm = 0.0
             redo = recompute == "full" or (recompute == "selective" and op.recompute_selective)
+            parts = {"fwd": t.fwd, "bwd_input": t.bwd_input, "bwd_weight": t.bwd_weight}
+            exposed = 0.0
+            for part, seconds in parts.items():
+                if (i, part) in hidden:
+                    c, how = hidden[(i, part)]
+                    if how.splits and times[i].source == "analytical":
+                        seconds = self.compute.gemm_part_seconds(op, part, how.splits)
+                    together = overlapped_seconds(seconds, c, how, sms)
+                    exposed += together - seconds
+                    parts[part] = together
             if kind == "F":
-                work, c = t.fwd, fwd_comm
+                work, c = parts["fwd"], fwd_comm
             elif kind == "BW":
-                work, c = t.bwd_weight, 0.0
+                work, c = parts["bwd_weight"], 0.0
             else:
-                work = t.bwd_input + (t.bwd_weight if kind == "B" else 0.0) + (t.fwd if redo else 0.0)
-                c = bwd_comm + (fwd_comm if redo and recompute == "full" else 0.0)
+                work = parts["bwd_input"] + (parts["bwd_weight"] if kind == "B" else 0.0) + (t.fwd if redo else 0.0)
+                c = bwd_comm + (self._collective(op.comm, op.comm_bytes, op.group) if op.comm and redo
+                                and recompute == "full" else 0.0)
             if op.group == "cp":  # the ring exchange hides behind the attention it feeds
                 total += max(work, c)
                 comm["cp"] += c
@@ -144,6 +261,8 @@ class CostModel:
                 total += work + c
                 if c:
                     comm[op.group] += c
+            if exposed:  # what overlapped collectives add on top of their GEMMs
+                comm["tp"] += exposed
         return ActionCost(total, dict(comm))
 
     # ---- pipeline point-to-point ----------------------------------------------------------
@@ -173,7 +292,7 @@ class CostModel:
         a, b = pipe[src_pp], pipe[dst_pp]
         bw, lat = self.topology.path_cost(a, b)
         crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
-        return p2p_time(self.p2p_bytes, bw, lat, crosses)
+        return p2p_time(self.p2p_bytes, bw, lat, crosses, self._links["pp"].intra_efficiency)
 
     # ---- data parallel --------------------------------------------------------------------
     def chunk_params(self, pp_rank: int, chunk: int, stages):
@@ -205,29 +324,49 @@ class CostModel:
         return self._dp_collective("all-gather", self.chunk_params(pp_rank, chunk, stages), buckets)
 
     def optimizer(self, pp_rank: int, stages) -> float:
+        """The optimizer step of one rank, from the bytes each of its kernels moves (see
+        the constants above): memory-bound, so priced at the HBM roofline."""
         held = [self.chunk_params(pp_rank, c, stages) for c in range(self.s.vpp)]
-        params = sum(p.total for p in held)
+        local = sum(p.total for p in held)
+        shard = local
         if self.s.parallel.distributed_optimizer:
-            params = sum(p.dense / self.s.dp + p.expert / max(1, self.s.dp // self.s.ep) for p in held)
-        return self.compute.roofline(0.0, params * ADAM_BYTES_PER_PARAM)
+            shard = sum(p.dense / self.s.dp + p.expert / max(1, self.s.dp // self.s.ep) for p in held)
+        precision = self.s.training.precision
+        per_shard = GRAD_NORM_BYTES + ADAM_BYTES + (UNSCALE_BYTES if precision == "fp16" else 0) \
+            + (MASTER_COPY_BYTES if precision != "fp32" else 0)
+        kernels = (self.compute.memory_time(shard * per_shard), self.compute.memory_time(local * ZERO_GRAD_BYTES))
+        return sum(kernels)
 
     def explain(self) -> list[tuple[str, str]]:
         compute = sorted(k for k in self.sources if k.startswith("compute"))
         rows = [("cluster", self.topology.describe())]
-        rows += [(key, self._describe("compute", self.sources[key])) for key in compute]
+        rows += [(key, self._describe(key, self.sources[key])) for key in compute]
         for key in sorted(k for k in self.sources if not k.startswith("compute")):
             rows.append((key, self._describe(key, self.sources[key])))
+        rows.append(("optimizer step", "memory-bound kernels, bytes per parameter: "
+                     f"grad-norm {GRAD_NORM_BYTES} + Adam {ADAM_BYTES} + master copy {MASTER_COPY_BYTES}"
+                     f"{f' + unscale {UNSCALE_BYTES}' if self.s.training.precision == 'fp16' else ''} per shard, "
+                     f"zero-grad {ZERO_GRAD_BYTES} per local parameter (Megatron optimizer.py)"))
         return rows
 
     def _describe(self, kind: str, sources: set[str]) -> str:
         parts = []
         if "profile" in sources and self.profile is not None:
-            parts.append(self.profile.describe("compute" if kind == "compute" else "collective"))
+            parts.append(self.profile.describe("compute" if kind.startswith("compute") else "collective"))
         if "analytical" in sources:
-            if kind == "compute":
-                parts.append(self.compute.describe())
+            if kind.startswith("compute"):
+                parts.append(self.compute.describe(kind))
             elif kind == "pipeline p2p":
                 parts.append(f"analytical: latency + {self.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path")
+            elif kind.startswith("tp overlap"):
+                parts.append({
+                    "tp overlap: ring exchange": "all-gather in tp chunks over the copy engines (1 SM), pipelined "
+                                                "with the GEMM cut into tp row slices",
+                    "tp overlap: pipelined": f"reduce-scatter on {COMM_SMS} SMs pipelined with the GEMM cut into "
+                                             f"{PIPELINE_SPLITS} slices",
+                    "tp overlap: bulk": f"one collective beside the whole GEMM, taking {COMM_SMS} SMs from it",
+                }[kind] + " (TE userbuffers module/base.py defaults; Megatron async grad all-reduce)")
             else:
-                parts.append("analytical: NCCL-like ring / tree / hierarchical, alpha-beta on the placed links")
+                parts.append("analytical: NCCL-like ring / tree / NVLS / hierarchical on the placed links, measured "
+                             "busbw per GPU preset, Hockney n_1/2 inside a node")
         return "; ".join(parts)

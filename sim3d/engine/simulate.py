@@ -85,6 +85,10 @@ class Engine:
         self.buckets = schedule.meta.get("buckets_per_chunk", 1)
         self.overlap_dp = scenario.training.overlap_grad_reduce
         self.overlap_p2p = scenario.training.overlap_p2p
+        # Megatron --overlap-param-gather: the all-gather of the updated parameters runs under
+        # the next step's forwards (bucket by bucket as they are needed), so this step ends
+        # with the optimizer; the gathers still occupy the data-parallel stream.
+        self.overlap_param_gather = scenario.training.overlap_param_gather
         self.slowdown = defaultdict(lambda: 1.0)
         for fault in scenario.faults:
             if fault.straggler:
@@ -161,7 +165,7 @@ class Engine:
         me = pipe_ranks[pp_rank]
         pipe_id = tuple(sorted(pipe.items()))
         last_backward: dict[int, tuple[float, float]] = {}  # chunk -> (start, duration)
-        dp_free = 0.0
+        dp_free = gather_free = 0.0
         dp_seq = 0
         for index, a in enumerate(actions):
             if a.kind in COMPUTE:
@@ -230,10 +234,13 @@ class Engine:
             elif a.kind is Kind.PARAM_GATHER:
                 chunk = a.bucket // self.buckets
                 seconds, nbytes = self._dp_cost("gather", pp_rank, chunk)
-                begin = max(env.now, dp_free)
-                dp_free = begin + seconds
+                begin = max(env.now, dp_free, gather_free)
+                gather_free = begin + seconds
+                if not self.overlap_param_gather:  # the step ends when the parameters are back
+                    dp_free = gather_free
+                dp_end = gather_free
                 self.rows.append((me, stages.stage(pp_rank, chunk), chunk, a.bucket, "PARAM_GATHER", "dp",
-                                  begin, dp_free, nbytes, -1))
+                                  begin, dp_end, nbytes, -1))
         if dp_free > env.now:
             self.dp_tail[me] += dp_free - env.now
             yield env.timeout(dp_free - env.now)
