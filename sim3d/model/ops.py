@@ -230,6 +230,10 @@ def _attention(d: Dims) -> list[Op]:
         _gemm("qkv", d, b * sl, h, q_dim + 2 * kv_dim, act=ab * (rep + b * sl * (q_dim + 2 * kv_dim)),
               **(_cp_ring(d) if d.cp > 1 else {})),
     ]
+    if not d.gpt_style:
+        # rotary position embedding on Q and K (LLaMA, Nemotron; Su et al. 2021,
+        # arXiv:2104.09864): one memory-bound pass each way, nothing kept for backward
+        ops.append(_elementwise("rope", d, b * sl * (q_dim + kv_dim), kernels=("rope",)))
     ops += _flash_core(d) if d.flash else _unfused_core(d)
     ops += [
         _gemm("out_proj", d, b * sl, q_dim, h, act=ab * b * sl * q_dim, **_tp_boundary(d, False)),
