@@ -97,7 +97,7 @@ def attention_efficiency(gpu: str, direction: str, seq: int, head_dim: int) -> f
     kernel over `seq` queries and keys (per context-parallel step)."""
     table = _HOPPER_FWD if direction == "fwd" else _HOPPER_BWD
     hopper = np.interp(math.log2(max(seq, 1)), np.log2(_SEQ), table) / 989.4
-    if gpu.startswith("a100") or gpu == "v100":
+    if gpu.startswith("a100"):  # B200: Hopper's fractions assumed (no published table found)
         hopper *= _AMPERE_PEAK[direction] / (table[-1] / 989.4)
     factor = HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
     return float(hopper * factor)

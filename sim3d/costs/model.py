@@ -334,8 +334,7 @@ class CostModel:
         precision = self.s.training.precision
         per_shard = GRAD_NORM_BYTES + ADAM_BYTES + (UNSCALE_BYTES if precision == "fp16" else 0) \
             + (MASTER_COPY_BYTES if precision != "fp32" else 0)
-        kernels = (self.compute.memory_time(shard * per_shard), self.compute.memory_time(local * ZERO_GRAD_BYTES))
-        return sum(kernels)
+        return self.compute.memory_time(shard * per_shard) + self.compute.memory_time(local * ZERO_GRAD_BYTES)
 
     def explain(self) -> list[tuple[str, str]]:
         compute = sorted(k for k in self.sources if k.startswith("compute"))

@@ -220,7 +220,6 @@ def _attention(d: Dims) -> list[Op]:
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     rep = b * sl * h / (t if d.sp else 1)  # elements of a replicated (or SP-sharded) activation
     q_dim, kv_dim = d.q_dim / t, d.kv_dim / t  # local query / key-value widths
-    heads = d.heads / t
     ops = [
         # LayerNorm keeps its input (2sbh); replicated across TP unless SP shards it.
         _elementwise("input_norm", d, rep, act=ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),

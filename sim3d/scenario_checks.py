@@ -1,0 +1,101 @@
+"""Consistency of a parsed scenario: every problem as one line naming the field path and the
+numbers involved (DESIGN.md section 3)."""
+
+from __future__ import annotations
+
+from .hardware import PRESETS, suggest
+from .pipeline_split import megatron_stage_layers
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
+V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in V placement
+AXES = ("tp", "cp", "ep", "dp", "pp")
+
+
+def consistency_problems(s) -> list[str]:
+    p: list[str] = []
+    m, par, tr = s.model, s.parallel, s.training
+    if s.cluster.gpu not in PRESETS:
+        p.append(f"cluster.gpu: unknown GPU preset {s.cluster.gpu!r}{suggest(s.cluster.gpu, PRESETS)}"
+                 f"; known: {', '.join(PRESETS)}")
+        if s.cluster.gpus_per_node is None:  # the node size comes from the preset
+            return p
+    if s.schedule not in SCHEDULES:
+        p.append(f"schedule: unknown schedule {s.schedule!r}{suggest(s.schedule, SCHEDULES)}; known: {', '.join(SCHEDULES)}")
+    if m.hidden % m.heads and m.kv_channels is None:
+        p.append(f"model.hidden: {m.hidden} is not divisible by model.heads={m.heads} (set model.kv_channels "
+                 "for a head dimension of its own)")
+    if m.heads % m.num_kv_heads:
+        p.append(f"model.kv_heads: model.heads={m.heads} is not divisible by kv_heads={m.num_kv_heads}")
+    if m.heads % par.tp:
+        p.append(f"parallel.tp: model.heads={m.heads} is not divisible by tp={par.tp}")
+    if m.num_kv_heads != m.heads and m.num_kv_heads % par.tp:
+        p.append(f"parallel.tp: model.kv_heads={m.num_kv_heads} is not divisible by tp={par.tp}")
+    if m.ffn % par.tp:
+        p.append(f"parallel.tp: ffn_hidden={m.ffn} is not divisible by tp={par.tp}")
+    if m.vocab % par.tp:
+        p.append(f"parallel.tp: model.vocab={m.vocab} is not divisible by tp={par.tp} (pad the vocabulary)")
+    if s.num_stages > m.layers:
+        p.append(f"parallel.pp: pp={par.pp} * vpp={par.vpp} = {s.num_stages} stages exceeds {m.layers} layers")
+    elif s.megatron_split:
+        if s.schedule in V_SCHEDULES:
+            p.append(f"parallel: Megatron's first/last-stage layer options describe the loop placement; "
+                     f"schedule {s.schedule} places stages in a V")
+        else:
+            problem = megatron_stage_layers(s)[1]
+            if problem:
+                p.append(problem)
+    if par.cp > 1 and m.seq_len % (2 * par.cp):
+        p.append(f"parallel.cp: model.seq_len={m.seq_len} is not divisible by 2*cp={2 * par.cp} (load-balanced ring attention)")
+    if par.ep > 1 and m.moe is None:
+        p.append(f"parallel.ep: ep={par.ep} needs an MoE model (model.moe is null)")
+    if m.moe is not None:
+        if m.moe.experts % par.ep:
+            p.append(f"parallel.ep: model.moe.experts={m.moe.experts} is not divisible by ep={par.ep}")
+        if m.moe.top_k > m.moe.experts:
+            p.append(f"model.moe.top_k: {m.moe.top_k} exceeds {m.moe.experts} experts")
+    if sorted(par.order.split("-")) != sorted(AXES):
+        p.append(f"parallel.order: {par.order!r} must order all of {', '.join(AXES)} separated by '-'")
+    if s.world_size != s.num_gpus:
+        how = "dp given" if par.dp is not None else "dp derived"
+        p.append(f"parallel: tp*pp*dp*cp = {par.tp}*{par.pp}*{s.dp}*{par.cp} = {s.world_size} ({how}) "
+                 f"but cluster has {s.num_gpus} GPUs ({s.cluster.nodes} nodes x {s.gpus_per_node})")
+    if (s.dp * par.cp) % par.ep:
+        p.append(f"parallel.ep: ep={par.ep} must divide dp*cp={s.dp * par.cp} (experts are spread over data-parallel ranks)")
+    unit = tr.micro_batch * s.dp
+    if tr.global_batch % unit:
+        p.append(f"training.global_batch: {tr.global_batch} is not divisible by micro_batch*dp = "
+                 f"{tr.micro_batch}*{s.dp} = {unit}")
+    elif s.schedule == "interleaved-1f1b" and s.num_microbatches % par.pp:
+        p.append(f"training.global_batch: interleaved-1f1b needs num_microbatches % pp == 0, "
+                 f"got {s.num_microbatches} micro-batches for pp={par.pp}")
+    if s.schedule in ("gpipe", "1f1b", "zb-h1") and par.vpp != 1:
+        p.append(f"parallel.vpp: schedule {s.schedule} runs one chunk per rank, got vpp={par.vpp} (use interleaved-1f1b)")
+    if s.schedule in V_SCHEDULES and par.vpp != 2:
+        p.append(f"parallel.vpp: schedule {s.schedule} places two chunks per rank in a V, set vpp=2 (got {par.vpp})")
+    if s.schedule == "dualpipev" and tr.global_batch % unit == 0 and s.num_microbatches < 2 * par.pp:
+        p.append(f"training.global_batch: dualpipev needs at least 2*pp={2 * par.pp} micro-batches, got {s.num_microbatches}")
+    key = "tf32" if tr.precision == "fp32" else tr.precision
+    if (s.cluster.gpu in PRESETS and getattr(PRESETS[s.cluster.gpu], f"{key}_tflops") is None
+            and getattr(s.cluster, f"{key}_tflops") is None):
+        p.append(f"training.precision: {tr.precision} needs {key} tensor cores, which {s.cluster.gpu} lacks")
+    if tr.attention_backend == "flash" and s.cluster.gpu == "v100":
+        p.append("training.attention_backend: flash attention needs an Ampere or newer GPU (FlashAttention-2 "
+                 "supports sm80+); set training.attention_backend: unfused for v100")
+    if tr.tp_comm_overlap and not (par.sequence_parallel and par.tp > 1):
+        p.append("training.tp_comm_overlap: Transformer Engine's userbuffer overlap needs tp > 1 and "
+                 f"parallel.sequence_parallel: true (Megatron asserts it), got tp={par.tp}, "
+                 f"sequence_parallel={par.sequence_parallel}")
+    if tr.overlap_param_gather and not par.distributed_optimizer:
+        p.append("training.overlap_param_gather: needs parallel.distributed_optimizer: true "
+                 "(there is no parameter all-gather without it)")
+    if s.costs.network == "flow":
+        p.append("costs.network: flow (max-min fair sharing) is not implemented yet; use analytical, "
+                 "which already divides each link among the concurrent groups crossing it")
+    for i, fault in enumerate(s.faults):
+        if fault.straggler and fault.straggler.rank >= s.num_gpus:
+            p.append(f"faults.{i}.straggler.rank: {fault.straggler.rank} is not a rank of {s.num_gpus} GPUs")
+        if fault.link and fault.link.node >= s.cluster.nodes:
+            p.append(f"faults.{i}.link.node: {fault.link.node} is not a node of {s.cluster.nodes}")
+        if (fault.straggler is None) == (fault.link is None):
+            p.append(f"faults.{i}: give exactly one of straggler or link")
+    return p
