@@ -1,4 +1,4 @@
-"""``python -m calibrate [--device cpu|cuda] [--quick] [--scenario S] [--out PATH] [--dtype D]``"""
+"""``python -m calibrate [--device cpu|cuda] [--quick] [--scenario S]... [--out PATH] [--dtype D]``"""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="default: cuda if available, else cpu")
     p.add_argument("--quick", action="store_true", help="small grids (about 2 minutes on a 2-core CPU)")
-    p.add_argument("--scenario", default=None, help="also measure this scenario's layer shapes at its tp")
+    p.add_argument("--scenario", action="append", default=None,
+                   help="also measure this scenario's layer shapes at its tp (repeatable)")
     p.add_argument("--out", default=None, help="CSV path (default calibrate/profiles/<device-slug>.csv)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None,
                    help="kernel precision (default: bf16 on cuda, fp32 on cpu)")

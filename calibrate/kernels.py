@@ -1,5 +1,6 @@
-"""Kernel benchmarks, forward and backward: GEMM, attention, norms, activations, softmax,
-dropout, residual add, embedding lookup, cross-entropy.
+"""Kernel benchmarks, forward and backward: GEMM (and FP8 GEMM on GPUs that have FP8 tensor
+cores), attention, norms, activations, softmax, dropout, residual add, embedding lookup,
+cross-entropy.
 
 GEMMs use the ``nn.Linear`` layout (y = x W^T with x (m, k), W (n, k)); their backward is the
 two GEMMs autograd runs (dx = dy W, dW = dy^T x), called directly. Every other op's backward
@@ -91,17 +92,69 @@ class KernelBench:
             self.skipped.append(f"{op} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
 
     def attention(self, b: int, h: int, kvh: int, s: int, d: int) -> None:
+        """``attention`` is what ``scaled_dot_product_attention`` dispatches to by default (the
+        row the cost model reads); on CUDA each fused backend is also timed on its own
+        (``attention.flash``: FlashAttention-2 inside torch, ``attention.cudnn``: cuDNN's fused
+        attention, the kernel family Transformer Engine uses on Hopper)."""
         gqa = kvh != h
-
-        def make():
-            q, kk, v = self._randn(b, h, s, d, grad=True), self._randn(b, kvh, s, d, grad=True), self._randn(b, kvh, s, d, grad=True)
-            extra = {"enable_gqa": True} if gqa else {}
-            return (lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True, **extra)), [q, kk, v]
         flops = 2 * b * h * s * s * d            # causal: half of 4*b*h*s^2*d
         io = (2 * b * h * s * d + 2 * b * kvh * s * d) * self.es
         shape = f"b={b},h={h},s={s},d={d}" + (f",kv={kvh}" if gqa else "")
-        self._fwd_bwd("attention", "attention", shape, make, b * h * s * d, io, 2 * io,
-                      flops=(flops, 2.5 * flops))
+        for op, backend in [("attention", None)] + (self._attention_backends() if self.device == "cuda" else []):
+            def make(backend=backend):
+                q, kk, v = (self._randn(b, h, s, d, grad=True), self._randn(b, kvh, s, d, grad=True),
+                            self._randn(b, kvh, s, d, grad=True))
+                extra = {"enable_gqa": True} if gqa else {}
+
+                def call():
+                    if backend is None:
+                        return F.scaled_dot_product_attention(q, kk, v, is_causal=True, **extra)
+                    with torch.nn.attention.sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(q, kk, v, is_causal=True, **extra)
+                return call, [q, kk, v]
+            self._fwd_bwd(op, "attention", shape, make, b * h * s * d, io, 2 * io, flops=(flops, 2.5 * flops))
+
+    @staticmethod
+    def _attention_backends() -> list[tuple[str, object]]:
+        from torch.nn.attention import SDPBackend
+        named = [("attention.flash", "FLASH_ATTENTION"), ("attention.cudnn", "CUDNN_ATTENTION")]
+        return [(op, getattr(SDPBackend, name)) for op, name in named if hasattr(SDPBackend, name)]
+
+    def fp8_gemm(self, op: str, m: int, n: int, k: int) -> None:
+        """The three GEMMs of an FP8 linear as Transformer Engine runs them on Hopper: E4M3
+        operands, per-tensor scales, bf16 output, through ``torch._scaled_mm`` (cuBLASLt).
+        The operands are laid out beforehand (cuBLASLt's FP8 path wants A row-major and B
+        column-major); TE's cast-transpose kernels that produce them are not timed here (the
+        cost model charges them as memory traffic)."""
+        shape = f"m={m},n={n},k={k}"
+        if any(x % 16 for x in (m, n, k)):
+            self.skipped.append(f"{op} {shape} fp8: dimensions must be multiples of 16")
+            return
+        e4m3, one = torch.float8_e4m3fn, torch.ones((), device=self.device)
+
+        def fp8(*shape):
+            return (torch.randn(*shape, device=self.device) * 0.5).to(e4m3)
+
+        def mm(a, b):
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        set_bytes = m * k + n * k + 2 * m * n
+        try:
+            sets = []
+            for _ in range(num_sets(set_bytes, self.device)):
+                x, w, dy = fp8(m, k), fp8(n, k), fp8(m, n)
+                sets.append((x, w.t(), dy, w.t().contiguous().t(), dy.t().contiguous(), x.t().contiguous().t()))
+            fwd = [lambda x=x, wt=wt: mm(x, wt) for x, wt, *_ in sets]
+            bwd = [lambda dy=dy, wk=wk, dyt=dyt, xk=xk: (mm(dy, wk), mm(dyt, xk)) for _, _, dy, wk, dyt, xk in sets]
+            kw = dict(m=m, n=n, k=k, numel=m * n)
+            for pass_, calls, flops, nbytes in (("fwd", fwd, 2 * m * n * k, set_bytes),
+                                                ("bwd", bwd, 4 * m * n * k, 2 * set_bytes)):
+                seconds = self._time(calls)
+                self.rows.append(make_row(
+                    op=op, kind="gemm", **{"pass": pass_}, shape=shape, numel=kw["numel"], m=m, n=n, k=k,
+                    bytes=nbytes, dtype="fp8", device=self.device, seconds=seconds,
+                    tflops=flops / seconds / 1e12, gbps=nbytes / seconds / 1e9))
+        except (RuntimeError, NotImplementedError, TypeError) as exc:
+            self.skipped.append(f"{op} {shape} fp8: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
 
     def rowwise(self, rows: int, cols: int) -> None:
         es, numel, shape = self.es, rows * cols, f"rows={rows},cols={cols}"
@@ -163,9 +216,16 @@ class KernelBench:
                       numel * es, 2 * numel * es)
 
     # -- driver ------------------------------------------------------------------------------
+    def _has_fp8(self) -> bool:
+        """FP8 tensor cores: compute capability 8.9 (Ada) or 9.0+ (Hopper, Blackwell)."""
+        return (self.device == "cuda" and hasattr(torch, "_scaled_mm")
+                and torch.cuda.get_device_capability(0) >= (8, 9))
+
     def run(self, plan: KernelPlan) -> list[dict]:
         torch.manual_seed(0)
         steps = ([(f"GEMM {op} m={m} n={n} k={k}", self.gemm, (op, m, n, k)) for op, m, n, k in plan.gemms]
+                 + [(f"FP8 GEMM {op} m={m} n={n} k={k}", self.fp8_gemm, (op, m, n, k))
+                    for op, m, n, k in (plan.gemms if self._has_fp8() else [])]
                  + [(f"attention b={a[0]} h={a[1]} s={a[3]} d={a[4]}", self.attention, a) for a in plan.attention]
                  + [(f"norm/activation {r}x{c}", self.rowwise, (r, c)) for r, c in plan.rowwise]
                  + [(f"softmax {r}x{c}", self.softmax, (r, c)) for r, c in plan.softmax]
@@ -179,7 +239,7 @@ class KernelBench:
                     torch.cuda.empty_cache()
         best: dict = {}
         for row in self.rows:   # keep the smallest per-round median of each measurement
-            key = (row["op"], row["pass"], row["shape"])
+            key = (row["op"], row["pass"], row["shape"], row["dtype"])
             if key not in best or row["seconds"] < best[key]["seconds"]:
                 best[key] = row
         self.skipped = sorted(set(self.skipped))

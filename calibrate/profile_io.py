@@ -9,6 +9,7 @@ column         meaning
 op             what was measured: ``gemm`` (general grid), ``gemm.qkv`` / ``gemm.attn_out`` /
                ``gemm.mlp_up`` / ``gemm.mlp_gate`` / ``gemm.mlp_down`` / ``gemm.lm_head``
                (a scenario's layer GEMMs), ``attention``, ``layernorm``, ``rmsnorm``, ``gelu``,
+               ``attention.flash`` / ``attention.cudnn`` (one SDPA backend forced; CUDA only),
                ``swiglu``, ``softmax``, ``dropout``, ``add``, ``embedding``, ``cross_entropy``,
                ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``send_recv``
 kind           ``gemm | attention | elementwise | norm | softmax | embedding | loss | collective``
@@ -26,7 +27,7 @@ bytes          kernels: estimated bytes moved to/from memory (reads + writes, on
                all_gather: the gathered output; reduce_scatter: the input; all_to_all: the
                per-rank buffer; send_recv: the message)
 group_size     ranks taking part (collectives); empty for kernels
-dtype          ``fp32 | bf16 | fp16``
+dtype          ``fp32 | bf16 | fp16 | fp8`` (fp8: E4M3 GEMMs through ``torch._scaled_mm``)
 device         ``cpu`` or ``cuda``
 seconds        wall time of one call: median of the repeats (kernels: the smallest of the
                per-round medians, see calibrate/kernels.py)

@@ -1,7 +1,8 @@
 """``run_calibration``: measure kernels and collectives, write the profile CSV + provenance JSON.
 
-Precision: kernels run in ``dtype`` when given; otherwise bf16 on CUDA (the scenario's
-precision when a scenario is given; fp8 is measured as bf16 and noted) and fp32 on CPU,
+Precision: kernels run in ``dtype`` when given; otherwise bf16 on CUDA (the first scenario's
+precision when scenarios are given; an fp8 scenario is measured in bf16, and on GPUs with FP8
+tensor cores every GEMM shape is also measured in FP8) and fp32 on CPU,
 because CPU bf16 matmuls go through slow conversion paths that say nothing about a GPU's
 bf16 tensor cores (and little about CPU fp32 training either).
 """
@@ -30,11 +31,11 @@ def _resolve_dtype(device: str, dtype: str | None, scenario) -> tuple[str, str |
         return "fp32", "cpu: fp32 by default (CPU bf16 matmul timings are unrepresentative)"
     want = scenario.training.precision if scenario is not None else "bf16"
     if want == "fp8":
-        return "bf16", "fp8 GEMMs are not measured (torch._scaled_mm is not portable); measured bf16"
+        return "bf16", "fp8 scenario: 16-bit kernels measured in bf16; GEMMs also in FP8 where the GPU has FP8 tensor cores"
     return want, None
 
 
-def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str | None = None,
+def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str | list[str] | None = None,
                     out: str | None = None, progress: Callable[[str], None] | None = None, *,
                     dtype: str | None = None, kernels: bool = True, collectives: bool = True,
                     plan: KernelPlan | None = None, sizes: list[int] | None = None,
@@ -45,7 +46,8 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
 
     ``rounds``: how often the kernel plan is measured (default quick 2, full 3; min of medians).
     ``threads`` sets ``torch.set_num_threads`` for the kernel benchmarks (default: torch's).
-    ``plan`` replaces the default kernel grid (the scenario's shapes are added to it);
+    ``scenario_path``: one scenario file or several; each one's layer shapes are measured.
+    ``plan`` replaces the default kernel grid (the scenarios' shapes are added to it);
     ``sizes`` / ``group_sizes`` / ``collective_ops`` replace the collective sweep (tests use
     these to stay small). Under torchrun (CUDA) every rank must call this; rank 0 measures
     kernels and writes the files, the others return the path after the collectives.
@@ -59,15 +61,17 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
         raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda requested but torch.cuda.is_available() is False")
-    scenario = None
-    if scenario_path:
+    paths = [scenario_path] if isinstance(scenario_path, str) else list(scenario_path or [])
+    scenarios = []
+    if paths:
         from sim3d.scenario import load_scenario
-        scenario = load_scenario(scenario_path)
+        scenarios = [load_scenario(p) for p in paths]
+    scenario = scenarios[0] if scenarios else None
     dt, note = _resolve_dtype(device, dtype, scenario)
     path = Path(out) if out else default_path(device)
     t_start = time.perf_counter()
     rows: list[dict] = []
-    extra: dict = {"dtype_note": note, "scenario_path": scenario_path, "loadavg_start": _load()}
+    extra: dict = {"dtype_note": note, "scenario_path": paths or None, "loadavg_start": _load()}
     if device == "cpu" and extra["loadavg_start"] and extra["loadavg_start"][0] > 0.5 * (os.cpu_count() or 1):
         say(f"warning: load average {extra['loadavg_start'][0]:.1f} on {os.cpu_count()} cores; "
             "other processes will slow the measurements (recorded in the provenance)")
@@ -83,9 +87,10 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
 
     if kernels:
         kplan = plan if plan is not None else default_plan(device, quick)
-        if scenario is not None:
+        if scenarios:
             kplan = KernelPlan(**{k: list(v) if isinstance(v, list) else dict(v) for k, v in vars(kplan).items()})
-            kplan.extend(scenario_plan(scenario))
+            for sc in scenarios:
+                kplan.extend(scenario_plan(sc))
         if device == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = dt == "fp32"   # as training frameworks do
         if threads:
@@ -93,11 +98,13 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
         bench = KernelBench(device, dt, quick, progress=say, rounds=rounds)
         t0 = time.perf_counter()
         rows = bench.run(kplan) + rows
-        if scenario is not None:
+        if scenarios:
             from .blocks import measure_blocks
-            block_rows, skipped = measure_blocks(scenario, device, dt, quick, say)
-            rows = block_rows + rows
-            extra["blocks"] = skipped or f"{len(block_rows)} rows for {scenario.name}"
+            extra["blocks"] = {}
+            for sc in scenarios:
+                block_rows, skipped = measure_blocks(sc, device, dt, quick, say)
+                rows = block_rows + rows
+                extra["blocks"][sc.name] = skipped or f"{len(block_rows)} rows"
         extra["kernels"] = {"seconds": round(time.perf_counter() - t0, 1), "rounds": bench.rounds,
                             "statistic": "min over rounds of the median of repeats", "skipped": bench.skipped,
                             **{k: v for k, v in kplan.notes.items() if v}}

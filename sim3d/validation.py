@@ -154,6 +154,11 @@ ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _
 
 def scenario_of(row: dict, layer_only: bool = False):
     """A Scenario for one CSV row, or raise ScenarioError saying what is missing."""
+    return scenario_from_dict(scenario_dict_of(row, layer_only))
+
+
+def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
+    """The scenario file contents (a plain dict) for one CSV row."""
     gbs, mb = _int(row.get("global_batch")), _int(row.get("micro_batch"))
     if layer_only and mb is not None and gbs is None:  # one layer's timing: the batch size is moot
         gbs = mb * _int(row["dp"])
@@ -185,7 +190,7 @@ def scenario_of(row: dict, layer_only: bool = False):
     if layer_only:
         raw["parallel"]["pp"] = 1
         raw["parallel"]["vpp"] = 1
-    return scenario_from_dict(raw)
+    return raw
 
 
 def _predict(row: dict) -> tuple[float | None, str]:
@@ -277,17 +282,39 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _write_scenarios(csv_path: Path, ids: list[str], out: Path, console) -> int:
+    import yaml
+    table = pd.read_csv(csv_path).set_index("id", drop=False)
+    missing = [i for i in ids if i not in table.index]
+    if missing or not ids:
+        console.print(f"error: unknown row ids: {missing}" if missing else "error: name rows with --row", markup=False)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    for rid in ids:
+        raw = scenario_dict_of(table.loc[rid].to_dict())
+        path = out / f"{rid}.yaml"
+        path.write_text(f"# the scenario sim3d.validation builds for row {rid} of {csv_path.name}\n"
+                        + yaml.safe_dump(raw, sort_keys=False))
+        console.print(str(path), markup=False)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     parser = argparse.ArgumentParser(prog="python -m sim3d.validation", description=__doc__.splitlines()[0])
     parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--out", type=Path, help="also write the comparison as CSV")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table (for the README)")
+    parser.add_argument("--write-scenarios", type=Path, metavar="DIR",
+                        help="write the scenario of each row given with --row into DIR and stop")
+    parser.add_argument("--row", action="append", default=[], help="a row id (with --write-scenarios)")
     args = parser.parse_args(argv)
     console = Console(width=200)
     if not args.csv.is_file():
         console.print(f"[red]error:[/red] no such file {args.csv}")
         return 2
+    if args.write_scenarios:
+        return _write_scenarios(args.csv, args.row, args.write_scenarios, console)
     with console.status("simulating published runs ...") as status:
         rows = validate_rows(args.csv, progress=lambda rid: status.update(f"simulating {rid} ..."))
     console.print(markdown(rows) if args.markdown else render(rows), highlight=False)

@@ -215,11 +215,14 @@ class Profile:
 
     def attention_seconds(self, b: int, heads: int, seq: int, head_dim: int, dtype: str,
                           pass_: str = "fwd") -> float | None:
-        """Causal attention for (b, heads, seq, head_dim), interpolated by FLOPs."""
+        """Causal attention for (b, heads, seq, head_dim), interpolated by FLOPs. Only the
+        ``attention`` rows (SDPA's default dispatch) count; ``attention.<backend>`` rows, one
+        fused backend forced each, are kept for comparison, not pooled with them."""
         p, d = _pass(pass_), _dtype(dtype)
         key = ("attn", d, p)
         if key not in self._cache:
-            a = self.table[(self.table["kind"] == "attention") & (self.table["dtype"] == d) & (self.table["pass"] == p)]
+            a = self.table[(self.table["kind"] == "attention") & (self.table["op"] == "attention")
+                           & (self.table["dtype"] == d) & (self.table["pass"] == p)]
             a = a[a["tflops"] > 0]
             self._cache[key] = None if a.empty else _curve(
                 (a["tflops"] * 1e12 * a["seconds"]).to_numpy(float), a["seconds"].to_numpy(float))
