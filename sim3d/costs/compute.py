@@ -26,6 +26,19 @@ GEMM_PEAK_EFFICIENCY = {  # gpu -> {precision: fraction}
     "h100-sxm": {"bf16": 0.803, "fp8": 0.709}, "h200": {"bf16": 0.803, "fp8": 0.734},
 }
 ASSUMED_GEMM_EFFICIENCY = 0.75
+# MAMF is a burst figure: the kernels run for well under a second. A training step keeps the
+# tensor cores busy for seconds, the board reaches its power limit, and the SM clock drops
+# (1980 -> ~1390 MHz at 700 W, throttle reason "SW power cap"). Measured here on an H100 SXM5
+# (calibrate/sustained.py; calibrate/profiles/h100-sxm5-80gb-study/, 2026-11-22): random-data
+# bf16 8192^3 GEMMs sustain 687.6 TFLOP/s (median of the windows after 10 s, two runs: 685,
+# 688) against MAMF's 794.5 burst; FP8 E4M3 8192^3 sustains 1238.8 against 1402.6. Applied
+# to every tensor-core kernel (GEMMs and fused attention); memory-bound kernels keep their
+# rate (the memory clock did not move). H200: the same GH100 die at the same 700 W limit, so
+# H100's factors are assumed; A100, V100, B200: not measured, no derating applied.
+SUSTAINED_CLOCK_FACTOR = {  # gpu -> {precision: sustained / burst}
+    "h100-sxm": {"bf16": 687.6 / 794.5, "fp8": 1238.8 / 1402.6},
+    "h200": {"bf16": 687.6 / 794.5, "fp8": 1238.8 / 1402.6},
+}
 # Shape effects (NVIDIA "Matrix Multiplication Background" user's guide, tile and wave
 # quantization): the output is cut into tiles, one per SM at a time; a last partial wave of
 # tiles leaves SMs idle. cuBLAS's large-GEMM tiles on Ampere / Hopper are 128x256 (either
@@ -68,9 +81,16 @@ MEMORY_EFFICIENCY = 0.80
 KERNEL_OVERHEAD_S = 3e-6
 
 
-def gemm_peak_efficiency(gpu: str, precision: str) -> float:
+def sustained_clock_factor(gpu: str, precision: str) -> float:
     key = "fp8" if precision == "fp8" else "bf16"
-    return GEMM_PEAK_EFFICIENCY.get(gpu, {}).get(key, ASSUMED_GEMM_EFFICIENCY)
+    return SUSTAINED_CLOCK_FACTOR.get(gpu, {}).get(key, 1.0)
+
+
+def gemm_peak_efficiency(gpu: str, precision: str) -> float:
+    """Best-shape GEMM efficiency under sustained load: MAMF's burst figure x the clock the
+    GPU holds at its power limit."""
+    key = "fp8" if precision == "fp8" else "bf16"
+    return GEMM_PEAK_EFFICIENCY.get(gpu, {}).get(key, ASSUMED_GEMM_EFFICIENCY) * sustained_clock_factor(gpu, key)
 
 
 def gemm_shape_efficiency(m: int, n: int, k: int, sms: int) -> float:
@@ -100,7 +120,7 @@ def attention_efficiency(gpu: str, direction: str, seq: int, head_dim: int) -> f
     if gpu.startswith("a100"):  # B200: Hopper's fractions assumed (no published table found)
         hopper *= _AMPERE_PEAK[direction] / (table[-1] / 989.4)
     factor = HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
-    return float(hopper * factor)
+    return float(hopper * factor * sustained_clock_factor(gpu, "bf16"))
 
 
 def block_shape(scenario) -> str:
@@ -131,7 +151,8 @@ class ComputeModel:
         self.gemm_eff = gemm_peak_efficiency(gpu.name, self.precision16)
         self.gemm_eff_fp8 = gemm_peak_efficiency(gpu.name, "fp8") if self.peak_fp8 else None
         self.profile = profile
-        self.dtype = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}[self.precision]
+        # profile rows: FP8 only for Transformer Engine's linears, 16-bit for everything else
+        self.dtype = self.precision16
 
     def memory_time(self, nbytes: float) -> float:
         return nbytes / (self.hbm * MEMORY_EFFICIENCY) + KERNEL_OVERHEAD_S if nbytes > 0 else 0.0
@@ -161,13 +182,20 @@ class ComputeModel:
             fwd = self.roofline(op.fwd_flops, op.fwd_bytes, shapes[0], op.fp8)
             bi = self.roofline(op.bwd_input_flops, op.fwd_bytes, shapes[1], op.fp8) if op.bwd_input_flops else 0.0
             bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes, shapes[2], op.fp8) if op.bwd_weight_flops else 0.0
-            if op.fp8_cast_bytes:  # cast (and transpose) of the input in forward, of the output grad in backward
-                fwd += self.memory_time(op.fp8_cast_bytes)
-                bi += self.memory_time(op.fp8_cast_bytes * (n / k if k else 1.0))
+            cast_fwd, cast_bi = self._fp8_casts(op)
+            fwd, bi = fwd + cast_fwd, bi + cast_bi
         else:
             fwd = self.roofline(0.0, op.fwd_bytes)
             bi, bw = self.roofline(0.0, 2 * op.fwd_bytes), 0.0
         return OpTime(fwd, bi, bw, "analytical")
+
+    def _fp8_casts(self, op) -> tuple[float, float]:
+        """Cast (and transpose) of an FP8 linear's input in forward and of its output gradient
+        in backward; (0, 0) for a 16-bit op."""
+        if not op.fp8_cast_bytes:
+            return 0.0, 0.0
+        _, n, k = op.gemm
+        return self.memory_time(op.fp8_cast_bytes), self.memory_time(op.fp8_cast_bytes * (n / k if k else 1.0))
 
     def gemm_part_seconds(self, op, part: str, splits: int = 1) -> float:
         """One part ("fwd", "bwd_input", "bwd_weight") of a GEMM op run as `splits` GEMMs
@@ -207,15 +235,17 @@ class ComputeModel:
             return OpTime(fwd * steps, bwd * steps, 0.0, "profile")
         if op.gemm is not None and op.fwd_flops > 0:
             m, n, k = op.gemm
-            fwd = self.profile.gemm_seconds(m, n, k, self.dtype, "fwd")
+            dtype = "fp8" if op.fp8 else self.dtype
+            fwd = self.profile.gemm_seconds(m, n, k, dtype, "fwd")
             if fwd is None:
                 return None
-            bwd = self.profile.gemm_seconds(m, n, k, self.dtype, "bwd")
+            bwd = self.profile.gemm_seconds(m, n, k, dtype, "bwd")
             bwd = 2 * fwd if bwd is None else bwd
             # split the measured backward as its FLOPs split (input grad vs weight grad)
             total = op.bwd_input_flops + op.bwd_weight_flops
             share = op.bwd_input_flops / total if total else 1.0
-            return OpTime(fwd, bwd * share, bwd * (1 - share), "profile")
+            cast_fwd, cast_bi = self._fp8_casts(op)  # FP8 rows time the GEMMs alone
+            return OpTime(fwd + cast_fwd, bwd * share + cast_bi, bwd * (1 - share), "profile")
         if op.kernels and op.numel > 0:
             fwd = bwd = 0.0
             for kernel in op.kernels:
@@ -233,12 +263,15 @@ class ComputeModel:
         if "flash" in op_class:
             return (f"fused causal attention: {CAUSAL_EXECUTED:.0%} of the model FLOPs executed (masked tiles "
                     f"skipped), backward {FLASH_BACKWARD_WORK}x; achieved TFLOP/s by sequence and head dim from "
-                    f"FlashAttention-3 (arXiv:2407.08608) cuDNN figures{', scaled to FA2 on A100' if self.gpu.name.startswith('a100') else ''}")
+                    f"FlashAttention-3 (arXiv:2407.08608) cuDNN figures{', scaled to FA2 on A100' if self.gpu.name.startswith('a100') else ''}"
+                    f" x {sustained_clock_factor(self.gpu.name, 'bf16'):.3f} sustained clock")
         if "FP8" in op_class:
-            return (f"FP8 GEMMs: {self.peak_fp8 / 1e12:.0f} TFLOP/s x {self.gemm_eff_fp8:.3f} best-shape efficiency x "
+            return (f"FP8 GEMMs: {self.peak_fp8 / 1e12:.0f} TFLOP/s x {self.gemm_eff_fp8:.3f} best-shape efficiency "
+                    f"(MAMF burst x {sustained_clock_factor(self.gpu.name, 'fp8'):.3f} sustained clock) x "
                     f"shape; + cast/transpose kernels ({memory}); LM head, attention and norms stay 16-bit")
         if "GEMMs" in op_class or "score matmuls" in op_class:
-            return (f"roofline: {self.peak / 1e12:.0f} TFLOP/s x {self.gemm_eff:.3f} best-shape (MAMF) efficiency "
+            return (f"roofline: {self.peak / 1e12:.0f} TFLOP/s x {self.gemm_eff:.3f} best-shape efficiency (MAMF "
+                    f"burst x {sustained_clock_factor(self.gpu.name, self.precision16):.3f} sustained clock) "
                     f"x wave/tile quantization over {self.gpu.sms} SMs (split-K <= {GEMM_MAX_SPLIT_K}) "
                     f"x k/(k+{GEMM_K_OVERHEAD})")
         return memory

@@ -1,0 +1,95 @@
+"""The power-limit derating is a measurement, not a knob: its constants equal what the committed
+H100 runs recorded, it slows exactly the tensor-core kernels, and a measured FP8 profile prices
+only Transformer Engine's linears in FP8."""
+
+import dataclasses
+import json
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sim3d.costs.compute import SUSTAINED_CLOCK_FACTOR, ComputeModel, GEMM_PEAK_EFFICIENCY
+from sim3d.costs.profile import Profile
+from sim3d.model.ops import head_ops, layer_ops
+from sim3d.scenario import scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb-study"
+MAMF_BURST = {"bf16": 794.5 * 1e12 / 989.4e12, "fp8": 1402.6 / 1978.9}  # stas00/ml-engineering MAMF table
+
+
+def _sustained(path: Path) -> float:
+    """Median TFLOP/s of the windows after the first 10 s (the power-capped plateau)."""
+    windows = json.loads(path.read_text())["windows"]
+    return statistics.median(w["tflops"] for w in windows if w["t_s"] >= 10.0)
+
+
+@pytest.mark.parametrize("precision, run", [("bf16", "sustained_bf16_8192x8192x8192.json"),
+                                            ("fp8", "sustained_fp8_8192x8192x8192.json")])
+def test_factor_is_the_committed_measurement(precision, run):
+    measured = _sustained(STUDY / run)
+    peak = {"bf16": 989.4, "fp8": 1978.9}[precision]
+    factor = SUSTAINED_CLOCK_FACTOR["h100-sxm"][precision]
+    assert GEMM_PEAK_EFFICIENCY["h100-sxm"][precision] == pytest.approx(MAMF_BURST[precision], abs=1e-3)
+    assert factor * MAMF_BURST[precision] * peak == pytest.approx(measured, rel=0.005)
+    # and the card really was at its power limit while it ran
+    smi = json.loads((STUDY / run).read_text())["nvidia_smi"]
+    late = [s for s in smi if s["t"] >= 10.0]
+    assert late and all(float(s["power.draw"]) > 0.9 * float(s["power.limit"]) for s in late)
+
+
+def _scenario(gpu: str, precision: str = "bf16"):
+    return scenario_from_dict(dict(
+        name="t", model=dict(layers=2, hidden=4096, heads=32, vocab=32000, seq_len=4096, activation="swiglu",
+                             hidden_dropout=0.0, attention_dropout=0.0),
+        parallel=dict(tp=1, pp=1, dp=1), training=dict(micro_batch=1, global_batch=1, precision=precision),
+        cluster=dict(gpu=gpu, nodes=1, gpus_per_node=1)))
+
+
+def test_derating_slows_tensor_core_kernels_only():
+    s = _scenario("h100-sxm")
+    derated = ComputeModel(s)
+    burst = ComputeModel(s)
+    burst.gpu = dataclasses.replace(s.gpu, name="h100-unmeasured")  # no factor on record
+    burst.gemm_eff = derated.gemm_eff / SUSTAINED_CLOCK_FACTOR["h100-sxm"]["bf16"]
+    seen = set()
+    for op in layer_ops(s):
+        a, b = derated.op_time(op), burst.op_time(op)
+        if op.gemm is not None or op.attention is not None:
+            assert a.fwd > b.fwd, op.name
+            seen.add("tensor")
+        elif op.fwd_bytes > 0:
+            assert a.fwd == b.fwd and a.bwd_input == b.bwd_input, op.name
+            seen.add("memory")
+    assert seen == {"tensor", "memory"}
+
+
+def test_unmeasured_gpus_keep_the_burst_figure():
+    assert ComputeModel(_scenario("a100-80gb")).gemm_eff == GEMM_PEAK_EFFICIENCY["a100-80gb"]["bf16"]
+
+
+def test_fp8_profile_rows_price_only_the_te_linears(tmp_path):
+    """An fp8 run reads FP8 rows for qkv/proj/fc1/fc2, 16-bit rows for the LM head, and adds
+    the cast-transpose traffic that the FP8 rows do not include."""
+    rows = []
+    for dtype, tflops in (("bf16", 500.0), ("fp8", 1000.0)):
+        for m, n, k in ((4096, 4096, 4096), (4096, 32000, 4096), (4096, 14336, 4096), (4096, 6144, 4096)):
+            for pass_, f in (("fwd", 2), ("bwd", 4)):
+                sec = f * m * n * k / (tflops * 1e12)
+                rows.append(dict(op="gemm", kind="gemm", **{"pass": pass_}, shape=f"m={m},n={n},k={k}", m=m, n=n, k=k,
+                                 numel=m * n, bytes="", group_size="", dtype=dtype, device="cuda", seconds=sec,
+                                 tflops=tflops, gbps=""))
+    path = tmp_path / "p.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    s = _scenario("h100-sxm", "fp8")
+    model = ComputeModel(s, Profile.load(path))
+    gemms = [op for op in layer_ops(s) + head_ops(s) if op.gemm is not None]
+    assert {op.fp8 for op in gemms} == {True, False}  # the LM head stays 16-bit
+    for op in gemms:
+        t = model.op_time(op)
+        gemm_only = op.fwd_flops / ((1000.0 if op.fp8 else 500.0) * 1e12)
+        cast = model.memory_time(op.fp8_cast_bytes) if op.fp8 else 0.0
+        assert t.source == "profile"
+        assert t.fwd == pytest.approx(gemm_only + cast, rel=1e-6), op.name
