@@ -65,59 +65,46 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         explain: bool = typer.Option(False, "--explain", help="Name the source of every cost."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write gantt and memory plots.")):
     """Simulate one training step and write summary, trace and plots."""
-    from .engine import simulate
-    from .report.summary import summary_table, summarize
+    from .api import simulate
+    from .report.summary import summary_table
 
     s = _load(scenario, set_)
-    profile = _profile(s)
     every_gpu = full_fidelity or any(f.straggler for f in s.faults)
     if every_gpu and not as_json:
         with _progress("simulate") as bar:
             task = bar.add_task(f"simulating all {s.num_gpus} GPUs", total=1.0)
-            sim = simulate(s, full_fidelity=True, profile=profile,
-                           progress=lambda done: bar.update(task, completed=done))
+            result = simulate(s, full_fidelity=True, progress=lambda done: bar.update(task, completed=done))
     else:
-        sim = simulate(s, full_fidelity=every_gpu, profile=profile)
-    summary = summarize(sim)
+        result = simulate(s, full_fidelity=every_gpu)
+    summary = result.summary
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
         out.print(summary_table(summary))
-        _print_memory(s)
+        _print_memory(result.memory, s.gpu.hbm_gib)
         for w in summary["warnings"]:
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
         if not summary["fits_in_memory"]:
             err.print(f"[yellow]memory:[/yellow] {summary['memory_note']}", highlight=False)
         if explain:
-            _print_explain(sim)
+            _print_explain(result)
     folder = out_dir or Path("reports") / s.name
-    written = _write_outputs(sim, summary, folder, plots, quiet=as_json)
+    written = _write_outputs(result.run, summary, folder, plots, quiet=as_json)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
 
 
-def _print_memory(s) -> None:
-    from .model.memory import memory_report
+def _print_memory(report, hbm_gib: float) -> None:
     from .report.memory_plot import memory_table
-    out.print(memory_table(memory_report(s, check_schedule=False).rows, s.gpu.hbm_gib))
+    out.print(memory_table(report.rows, hbm_gib))
 
 
-def _profile(s):
-    if not s.costs.profile:
-        return None
-    from .costs.profile import Profile
-    path = Path(s.costs.profile)
-    if not path.is_file():
-        raise BadInput(f"costs.profile: no such profile file {path}")
-    return Profile.load(path)
-
-
-def _print_explain(sim) -> None:
+def _print_explain(result) -> None:
     from rich.table import Table
     table = Table(title="where each cost comes from", title_justify="left")
     table.add_column("cost")
     table.add_column("source")
-    for what, source in sim.costs.explain():
+    for what, source in result.explain():
         table.add_row(what, source)
     out.print(table)
 
@@ -140,12 +127,12 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .model.memory import memory_report
     from .report.memory_plot import memory_table
 
-    from .engine import plan_schedule
+    from .step import step_schedule
     from .schedule import validate as prove
 
     s = _load(scenario, set_)
     out.print(layout_table(s))
-    proof = prove(plan_schedule(s))
+    proof = prove(step_schedule(s))
     out.print(f"schedule {s.schedule}: {proof.num_actions:,} actions over {s.pp} pipeline ranks, proved "
               f"deadlock-free; peak in-flight micro-batches per rank {list(proof.peak_inflight)}",
               highlight=False, soft_wrap=True)

@@ -187,8 +187,15 @@ class Cluster(_Strict):
 
 
 class Costs(_Strict):
-    profile: str | None = None
+    profile: str | None = None  # a calibration profile CSV (path relative to the working directory)
     network: Literal["analytical", "flow"] = "analytical"
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_exists(cls, value):
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"no such profile file {value}")
+        return value
 
 
 class Straggler(_Strict):
@@ -392,13 +399,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), typed
 
 
-def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
+                       values: dict[str, Any] | None = None) -> Scenario:
+    """`overrides`: "a.b=value" texts (the value read as YAML); `values`: {"a.b": value}
+    already typed (the library API)."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"(top level): a scenario is a mapping of sections, got {type(raw).__name__}")
     raw = _canonical(_deep_copy(raw), Scenario, "")
-    for text in overrides:
-        key, value = parse_override(text)
-        _set_path(raw, _canonical_path(key), value)
+    for key, value in [parse_override(text) for text in overrides] + list((values or {}).items()):
+        _set_path(raw, canonical_key(key), value)
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as err:
@@ -433,7 +442,8 @@ def _canonical(raw, model_cls, path: str):
     return out
 
 
-def _canonical_path(dotted: str) -> str:
+def canonical_key(dotted: str) -> str:
+    """A dotted override key with Megatron aliases resolved (e.g. parallel.tensor_model_parallel_size -> parallel.tp)."""
     parts, cls = [], Scenario
     for part in dotted.split("."):
         name = _aliases(cls).get(part, part) if cls is not None else part
@@ -457,7 +467,7 @@ def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = 
     raw = _canonical(_deep_copy(raw), Scenario, "") if isinstance(raw, dict) else {}
     for text in overrides:
         key, value = parse_override(text)
-        _set_path(raw, _canonical_path(key), value)
+        _set_path(raw, canonical_key(key), value)
     par = raw.get("parallel") or {}
     sizes = [par.get(axis, 1) or 1 for axis in ("tp", "pp", "dp", "cp")]
     if not all(isinstance(v, int) and v > 0 for v in sizes):
@@ -480,10 +490,11 @@ def _read_yaml(path: Path):
     return raw
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                  values: dict[str, Any] | None = None) -> Scenario:
     path = Path(path)
     raw = _read_yaml(path)
     try:
-        return scenario_from_dict(raw, overrides)
+        return scenario_from_dict(raw, overrides, values)
     except ScenarioError as err:
         raise ScenarioError([f"{path}: {line}" for line in err.problems]) from None

@@ -195,10 +195,9 @@ def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
 
 def _predict(row: dict) -> tuple[float | None, str]:
     from .costs.model import CostModel
-    from .engine import simulate
+    from .api import simulate
     from .model.memory import memory_report
     from .model.ops import layer_ops
-    from .report.summary import summarize
 
     metric = row["metric"]
     if metric.startswith("layer_"):
@@ -220,7 +219,7 @@ def _predict(row: dict) -> tuple[float | None, str]:
         middle = report.rows[len(report.rows) // 2]
         return middle.model_states / GIB, (f"pipeline rank {middle.rank}; first rank with embedding: "
                                            f"{report.rows[0].model_states / GIB:.1f}")
-    summary = summarize(simulate(s))
+    summary = simulate(s).summary
     if metric == "step_time_s":
         return summary["step_time_s"], ""
     if metric == "mfu":

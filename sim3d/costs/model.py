@@ -35,9 +35,6 @@ GRAD_NORM_BYTES = 4
 ADAM_BYTES = 28
 MASTER_COPY_BYTES = 6
 ZERO_GRAD_BYTES = 4
-# Megatron-core DistributedDataParallelConfig: bucket_size = max(40M, 1M * dp) parameters
-# (megatron/core/distributed/distributed_data_parallel.py).
-BUCKET_PARAMS = 40_000_000
 # SMs a communication kernel takes from the GEMM it overlaps: Transformer Engine's userbuffer
 # default for the pipeline and bulk methods (transformer_engine/pytorch/module/base.py,
 # initialize_ub: num_sm 16, num_splits 4; ring_exchange uses 1 SM and the copy engines with
@@ -70,6 +67,18 @@ def overlapped_seconds(gemm: float, comm: float, overlap: Overlap, sms: int) -> 
 class ActionCost:
     seconds: float
     comm: dict[str, float] = field(default_factory=dict)  # stream -> seconds of collectives inside
+    recompute: float = 0.0  # of `seconds`: forward work redone in a backward (activation recomputation)
+    # of `seconds`: collective time on the action's critical path, per stream (a CP ring step
+    # hidden behind its attention is in `comm` but not here)
+    exposed: dict[str, float] = field(default_factory=dict)
+
+    def __add__(self, other: "ActionCost") -> "ActionCost":
+        comm, exposed = defaultdict(float, self.comm), defaultdict(float, self.exposed)
+        for stream, seconds in other.comm.items():
+            comm[stream] += seconds
+        for stream, seconds in other.exposed.items():
+            exposed[stream] += seconds
+        return ActionCost(self.seconds + other.seconds, dict(comm), self.recompute + other.recompute, dict(exposed))
 
 
 def _op_class(op) -> str:
@@ -129,13 +138,10 @@ class CostModel:
         parts += [("block", layer_ops(s, is_moe_layer(s, layer))) for layer in stage_layer_range(s, stage)]
         if stage == s.num_stages - 1:
             parts.append(("head_block", head_ops(s)))
-        total, comm = 0.0, defaultdict(float)
+        total = ActionCost(0.0)
         for block, ops in parts:
-            cost = self._measured_block(block, ops, kind) or self.ops_cost(ops, kind)
-            total += cost.seconds
-            for stream, seconds in cost.comm.items():
-                comm[stream] += seconds
-        return ActionCost(total, dict(comm))
+            total = total + (self._measured_block(block, ops, kind) or self.ops_cost(ops, kind))
+        return total
 
     def _measured_block(self, block: str, ops, kind: str) -> ActionCost | None:
         """A whole embedding / layer / head measured by the calibration harness at exactly
@@ -159,7 +165,7 @@ class CostModel:
         redo = fwd if recompute == "full" else 0.0
         if recompute == "selective":
             redo = self.ops_cost([op for op in ops if op.recompute_selective], "F").seconds
-        return ActionCost(redo + bwd * (share if kind == "BI" else 1.0))
+        return ActionCost(redo + bwd * (share if kind == "BI" else 1.0), recompute=redo)
 
     def _overlap_plan(self, ops) -> dict[tuple[int, str], tuple[int, str, Overlap]]:
         """(collective's op index, "fwd" | "bwd") -> (GEMM op index, GEMM part, overlap).
@@ -226,7 +232,7 @@ class CostModel:
                 if kind in wanted:
                     hidden[(j, part)] = (self._collective(name, nbytes, op.group), how)
                     self.sources[f"tp overlap: {how.method}"].add("analytical")
-        total, comm = 0.0, defaultdict(float)
+        total, comm, exposed_comm, recomputed = 0.0, defaultdict(float), defaultdict(float), 0.0
         for i, op in enumerate(ops):
             t = times[i]
             fwd_comm = self._collective(op.comm, op.comm_bytes, op.group) if op.comm else 0.0
@@ -252,18 +258,22 @@ class CostModel:
                 work, c = parts["bwd_weight"], 0.0
             else:
                 work = parts["bwd_input"] + (parts["bwd_weight"] if kind == "B" else 0.0) + (t.fwd if redo else 0.0)
+                recomputed += t.fwd if redo else 0.0
                 c = bwd_comm + (self._collective(op.comm, op.comm_bytes, op.group) if op.comm and redo
                                 and recompute == "full" else 0.0)
             if op.group == "cp":  # the ring exchange hides behind the attention it feeds
                 total += max(work, c)
                 comm["cp"] += c
+                exposed_comm["cp"] += max(0.0, c - work)
             else:
                 total += work + c
                 if c:
                     comm[op.group] += c
+                    exposed_comm[op.group] += c
             if exposed:  # what overlapped collectives add on top of their GEMMs
                 comm["tp"] += exposed
-        return ActionCost(total, dict(comm))
+                exposed_comm["tp"] += exposed
+        return ActionCost(total, dict(comm), recomputed, {k: v for k, v in exposed_comm.items() if v})
 
     # ---- pipeline point-to-point ----------------------------------------------------------
     @cached_property
@@ -299,11 +309,6 @@ class CostModel:
         """Parameters one rank holds for one chunk: `.dense` (replicated over dp) and
         `.expert` (replicated over the dp/ep expert-data-parallel ranks)."""
         return stage_params(self.s, (stages.stage(pp_rank, chunk),))
-
-    def buckets_per_chunk(self, stages) -> int:
-        biggest = max(self.chunk_params(r, c, stages).total for r in range(self.s.pp) for c in range(self.s.vpp))
-        bucket = max(BUCKET_PARAMS, 1_000_000 * self.s.dp)
-        return max(1, min(16, round(biggest / bucket)))
 
     def _dp_collective(self, op: str, params, buckets: int) -> tuple[float, float]:
         width = ACT_BYTES[self.s.training.precision]

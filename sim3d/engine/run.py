@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..costs.model import CostModel
-from ..schedule import Schedule, build, lower
+from ..scenario import ScenarioError
+from ..schedule import Schedule
+from ..step import step_schedule
 from ..topology import Topology
 from .simulate import Engine, SimResult
 
@@ -19,25 +21,26 @@ class SimRun:
     result: SimResult
 
 
-def plan_schedule(scenario, costs: CostModel | None = None) -> Schedule:
-    """Generate and lower the scenario's schedule. Not re-proved here (the generators are
-    property-tested, `sim3d validate` proves a scenario's schedule, and the engine itself
-    reports a deadlock with the waiting ranks): this is the hot path of `sim3d run`."""
-    compute_only = build(scenario.schedule, scenario.pp, scenario.num_microbatches, scenario.vpp)
-    buckets = costs.buckets_per_chunk(compute_only.stages) if costs is not None else 1
-    lowered = lower(compute_only, buckets_per_chunk=buckets,
-                    param_gather=scenario.parallel.distributed_optimizer and scenario.dp > 1)
-    return lowered
+def load_profile(scenario):
+    """The scenario's calibration profile (`costs.profile`), or None."""
+    if not scenario.costs.profile:
+        return None
+    from ..costs.profile import Profile, ProfileError
+    try:
+        return Profile.load(scenario.costs.profile)
+    except ProfileError as e:
+        raise ScenarioError(f"costs.profile: {e}") from None
 
 
 def simulate(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None,
              progress: Callable[[float], None] | None = None) -> SimRun:
     """One step. Stragglers need every GPU simulated, so they imply full fidelity.
+    The scenario's `costs.profile` is loaded unless `profile` or `costs` is given.
     `progress(fraction)` is called during a full-fidelity run, against the folded step time
     (simulated first, in a fraction of the time) as the expected end."""
     if costs is None:
-        costs = CostModel(scenario, Topology(scenario), profile)
-    schedule = plan_schedule(scenario, costs)
+        costs = CostModel(scenario, Topology(scenario), profile if profile is not None else load_profile(scenario))
+    schedule = step_schedule(scenario)
     full = full_fidelity or any(f.straggler for f in scenario.faults)
     horizon = Engine(scenario, schedule, costs).run().step_time if full and progress else None
     result = Engine(scenario, schedule, costs, full).run(progress=progress, horizon=horizon)

@@ -27,6 +27,14 @@ from ..schedule.ir import TRACE_COLUMNS, Action, Kind, Schedule
 
 F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
 COMPUTE = (F, B, BI, BW)
+# Where a rank's step time goes, in the order a reader thinks of it. compute: its own work
+# (collectives hidden under it included); recompute: forward work redone in backward;
+# tp / cp / ep: collective time on the compute stream's path; tp_sync: waiting at a TP
+# rendezvous for a slower peer (full fidelity); pipeline_wait: waiting for a producing stage
+# (the bubble); pipeline_p2p: waiting for the transfer itself; dp: waiting for gradient
+# reductions or parameter gathers; optimizer: the optimizer step.
+BREAKDOWN_PARTS = ("compute", "recompute", "tp", "cp", "ep", "tp_sync", "pipeline_wait", "pipeline_p2p",
+                   "dp", "optimizer")
 
 
 class DeadlockError(RuntimeError):
@@ -44,6 +52,20 @@ class SimResult:
     events: int
     wall_s: float
     ranks: list[int]
+    parts: dict[int, dict[str, float]]  # global rank -> where its step time went (BREAKDOWN_PARTS)
+    finish: dict[int, float]  # global rank -> when its last action ended
+
+    @property
+    def critical_rank(self) -> int:
+        """The rank that ends the step (of several, the one with the most compute)."""
+        return max(self.ranks, key=lambda r: (self.finish[r], self.compute_busy[r], -r))
+
+    def breakdown(self, rank: int | None = None) -> dict[str, float]:
+        """Seconds of one rank's step (default: the critical rank's) by what the rank was
+        doing; the parts add up to that rank's finish time, which is the step time for the
+        critical rank."""
+        got = self.parts[self.critical_rank if rank is None else rank]
+        return {part: got.get(part, 0.0) for part in BREAKDOWN_PARTS}
 
     def trace(self):
         import pandas as pd
@@ -100,6 +122,7 @@ class Engine:
         self.tp_busy = defaultdict(float)
         self.p2p_wait = defaultdict(float)
         self.dp_tail = defaultdict(float)
+        self.parts: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.finish: dict[int, float] = {}
         self._bucket_cost = {}
         self._waiting: dict[int, str] = {}
@@ -133,7 +156,8 @@ class Engine:
         events = len(self.rows)
         return SimResult(self.rows, step, {r: self.busy[r] for r in ranks}, {r: self.tp_busy[r] for r in ranks},
                          {r: self.p2p_wait[r] for r in ranks}, {r: self.dp_tail[r] for r in ranks},
-                         events, time.perf_counter() - start, ranks)
+                         events, time.perf_counter() - start, ranks, {r: dict(self.parts[r]) for r in ranks},
+                         dict(self.finish))
 
     def _monitor(self, ranks: int, progress, horizon: float):
         """Report progress every hundredth of the expected step; ends with the last rank
@@ -163,6 +187,7 @@ class Engine:
     def _rank(self, pp_rank: int, pipe_ranks: list[int], actions: tuple[Action, ...], pipe: dict):
         env, stages = self.env, self.schedule.stages
         me = pipe_ranks[pp_rank]
+        parts = self.parts[me]
         pipe_id = tuple(sorted(pipe.items()))
         last_backward: dict[int, tuple[float, float]] = {}  # chunk -> (start, duration)
         dp_free = gather_free = 0.0
@@ -178,13 +203,24 @@ class Engine:
                         ready_at = env.now
                         yield event
                         # only the transfer is communication; waiting for the producer is bubble
-                        self.p2p_wait[me] += max(0.0, env.now - max(ready_at, event.value))
+                        transfer = max(0.0, env.now - max(ready_at, event.value))
+                        self.p2p_wait[me] += transfer
+                        parts["pipeline_p2p"] += transfer
+                        parts["pipeline_wait"] += env.now - ready_at - transfer
                 cost = self.costs.action(stage, a.kind.value)
                 begin = env.now
-                yield env.timeout(cost.seconds * self.slowdown[me])
+                slow = self.slowdown[me]
+                yield env.timeout(cost.seconds * slow)
+                exposed = sum(cost.exposed.values())
+                parts["compute"] += (cost.seconds - cost.recompute - exposed) * slow
+                parts["recompute"] += cost.recompute * slow
+                for stream, seconds in cost.exposed.items():
+                    parts[stream] += seconds * slow
                 if self.full and self.placement.tp > 1:
                     group = self._group_key("tp", me)
+                    computed = env.now
                     yield self._gather((*group, index), self.placement.tp).arrive(env.now)
+                    parts["tp_sync"] += env.now - computed
                 self.busy[me] += env.now - begin
                 inside = sum(cost.comm.get(k, 0.0) for k in ("tp", "ep"))
                 self.tp_busy[me] += inside
@@ -204,6 +240,7 @@ class Engine:
                     begin = env.now
                     yield transfer
                     self.p2p_wait[me] += env.now - begin
+                    parts["pipeline_p2p"] += env.now - begin
             elif a.kind in (Kind.RECV_F, Kind.RECV_B):
                 continue  # a post: the transfer process records the arrival
             elif a.kind is Kind.DP_REDUCE:
@@ -216,7 +253,9 @@ class Engine:
                     ready = b_start + (k + 1) / self.buckets * b_dur
                 if self.full and self.placement.dp > 1:
                     gather = self._gather((*self._group_key("dp", me), dp_seq), self.placement.dp).arrive(ready)
+                    waited = env.now
                     yield gather
+                    parts["dp"] += env.now - waited
                     ready = gather.value
                 dp_seq += 1
                 begin = max(ready, dp_free)
@@ -226,9 +265,11 @@ class Engine:
             elif a.kind is Kind.OPT_STEP:
                 if dp_free > env.now:
                     self.dp_tail[me] += dp_free - env.now
+                    parts["dp"] += dp_free - env.now
                     yield env.timeout(dp_free - env.now)
                 begin = env.now
                 yield env.timeout(self.costs.optimizer(pp_rank, stages) * self.slowdown[me])
+                parts["optimizer"] += env.now - begin
                 self.busy[me] += env.now - begin
                 self.rows.append((me, stages.stage(pp_rank, 0), -1, -1, "OPT_STEP", "compute", begin, env.now, 0, -1))
             elif a.kind is Kind.PARAM_GATHER:
@@ -243,6 +284,7 @@ class Engine:
                                   begin, dp_end, nbytes, -1))
         if dp_free > env.now:
             self.dp_tail[me] += dp_free - env.now
+            parts["dp"] += dp_free - env.now
             yield env.timeout(dp_free - env.now)
         self.finish[me] = env.now
 

@@ -108,9 +108,12 @@ def _env_hooks(sabotage, kill):
 
 
 def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, timeout_s=30.0,
-              sabotage=None, kill=None, buckets_per_chunk=1):
-    """Validate the request (no torch needed) and build the per-rank RunSpec."""
+              sabotage=None, kill=None, buckets_per_chunk=None):
+    """Validate the request (no torch needed) and build the per-rank RunSpec. Gradient
+    buckets per chunk: Megatron's count for the scenario (as `sim3d run` replays it) unless
+    `buckets_per_chunk` is given."""
     from ..schedule import validate
+    from ..step import dp_buckets_per_chunk
     from .runtime import RunSpec, make_schedule
 
     if scenario.cp > 1:
@@ -124,6 +127,8 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
         raise ValueError(f"model.seq_len={scenario.model.seq_len} is not divisible by tp={scenario.tp} "
                          "(sequence parallelism)")
     sabotage, kill = _env_hooks(sabotage, kill)
+    if buckets_per_chunk is None:
+        buckets_per_chunk = dp_buckets_per_chunk(scenario)
     spec = RunSpec(scenario, steps, backend, check, seed, lr, buckets_per_chunk, timeout_s, sabotage, kill)
     validate(make_schedule(spec))
     return spec
@@ -131,7 +136,7 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
 
 def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False, out_dir=None, seed: int = 0,
             *, lr: float = 0.1, timeout_s: float = 30.0, sabotage: str | None = None,
-            buckets_per_chunk: int = 1, overrides=(), deadline_s: float | None = None) -> ExecuteResult:
+            buckets_per_chunk: int | None = None, overrides=(), deadline_s: float | None = None) -> ExecuteResult:
     """Run the scenario's layout for real: tp*pp*dp*cp local processes (forkserver), the
     scenario's schedule lowered exactly as the simulator lowers it. `scenario` is a Scenario
     or a path (then `overrides` like "parallel.tp=2" apply). With `check`, the run uses

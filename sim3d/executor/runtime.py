@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from ..placement import Placement
-from ..schedule import Kind, build, lower
+from ..schedule import Kind
+from ..step import step_schedule
 from .gpt import GPTChunk, GPTConfig, activation_shape, sgd_step, token_batch
 from .tensor_parallel import TPContext, all_gather_dim0, reduce_scatter_dim0
 
@@ -58,13 +59,11 @@ class RunSpec:
     timeout_s: float = 30.0
     sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce"
     kill: tuple[int, int] | None = None  # test hook: (rank, 1-based step) -> os._exit(3)
-    extra: dict = field(default_factory=dict)
 
 
 def make_schedule(spec: RunSpec):
-    s = spec.scenario
-    base = build(s.schedule, s.pp, s.num_microbatches, s.vpp)
-    return lower(base, buckets_per_chunk=spec.buckets_per_chunk, param_gather=_dist_opt(s))
+    """The step schedule `sim3d run` replays and `sim3d validate` proves (sim3d.step)."""
+    return step_schedule(spec.scenario, spec.buckets_per_chunk)
 
 
 def _dist_opt(s) -> bool:

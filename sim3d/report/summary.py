@@ -14,13 +14,15 @@ SUMMARY_KEYS = ("name", "num_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "schedu
                 "fits_in_memory", "sim_events", "sim_wall_s")
 
 
-def summarize(run) -> dict:
+def summarize(run, memory=None) -> dict:
+    """`memory`: the scenario's memory report when the caller has it already."""
     s, r = run.scenario, run.result
     step = r.step_time
     peak = s.gpu.peak_tflops(s.training.precision)
     model_tflops = model_flops_per_step(s) / step / s.num_gpus / 1e12
     hardware_tflops = hardware_flops_per_step(s) / step / s.num_gpus / 1e12
-    memory = memory_report(s, check_schedule=False)  # the run's schedule is already validated
+    if memory is None:
+        memory = memory_report(s, check_schedule=False)  # the run's schedule is already validated
     summary = {
         "name": s.name, "num_gpus": s.num_gpus, "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep,
         "vpp": s.vpp, "schedule": s.schedule, "micro_batch": s.training.micro_batch,
@@ -38,6 +40,7 @@ def summarize(run) -> dict:
         "sim_wall_s": r.wall_s,
     }
     summary["hfu"] = hardware_tflops / peak
+    summary["breakdown_s"] = r.breakdown()  # the critical rank's step, part by part
     summary["memory_note"] = memory.reason
     summary["warnings"] = s.warnings()
     return summary

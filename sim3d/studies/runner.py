@@ -14,14 +14,11 @@ from typing import Callable, Iterable, Iterator
 
 def simulate_job(job: tuple[str, str, tuple[str, ...]]) -> tuple[str, dict]:
     label, path, overrides = job
-    from ..engine import simulate
-    from ..report.summary import summarize
-    from ..scenario import ScenarioError, load_scenario
+    from ..api import simulate
+    from ..scenario import ScenarioError
     from ..schedule import ScheduleConstraint, ScheduleError
     try:
-        scenario = load_scenario(path, overrides)
-        summary = summarize(simulate(scenario))
-        return label, {**summary, "error": ""}
+        return label, {**simulate(path, sets=overrides).summary, "error": ""}
     except (ScenarioError, ScheduleConstraint, ScheduleError) as e:
         return label, {"error": str(e).splitlines()[-1]}
 

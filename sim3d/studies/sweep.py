@@ -12,7 +12,7 @@ import itertools
 from pathlib import Path
 from typing import Callable
 
-from ..scenario import ScenarioError, parse_override
+from ..scenario import ScenarioError, canonical_key, load_scenario, parse_override
 from .runner import run_jobs
 
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
@@ -43,9 +43,22 @@ def label(point: dict[str, str]) -> str:
     return ";".join(f"{k}={v}" for k, v in point.items())
 
 
+def check_inputs(scenario: Path, grid: dict[str, list[str]]) -> None:
+    """Bad input stops the sweep before it starts (exit 2): an invalid base scenario, or a
+    calibration profile in the grid that does not exist. A layout that does not fit the
+    cluster is a result (an error row), not bad input."""
+    load_scenario(scenario)
+    for key, values in grid.items():
+        if canonical_key(key) == "costs.profile":
+            missing = [v for v in values if not Path(v).is_file()]
+            if missing:
+                raise ScenarioError(f"--grid {key}: no such profile file {', '.join(missing)}")
+
+
 def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: int | None = None,
               backend: str = "local", resume: bool = False,
               progress: Callable[[int, int], None] | None = None) -> Path:
+    check_inputs(scenario, grid)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.csv"
     columns = ["label", *grid, *RESULT_KEYS]

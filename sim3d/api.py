@@ -1,0 +1,82 @@
+"""The library entry point: `sim3d.simulate(...)` computes a whole prediction once and returns
+a `Result` that the CLI, sweeps, plans and notebooks read.
+
+    import sim3d
+    r = sim3d.simulate("scenarios/gpt3.yaml", **{"parallel.tp": 4, "parallel.dp": 16})
+    r.summary["step_time_s"], r.breakdown, r.memory.peak_gib, r.trace.head()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+from .costs.model import CostModel
+from .engine import SimResult
+from .engine import simulate as _replay
+from .model.memory import MemoryReport, memory_report
+from .report.summary import summarize
+from .scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
+from .schedule import Schedule
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    schedule: Schedule  # lowered, as replayed
+    costs: CostModel
+    sim: SimResult
+    memory: MemoryReport
+    summary: dict = field(repr=False)
+
+    @property
+    def step_time(self) -> float:
+        return self.sim.step_time
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        """Seconds of the critical rank's step by part (`sim3d.engine.simulate.BREAKDOWN_PARTS`);
+        they add up to the step time."""
+        return self.sim.breakdown()
+
+    @cached_property
+    def trace(self):
+        """One row per simulated action (pandas DataFrame, DESIGN.md trace columns)."""
+        return self.sim.trace()
+
+    def explain(self) -> list[tuple[str, str]]:
+        """(cost, where it came from) for every cost the prediction used."""
+        return self.costs.explain()
+
+    # the CLI's report writers take the engine's run record
+    @property
+    def run(self):
+        from .engine import SimRun
+        return SimRun(self.scenario, self.schedule, self.costs, self.sim)
+
+
+def _scenario(scenario, sets: tuple[str, ...], values: dict[str, Any]) -> Scenario:
+    if isinstance(scenario, Scenario):
+        if not sets and not values:
+            return scenario
+        return scenario_from_dict(scenario.model_dump(exclude_none=True), sets, values)
+    if isinstance(scenario, dict):
+        return scenario_from_dict(scenario, sets, values)
+    if isinstance(scenario, (str, Path)):
+        return load_scenario(scenario, sets, values)
+    raise ScenarioError(f"simulate: expected a Scenario, a scenario dict or a YAML path, got {type(scenario).__name__}")
+
+
+def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | list[str] = (),
+             full_fidelity: bool = False, progress: Callable[[float], None] | None = None,
+             **overrides: Any) -> Result:
+    """One training step of `scenario` (a Scenario, a dict in the scenario format, or a YAML
+    path), with `sets` ("parallel.tp=4" texts, as `--set`) and `overrides` ({"parallel.tp": 4},
+    typed) applied. The scenario's calibration profile is loaded here; stragglers imply full
+    fidelity. Raises ScenarioError (bad input, missing profile) and ScheduleError."""
+    s = _scenario(scenario, tuple(sets), overrides)
+    run = _replay(s, full_fidelity=full_fidelity, progress=progress)
+    memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
+    return Result(s, run.schedule, run.costs, run.result, memory, summarize(run, memory))

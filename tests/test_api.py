@@ -1,0 +1,112 @@
+"""One prediction, computed once: the library call, its time breakdown, the profile honoured by
+every consumer, and one step schedule for run, validate and execute."""
+
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import sim3d
+from sim3d.cli import app
+from sim3d.engine.simulate import BREAKDOWN_PARTS
+from sim3d.step import step_schedule
+from sim3d.studies.sweep import run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny.yaml"
+CPU_PROFILE = ROOT / "calibrate" / "profiles" / "cpu-amd-epyc.csv"
+
+
+def test_import_and_simulate_without_torch():
+    code = ("import sys, sim3d; r = sim3d.simulate('scenarios/tiny.yaml'); "
+            "print(r.breakdown['compute'] > 0, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]
+    assert sim3d.__version__
+
+
+MESH = dict(name="mesh", model=dict(layers=8, hidden=1024, heads=16, vocab=32000, seq_len=2048),
+            training=dict(micro_batch=1, global_batch=32, attention_backend="flash"))
+
+
+@pytest.mark.parametrize("case", [
+    dict(parallel=dict(tp=2, pp=4, dp=2), training=dict(recompute="full")),
+    dict(parallel=dict(tp=4, pp=2, dp=2, sequence_parallel=True, distributed_optimizer=True),
+         training=dict(recompute="selective", tp_comm_overlap=True, overlap_grad_reduce=True)),
+    dict(parallel=dict(tp=2, pp=2, dp=2, cp=2), training=dict(overlap_p2p=False)),
+    dict(parallel=dict(tp=2, pp=4, dp=2, vpp=2), schedule="interleaved-1f1b"),
+    dict(parallel=dict(tp=1, pp=4, dp=4), schedule="zb-h1", full=True,
+         faults=[dict(straggler=dict(rank=5, slowdown=1.5))]),
+    dict(parallel=dict(tp=2, pp=2, dp=4), full=True),
+], ids=["recompute-full", "sp-overlap-selective", "cp-blocking-p2p", "interleaved", "zb-straggler", "full-fidelity"])
+def test_breakdown_adds_up_to_the_step_on_the_critical_rank(case):
+    case = dict(case)
+    full = case.pop("full", False)
+    raw = {**MESH, **case, "training": {**MESH["training"], **case.get("training", {})}}
+    gpus = raw["parallel"]["tp"] * raw["parallel"]["pp"] * raw["parallel"]["dp"] * raw["parallel"].get("cp", 1)
+    raw["cluster"] = dict(gpu="h100-sxm", nodes=max(1, gpus // 8), gpus_per_node=min(8, gpus))
+    r = sim3d.simulate(raw, full_fidelity=full)
+    parts = r.breakdown
+    assert tuple(parts) == BREAKDOWN_PARTS
+    assert all(v >= -1e-12 for v in parts.values()), parts
+    assert sum(parts.values()) == pytest.approx(r.step_time, rel=1e-9)
+    assert r.summary["breakdown_s"] == parts
+    # every rank's own parts add up to its own finish time
+    for rank in r.sim.ranks:
+        assert sum(r.sim.breakdown(rank).values()) == pytest.approx(r.sim.finish[rank], rel=1e-9)
+    recompute = raw["training"].get("recompute", "none")
+    assert (parts["recompute"] > 0) == (recompute != "none")
+
+
+def test_a_sweep_predicts_what_run_predicts_with_a_profile(tmp_path):
+    grid = {"costs.profile": [str(CPU_PROFILE)], "training.micro_batch": ["1", "2"]}
+    results = run_sweep(TINY, grid, tmp_path / "sweep", workers=1)
+    rows = list(csv.DictReader(results.open()))
+    assert len(rows) == 2
+    for row in rows:
+        expected = sim3d.simulate(TINY, sets=(f"costs.profile={CPU_PROFILE}",
+                                              f"training.micro_batch={row['training.micro_batch']}")).step_time
+        assert math.isclose(float(row["step_time_s"]), expected, rel_tol=1e-12)
+    # and the profile changed the answer (the analytical A100 model is far faster than this CPU)
+    assert float(rows[0]["step_time_s"]) > 10 * sim3d.simulate(TINY).step_time
+
+
+@pytest.mark.parametrize("command", [
+    ("run", TINY, "--set", "costs.profile=missing.csv", "--no-plots"),
+    ("validate", TINY, "--set", "costs.profile=missing.csv"),
+    ("sweep", TINY, "--grid", "costs.profile=missing.csv"),
+    ("plan", TINY, "--gpus", "1"),
+], ids=["run", "validate", "sweep", "plan"])
+def test_a_missing_profile_is_exit_2_everywhere(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [str(a) for a in command] + (["--out", str(tmp_path / "out")] if command[0] in ("run", "sweep") else [])
+    if command[0] == "plan":  # plan takes the profile from the scenario file
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(TINY.read_text() + "costs: {profile: missing.csv}\n")
+        args[1] = str(bad)
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "no such profile file" in result.output
+
+
+@pytest.mark.parametrize("path, sets", [
+    ("scenarios/gpt3.yaml", ()),
+    ("scenarios/tiny.yaml", ("parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "cluster.gpus_per_node=8",
+                             "parallel.distributed_optimizer=true")),
+    ("scenarios/llama3.1-70b.yaml", ()),
+])
+def test_run_validate_and_execute_lower_the_same_schedule(path, sets):
+    from sim3d.executor.launch import make_spec
+    from sim3d.executor.runtime import make_schedule
+    s = sim3d.load_scenario(ROOT / path, sets)
+    replayed = sim3d.simulate(s).schedule
+    proved = step_schedule(s)  # what `sim3d validate` proves
+    assert replayed.ranks == proved.ranks
+    if s.cp == 1:  # the executor refuses context parallelism
+        assert make_schedule(make_spec(s)).ranks == replayed.ranks
+    kinds = {a.kind.value for rank in replayed.ranks for a in rank}
+    assert "DP_REDUCE" in kinds
