@@ -66,7 +66,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write gantt and memory plots.")):
     """Simulate one training step and write summary, trace and plots."""
     from .api import simulate
-    from .report.summary import summary_table
+    from .report.summary import breakdown_table, summary_table
 
     s = _load(scenario, set_)
     every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -81,6 +81,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         print(json.dumps(summary, indent=2))
     else:
         out.print(summary_table(summary))
+        out.print(breakdown_table(summary))
         _print_memory(result.memory, s.gpu.hbm_gib)
         for w in summary["warnings"]:
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)

@@ -75,3 +75,27 @@ def summary_table(summary: dict):
     for what, value in rows:
         table.add_row(what, value)
     return table
+
+
+BREAKDOWN_LABELS = {"compute": "compute", "recompute": "recompute", "tp": "exposed TP communication",
+                    "cp": "exposed CP communication", "ep": "exposed EP communication",
+                    "tp_sync": "waiting for TP peers", "pipeline_wait": "pipeline bubble (waiting for a stage)",
+                    "pipeline_p2p": "pipeline transfers", "dp": "exposed DP communication",
+                    "optimizer": "optimizer step"}
+
+
+def breakdown_table(summary: dict):
+    """Where the critical rank's step goes: one row per non-zero part, seconds and share."""
+    from rich.table import Table
+
+    parts = summary.get("breakdown_s", {})
+    total = sum(parts.values()) or 1.0
+    table = Table(title="where the step goes (critical rank)", title_justify="left")
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for part, seconds in parts.items():
+        if seconds > 0:
+            table.add_row(BREAKDOWN_LABELS.get(part, part), f"{seconds:.3f}", f"{seconds / total:.1%}")
+    table.add_row("step", f"{sum(parts.values()):.3f}", "100%", style="bold")
+    return table
