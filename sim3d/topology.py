@@ -157,6 +157,13 @@ class Topology:
         return GroupLink(n, bw, lat, len(nodes), max(nodes.values()), intra, inter_bw, intra_lat, inter_lat,
                          efficiency, nvls)
 
+    def slowest_group_link(self, axis: str) -> GroupLink:
+        """The slowest of all groups along `axis` (lowest ring bandwidth, then the lowest
+        network bandwidth, then the highest latency). With a degraded link somewhere, the
+        groups are no longer alike and the step waits for the slowest one."""
+        links = (self.group_link(axis, group[0]) for group in self.placement.groups(axis))
+        return min(links, key=lambda g: (g.bw, g.inter_bw, -g.latency))
+
     def describe(self) -> str:
         s = self.scenario
         return (f"{self.nodes} nodes x {self.gpus_per_node} {s.cluster.gpu}, {s.cluster.intra_node.fabric} "

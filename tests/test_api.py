@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import sim3d
@@ -110,3 +112,19 @@ def test_run_validate_and_execute_lower_the_same_schedule(path, sets):
         assert make_schedule(make_spec(s)).ranks == replayed.ranks
     kinds = {a.kind.value for rank in replayed.ranks for a in rank}
     assert "DP_REDUCE" in kinds
+
+
+@given(data=st.data(), tp=st.sampled_from([2, 4, 8]), pp=st.sampled_from([1, 2, 4]))
+@settings(max_examples=12, deadline=None)
+def test_a_slow_nic_on_any_node_slows_the_step(data, tp, pp):
+    """Costs used to be priced on pipeline 0's groups only: a degraded NIC on most nodes was
+    invisible. Now, for every node k, folded and at full fidelity."""
+    dp = 32 // (tp * pp)
+    base = dict(name="nic", model=dict(layers=8, hidden=2048, heads=16, vocab=32000, seq_len=2048),
+                parallel=dict(tp=tp, pp=pp, dp=dp), training=dict(micro_batch=1, global_batch=4 * dp),
+                cluster=dict(gpu="a100-80gb", nodes=4, gpus_per_node=8))
+    k = data.draw(st.integers(0, 3), label="node")
+    slow = {**base, "faults": [dict(link=dict(node=k, nic_gbps=5))]}
+    healthy = sim3d.simulate(base).step_time
+    assert sim3d.simulate(slow).step_time > healthy
+    assert sim3d.simulate(slow, full_fidelity=True).step_time > healthy

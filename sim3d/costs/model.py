@@ -106,8 +106,16 @@ class CostModel:
 
     # ---- collectives inside compute ----------------------------------------------------
     @cached_property
+    def _degraded(self) -> bool:
+        """A slowed NIC breaks the symmetry folding relies on: every rank is then priced with
+        the slowest group of each axis and the slowest pipeline's transfers, since the step
+        ends with its slowest replica (conservative for the ranks the fault does not touch)."""
+        return any(f.link for f in self.s.faults)
+
+    @cached_property
     def _links(self):
-        return {axis: self.topology.group_link(axis) for axis in ("tp", "cp", "ep", "dp", "pp")}
+        link = self.topology.slowest_group_link if self._degraded else self.topology.group_link
+        return {axis: link(axis) for axis in ("tp", "cp", "ep", "dp", "pp")}
 
     def _collective(self, kind: str, nbytes: float, group: str) -> float:
         link = self._links[group]
@@ -298,8 +306,12 @@ class CostModel:
                 self.sources["pipeline p2p"].add("profile")
                 return measured
         self.sources["pipeline p2p"].add("analytical")
-        pipe = self._pipeline
-        a, b = pipe[src_pp], pipe[dst_pp]
+        p = self.placement
+        pipes = ([p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
+                 if self._degraded else [self._pipeline])
+        return max(self._transfer(pipe[src_pp], pipe[dst_pp]) for pipe in pipes)
+
+    def _transfer(self, a: int, b: int) -> float:
         bw, lat = self.topology.path_cost(a, b)
         crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
         return p2p_time(self.p2p_bytes, bw, lat, crosses, self._links["pp"].intra_efficiency)
