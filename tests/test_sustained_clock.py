@@ -16,8 +16,11 @@ from sim3d.model.ops import head_ops, layer_ops
 from sim3d.scenario import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb-study"
-MAMF_BURST = {"bf16": 794.5 * 1e12 / 989.4e12, "fp8": 1402.6 / 1978.9}  # stas00/ml-engineering MAMF table
+STUDIES = {"h100-sxm": ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb-study",
+           "h200": ROOT / "calibrate" / "profiles" / "h200-study"}
+# stas00/ml-engineering MAMF table (H200 bf16: H100's figure, as compute.py takes it)
+MAMF_BURST = {("h100-sxm", "bf16"): 794.5 / 989.4, ("h100-sxm", "fp8"): 1402.6 / 1978.9,
+              ("h200", "bf16"): 794.5 / 989.4, ("h200", "fp8"): 1453.4 / 1978.9}
 
 
 def _sustained(path: Path) -> float:
@@ -26,16 +29,17 @@ def _sustained(path: Path) -> float:
     return statistics.median(w["tflops"] for w in windows if w["t_s"] >= 10.0)
 
 
-@pytest.mark.parametrize("precision, run", [("bf16", "sustained_bf16_8192x8192x8192.json"),
-                                            ("fp8", "sustained_fp8_8192x8192x8192.json")])
-def test_factor_is_the_committed_measurement(precision, run):
-    measured = _sustained(STUDY / run)
+@pytest.mark.parametrize("gpu", sorted(STUDIES))
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_factor_is_the_committed_measurement(gpu, precision):
+    run = STUDIES[gpu] / f"sustained_{precision}_8192x8192x8192.json"
+    measured = _sustained(run)
     peak = {"bf16": 989.4, "fp8": 1978.9}[precision]
-    factor = SUSTAINED_CLOCK_FACTOR["h100-sxm"][precision]
-    assert GEMM_PEAK_EFFICIENCY["h100-sxm"][precision] == pytest.approx(MAMF_BURST[precision], abs=1e-3)
-    assert factor * MAMF_BURST[precision] * peak == pytest.approx(measured, rel=0.005)
+    factor = SUSTAINED_CLOCK_FACTOR[gpu][precision]
+    assert GEMM_PEAK_EFFICIENCY[gpu][precision] == pytest.approx(MAMF_BURST[gpu, precision], abs=1e-3)
+    assert factor * MAMF_BURST[gpu, precision] * peak == pytest.approx(measured, rel=0.005)
     # and the card really was at its power limit while it ran
-    smi = json.loads((STUDY / run).read_text())["nvidia_smi"]
+    smi = json.loads(run.read_text())["nvidia_smi"]
     late = [s for s in smi if s["t"] >= 10.0]
     assert late and all(float(s["power.draw"]) > 0.9 * float(s["power.limit"]) for s in late)
 

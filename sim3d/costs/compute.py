@@ -33,11 +33,12 @@ ASSUMED_GEMM_EFFICIENCY = 0.75
 # bf16 8192^3 GEMMs sustain 687.6 TFLOP/s (median of the windows after 10 s, two runs: 685,
 # 688) against MAMF's 794.5 burst; FP8 E4M3 8192^3 sustains 1238.8 against 1402.6. Applied
 # to every tensor-core kernel (GEMMs and fused attention); memory-bound kernels keep their
-# rate (the memory clock did not move). H200: the same GH100 die at the same 700 W limit, so
-# H100's factors are assumed; A100, V100, B200: not measured, no derating applied.
+# rate (the memory clock did not move). H200, measured the same way
+# (calibrate/profiles/h200-study/): 658.6 bf16 against the 794.5 burst taken for it above,
+# 1192.0 FP8 against MAMF's 1453.4. A100, V100, B200: not measured, no derating applied.
 SUSTAINED_CLOCK_FACTOR = {  # gpu -> {precision: sustained / burst}
     "h100-sxm": {"bf16": 687.6 / 794.5, "fp8": 1238.8 / 1402.6},
-    "h200": {"bf16": 687.6 / 794.5, "fp8": 1238.8 / 1402.6},
+    "h200": {"bf16": 658.6 / 794.5, "fp8": 1192.0 / 1453.4},
 }
 # Shape effects (NVIDIA "Matrix Multiplication Background" user's guide, tile and wave
 # quantization): the output is cut into tiles, one per SM at a time; a last partial wave of
