@@ -37,7 +37,7 @@ class Result:
 
     @property
     def breakdown(self) -> dict[str, float]:
-        """Seconds of the critical rank's step by part (`sim3d.engine.simulate.BREAKDOWN_PARTS`);
+        """Seconds of the critical rank's step by part (`sim3d.engine.replay.BREAKDOWN_PARTS`);
         they add up to the step time."""
         return self.sim.breakdown()
 

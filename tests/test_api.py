@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import sim3d
 from sim3d.cli import app
-from sim3d.engine.simulate import BREAKDOWN_PARTS
+from sim3d.engine.replay import BREAKDOWN_PARTS
 from sim3d.step import step_schedule
 from sim3d.studies.sweep import run_sweep
 

@@ -10,7 +10,7 @@ from ..scenario import ScenarioError
 from ..schedule import Schedule
 from ..step import step_schedule
 from ..topology import Topology
-from .simulate import Engine, SimResult
+from .replay import Engine, SimResult
 
 
 @dataclass
