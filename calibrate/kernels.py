@@ -48,10 +48,11 @@ class KernelBench:
         return measure(calls, self.device, warmup=2 if self.quick else 3,
                        min_repeats=3, max_repeats=15 if self.quick else 30, budget_s=self.budget)
 
-    def _add(self, op, kind, pass_, shape, seconds, *, numel, nbytes, flops=None, m=None, n=None, k=None):
+    def _add(self, op, kind, pass_, shape, seconds, *, numel, nbytes, flops=None, m=None, n=None, k=None,
+             dtype=None):
         self.rows.append(make_row(
             op=op, kind=kind, **{"pass": pass_}, shape=shape, m=m, n=n, k=k, numel=numel,
-            bytes=nbytes, dtype=self.dtype, device=self.device, seconds=seconds,
+            bytes=nbytes, dtype=dtype or self.dtype, device=self.device, seconds=seconds,
             tflops=(flops / seconds / 1e12) if flops else None, gbps=nbytes / seconds / 1e9))
 
     def _fwd_bwd(self, op, kind, shape, make, numel, fwd_bytes, bwd_bytes, flops=(None, None), bwd=True):
@@ -145,14 +146,9 @@ class KernelBench:
                 sets.append((x, w.t(), dy, w.t().contiguous().t(), dy.t().contiguous(), x.t().contiguous().t()))
             fwd = [lambda x=x, wt=wt: mm(x, wt) for x, wt, *_ in sets]
             bwd = [lambda dy=dy, wk=wk, dyt=dyt, xk=xk: (mm(dy, wk), mm(dyt, xk)) for _, _, dy, wk, dyt, xk in sets]
-            kw = dict(m=m, n=n, k=k, numel=m * n)
-            for pass_, calls, flops, nbytes in (("fwd", fwd, 2 * m * n * k, set_bytes),
-                                                ("bwd", bwd, 4 * m * n * k, 2 * set_bytes)):
-                seconds = self._time(calls)
-                self.rows.append(make_row(
-                    op=op, kind="gemm", **{"pass": pass_}, shape=shape, numel=kw["numel"], m=m, n=n, k=k,
-                    bytes=nbytes, dtype="fp8", device=self.device, seconds=seconds,
-                    tflops=flops / seconds / 1e12, gbps=nbytes / seconds / 1e9))
+            kw = dict(m=m, n=n, k=k, numel=m * n, dtype="fp8")
+            self._add(op, "gemm", "fwd", shape, self._time(fwd), nbytes=set_bytes, flops=2 * m * n * k, **kw)
+            self._add(op, "gemm", "bwd", shape, self._time(bwd), nbytes=2 * set_bytes, flops=4 * m * n * k, **kw)
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             self.skipped.append(f"{op} {shape} fp8: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
 

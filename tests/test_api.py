@@ -128,3 +128,16 @@ def test_a_slow_nic_on_any_node_slows_the_step(data, tp, pp):
     healthy = sim3d.simulate(base).step_time
     assert sim3d.simulate(slow).step_time > healthy
     assert sim3d.simulate(slow, full_fidelity=True).step_time > healthy
+
+
+def test_overrides_mean_the_same_on_a_path_a_dict_and_a_scenario():
+    import yaml
+    path = ROOT / "scenarios" / "mesh-32.yaml"
+    want = {"parallel.tp": 4, "parallel.dp": 2, "training.recompute": "selective"}
+    by_path = sim3d.simulate(path, **want)
+    by_dict = sim3d.simulate(yaml.safe_load(path.read_text()), **want)
+    by_scenario = sim3d.simulate(sim3d.load_scenario(path), **want)
+    by_sets = sim3d.simulate(path, sets=[f"{k}={v}" for k, v in want.items()])
+    assert by_path.scenario.tp == 4 and by_path.scenario.training.recompute == "selective"
+    assert by_path.step_time == by_dict.step_time == by_scenario.step_time == by_sets.step_time
+    assert by_path.step_time != sim3d.simulate(path).step_time

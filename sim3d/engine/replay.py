@@ -120,7 +120,6 @@ class Engine:
         self.gathers: dict[tuple, _Gather] = {}
         self.busy = defaultdict(float)
         self.tp_busy = defaultdict(float)
-        self.p2p_wait = defaultdict(float)
         self.dp_tail = defaultdict(float)
         self.parts: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.finish: dict[int, float] = {}
@@ -155,7 +154,7 @@ class Engine:
         step = max(self.finish.values())
         events = len(self.rows)
         return SimResult(self.rows, step, {r: self.busy[r] for r in ranks}, {r: self.tp_busy[r] for r in ranks},
-                         {r: self.p2p_wait[r] for r in ranks}, {r: self.dp_tail[r] for r in ranks},
+                         {r: self.parts[r]["pipeline_p2p"] for r in ranks}, {r: self.dp_tail[r] for r in ranks},
                          events, time.perf_counter() - start, ranks, {r: dict(self.parts[r]) for r in ranks},
                          dict(self.finish))
 
@@ -204,7 +203,6 @@ class Engine:
                         yield event
                         # only the transfer is communication; waiting for the producer is bubble
                         transfer = max(0.0, env.now - max(ready_at, event.value))
-                        self.p2p_wait[me] += transfer
                         parts["pipeline_p2p"] += transfer
                         parts["pipeline_wait"] += env.now - ready_at - transfer
                 cost = self.costs.action(stage, a.kind.value)
@@ -239,7 +237,6 @@ class Engine:
                 if not self.overlap_p2p:  # blocking send: the compute stream waits for delivery
                     begin = env.now
                     yield transfer
-                    self.p2p_wait[me] += env.now - begin
                     parts["pipeline_p2p"] += env.now - begin
             elif a.kind in (Kind.RECV_F, Kind.RECV_B):
                 continue  # a post: the transfer process records the arrival

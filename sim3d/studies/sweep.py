@@ -45,14 +45,13 @@ def label(point: dict[str, str]) -> str:
 
 def check_inputs(scenario: Path, grid: dict[str, list[str]]) -> None:
     """Bad input stops the sweep before it starts (exit 2): an invalid base scenario, or a
-    calibration profile in the grid that does not exist. A layout that does not fit the
-    cluster is a result (an error row), not bad input."""
+    calibration profile in the grid that the scenario check rejects. A layout that does not
+    fit the cluster is a result (an error row), not bad input."""
     load_scenario(scenario)
     for key, values in grid.items():
         if canonical_key(key) == "costs.profile":
-            missing = [v for v in values if not Path(v).is_file()]
-            if missing:
-                raise ScenarioError(f"--grid {key}: no such profile file {', '.join(missing)}")
+            for value in values:
+                load_scenario(scenario, [f"{key}={value}"])
 
 
 def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: int | None = None,
