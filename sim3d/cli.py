@@ -11,15 +11,23 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from .scenario import ScenarioError, load_scenario
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
-out = Console(width=None if sys.stdout.isatty() else 120)  # readable tables in logs and pipes
-err = Console(stderr=True, soft_wrap=True)  # messages stay one line each, greppable
+# markup=False: every message is literal text; a `[/...]` in a gloo error or `[default]` in a
+# pip hint must print as written, so styling is applied through Text spans, never markup.
+out = Console(width=None if sys.stdout.isatty() else 120, markup=False)  # readable tables in logs and pipes
+err = Console(stderr=True, soft_wrap=True, markup=False)  # messages stay one line each, greppable
 
 SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
+
+
+def say(label: str, message: object, style: str = "bold red") -> None:
+    """One line on stderr: a styled label, then the message exactly as written."""
+    err.print(Text.assemble((label, style), " ", str(message)), highlight=False)
 
 
 class BadInput(Exception):
@@ -40,13 +48,13 @@ def guarded(fn):
         except typer.Exit:
             raise
         except _bad_input_types() as e:
-            err.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+            say("error:", e)
             raise typer.Exit(2)
         except Exception as e:  # noqa: BLE001 - last line of defence for users
             if os.environ.get("SIM3D_DEBUG"):
                 raise
-            err.print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {e}\n"
-                      "(set SIM3D_DEBUG=1 for the traceback, and please report it)", highlight=False)
+            say("internal error:", f"{type(e).__name__}: {e}\n"
+                "(set SIM3D_DEBUG=1 for the traceback, and please report it)")
             raise typer.Exit(1)
     return wrapper
 
@@ -84,9 +92,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         out.print(breakdown_table(summary))
         _print_memory(result.memory, s.gpu.hbm_gib)
         for w in summary["warnings"]:
-            err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+            say("warning:", w, "yellow")
         if not summary["fits_in_memory"]:
-            err.print(f"[yellow]memory:[/yellow] {summary['memory_note']}", highlight=False)
+            say("memory:", summary["memory_note"], "yellow")
         if explain:
             _print_explain(result)
     folder = out_dir or Path("reports") / s.name
@@ -139,10 +147,11 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
               highlight=False, soft_wrap=True)
     report = memory_report(s)
     out.print(memory_table(report.rows, s.gpu.hbm_gib))
-    verdict = "[green]fits[/green]" if report.fits else "[red]does not fit[/red]"
-    out.print(f"memory: {verdict} in {s.gpu.hbm_gib:g} GiB ({s.cluster.gpu}); {report.reason}", highlight=False)
+    verdict = ("fits", "green") if report.fits else ("does not fit", "red")
+    out.print(Text.assemble("memory: ", verdict, f" in {s.gpu.hbm_gib:g} GiB ({s.cluster.gpu}); {report.reason}"),
+              highlight=False)
     for w in s.warnings():
-        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        say("warning:", w, "yellow")
 
 
 @app.command()
@@ -179,10 +188,10 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
 
 
 def _progress(description: str):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
     counter = TaskProgressColumn() if description == "simulate" else MofNCompleteColumn()
-    return Progress("[progress.description]{task.description}", BarColumn(), counter,
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), counter,
                     TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
 
 
@@ -250,7 +259,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     try:
         result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
     except ExecutorError as e:
-        err.print(f"[bold red]execution failed:[/bold red] {e}", highlight=False)
+        say("execution failed:", e)
         raise typer.Exit(1)
     out.print(result.summary(), highlight=False)
     if check and not result.passed:

@@ -308,9 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the scenario of each row given with --row into DIR and stop")
     parser.add_argument("--row", action="append", default=[], help="a row id (with --write-scenarios)")
     args = parser.parse_args(argv)
-    console = Console(width=200)
+    console = Console(width=200, markup=False)
     if not args.csv.is_file():
-        console.print(f"[red]error:[/red] no such file {args.csv}")
+        console.print(f"error: no such file {args.csv}")
         return 2
     if args.write_scenarios:
         return _write_scenarios(args.csv, args.row, args.write_scenarios, console)

@@ -52,6 +52,7 @@ def write_summary(summary: dict, path: Path) -> None:
 
 def summary_table(summary: dict):
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"sim3d: {summary['name']}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
@@ -68,8 +69,8 @@ def summary_table(summary: dict):
         ("hardware TFLOP/s per GPU (HFU)", f"{summary['hardware_tflops_per_gpu']:.1f} ({summary['hfu']:.1%})"),
         ("pipeline bubble", f"{summary['bubble_fraction']:.1%}"),
         ("exposed communication", f"{summary['comm_exposed_s']:.3f} s"),
-        ("peak memory per GPU", f"{summary['peak_memory_gib']:.1f} GiB"
-         + ("" if summary["fits_in_memory"] else "  [red]does not fit[/red]")),
+        ("peak memory per GPU", Text(f"{summary['peak_memory_gib']:.1f} GiB")
+         + ("" if summary["fits_in_memory"] else Text("  does not fit", style="red"))),
         ("simulated", f"{summary['sim_events']:,} actions in {summary['sim_wall_s']:.2f} s"),
     ]
     for what, value in rows:
