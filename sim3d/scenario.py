@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
-    PositiveFloat,
     PositiveInt,
     ValidationError,
     field_validator,
@@ -25,7 +23,19 @@ from pydantic import (
 
 from .hardware import GPU_FIELDS, GpuSpec, gpu_preset, suggest
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
+from .safe_yaml import UnboundedYaml, YamlInputError, read_yaml_text
 from .scenario_checks import consistency_problems
+
+MAX_SCENARIO_BYTES = 1_000_000
+
+# Physical ranges, wide enough for any what-if (a 1 Mb/s link, a 10 Pb/s one) and narrow enough
+# that no divisor drives a prediction to 1e300 s or to infinity.
+Gbps = Annotated[float, Field(ge=1e-3, le=1e12)]  # 1e9+ reads as "a free network"
+Tflops = Annotated[float, Field(ge=1e-3, le=1e12)]
+Gib = Annotated[float, Field(ge=1e-3, le=1e7)]
+Tbps = Annotated[float, Field(ge=1e-4, le=1e9)]
+LatencyUs = Annotated[float, Field(ge=0, le=1e6)]
+Factor = Annotated[float, Field(ge=1e-3, le=1e3)]
 
 
 
@@ -42,7 +52,9 @@ def _alias(*names: str):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # strict: `tp: true` or `layers: 2.5` is an error, not 1 or 2; no inf/nan reaches a divisor.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True,
+                              allow_inf_nan=False)
 
 
 class MoE(_Strict):
@@ -51,7 +63,7 @@ class MoE(_Strict):
     expert_ffn_hidden: PositiveInt | None = Field(
         None, validation_alias=AliasChoices("expert_ffn_hidden", "moe_ffn_hidden_size"))
     every: PositiveInt = 1  # an MoE layer every `every` layers (1 = all layers)
-    capacity_factor: PositiveFloat | None = Field(
+    capacity_factor: Factor | None = Field(
         None, validation_alias=AliasChoices("capacity_factor", "moe_expert_capacity_factor"))
 
 
@@ -158,16 +170,16 @@ class Training(_Strict):
 
 class IntraNode(_Strict):
     fabric: Literal["nvswitch", "nvlink-mesh", "pcie"] = "nvswitch"
-    gbps: PositiveFloat | None = None  # None: the GPU preset's NVLink speed
-    latency_us: float = Field(2.0, ge=0)
+    gbps: Gbps | None = None  # None: the GPU preset's NVLink speed
+    latency_us: LatencyUs = 2.0
 
 
 class InterNode(_Strict):
     fabric: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
-    nic_gbps: PositiveFloat | None = None  # None: the GPU preset's NIC speed
+    nic_gbps: Gbps | None = None  # None: the GPU preset's NIC speed
     nics_per_node: PositiveInt | None = None
-    oversubscription: float = Field(1.0, ge=1.0)
-    latency_us: float = Field(5.0, ge=0)
+    oversubscription: float = Field(1.0, ge=1.0, le=1e3)
+    latency_us: LatencyUs = 5.0
 
 
 class Cluster(_Strict):
@@ -177,13 +189,13 @@ class Cluster(_Strict):
     intra_node: IntraNode = IntraNode()
     inter_node: InterNode = InterNode()
     # Any GpuSpec field may be overridden here (e.g. hbm_gib: 96 for a what-if).
-    bf16_tflops: PositiveFloat | None = None
-    fp16_tflops: PositiveFloat | None = None
-    fp8_tflops: PositiveFloat | None = None
-    fp32_tflops: PositiveFloat | None = None
-    tf32_tflops: PositiveFloat | None = None
-    hbm_gib: PositiveFloat | None = None
-    hbm_tbps: PositiveFloat | None = None
+    bf16_tflops: Tflops | None = None
+    fp16_tflops: Tflops | None = None
+    fp8_tflops: Tflops | None = None
+    fp32_tflops: Tflops | None = None
+    tf32_tflops: Tflops | None = None
+    hbm_gib: Gib | None = None
+    hbm_tbps: Tbps | None = None
 
 
 class Costs(_Strict):
@@ -200,12 +212,12 @@ class Costs(_Strict):
 
 class Straggler(_Strict):
     rank: int = Field(ge=0)
-    slowdown: float = Field(gt=0)
+    slowdown: Factor
 
 
 class SlowLink(_Strict):
     node: int = Field(ge=0)
-    nic_gbps: PositiveFloat
+    nic_gbps: Gbps
 
 
 class Fault(_Strict):
@@ -393,9 +405,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. parallel.tp=4")
     try:
-        typed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        typed = value
+        typed = read_yaml_text(value) if value.strip() else ""
+    except UnboundedYaml as err:
+        raise ScenarioError(f"--set {key.strip()}: {err}") from None
+    except YamlInputError:
+        typed = value  # not YAML: the text itself (e.g. a path with a colon)
     return key.strip(), typed
 
 
@@ -405,7 +419,10 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
     already typed (the library API)."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"(top level): a scenario is a mapping of sections, got {type(raw).__name__}")
-    raw = _canonical(_deep_copy(raw), Scenario, "")
+    try:
+        raw = _canonical(_deep_copy(raw), Scenario, "")
+    except RecursionError:
+        raise ScenarioError("(top level): the scenario contains itself (a self-referential dict or list)") from None
     for key, value in [parse_override(text) for text in overrides] + list((values or {}).items()):
         _set_path(raw, canonical_key(key), value)
     try:
@@ -478,13 +495,18 @@ def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = 
 def _read_yaml(path: Path):
     if not path.is_file():
         raise ScenarioError(f"{path}: no such scenario file")
+    if path.stat().st_size > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"{path}: {path.stat().st_size:,} bytes; a scenario is a few kB (the limit is "
+                            f"{MAX_SCENARIO_BYTES:,} bytes)")
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ScenarioError(f"{path}:{where}: malformed YAML: {problem}") from None
+        raw = read_yaml_text(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+                            "a scenario is a YAML file") from None
+    except OSError as err:
+        raise ScenarioError(f"{path}: cannot be read ({err.strerror})") from None
+    except YamlInputError as err:
+        raise ScenarioError(f"{path}: {err}") from None
     if raw is None:
         raise ScenarioError(f"{path}: the file is empty")
     return raw
