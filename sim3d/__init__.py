@@ -7,12 +7,12 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .api import Result, simulate
-from .scenario import Scenario, ScenarioError, load_scenario
-
 try:
     __version__ = version("sim3d")
 except PackageNotFoundError:  # a source tree that was not installed
     __version__ = "0+unknown"
+
+from .api import Result, simulate  # noqa: E402 - after __version__, which the summary records
+from .scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
 
 __all__ = ["simulate", "Result", "Scenario", "ScenarioError", "load_scenario", "__version__"]

@@ -86,7 +86,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         result = simulate(s, full_fidelity=every_gpu)
     summary = result.summary
     if as_json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2, allow_nan=False))
     else:
         out.print(summary_table(summary))
         out.print(breakdown_table(summary))

@@ -56,7 +56,7 @@ def test_breakdown_adds_up_to_the_step_on_the_critical_rank(case):
     assert tuple(parts) == BREAKDOWN_PARTS
     assert all(v >= -1e-12 for v in parts.values()), parts
     assert sum(parts.values()) == pytest.approx(r.step_time, rel=1e-9)
-    assert r.summary["breakdown_s"] == parts
+    assert r.summary["breakdown"] == parts
     # every rank's own parts add up to its own finish time
     for rank in r.sim.ranks:
         assert sum(r.sim.breakdown(rank).values()) == pytest.approx(r.sim.finish[rank], rel=1e-9)

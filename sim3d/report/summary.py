@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+from .. import __version__
 from ..model.flops import hardware_flops_per_step, model_flops_per_step
 from ..model.memory import memory_report
 
 SUMMARY_KEYS = ("name", "num_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "schedule", "micro_batch",
                 "global_batch", "num_microbatches", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
                 "hardware_tflops_per_gpu", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
-                "fits_in_memory", "sim_events", "sim_wall_s")
+                "fits_in_memory", "sim_events", "sim_wall_s", "hfu", "breakdown", "sim3d_version")
 
 
 def summarize(run, memory=None) -> dict:
@@ -40,14 +42,27 @@ def summarize(run, memory=None) -> dict:
         "sim_wall_s": r.wall_s,
     }
     summary["hfu"] = hardware_tflops / peak
-    summary["breakdown_s"] = r.breakdown()  # the critical rank's step, part by part
+    summary["breakdown"] = r.breakdown()  # the critical rank's step, part by part
     summary["memory_note"] = memory.reason
     summary["warnings"] = s.warnings()
+    summary["sim3d_version"] = __version__
+    _require_finite(summary)
     return summary
 
 
+def _require_finite(summary: dict) -> None:
+    """A prediction of inf or nan is never an answer (and is not valid JSON): refuse it as input
+    that drove a cost out of range, naming the values."""
+    bad = [k for k, v in summary.items() if isinstance(v, float) and not math.isfinite(v)]
+    bad += [f"breakdown.{k}" for k, v in summary["breakdown"].items() if not math.isfinite(v)]
+    if bad:
+        from ..scenario import ScenarioError
+        raise ScenarioError(f"(prediction): {', '.join(bad)} came out non-finite; a bandwidth, TFLOP/s or "
+                            "size in the scenario is outside any physical range")
+
+
 def write_summary(summary: dict, path: Path) -> None:
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
 
 
 def summary_table(summary: dict):
@@ -89,7 +104,7 @@ def breakdown_table(summary: dict):
     """Where the critical rank's step goes: one row per non-zero part, seconds and share."""
     from rich.table import Table
 
-    parts = summary.get("breakdown_s", {})
+    parts = summary.get("breakdown", {})
     total = sum(parts.values()) or 1.0
     table = Table(title="where the step goes (critical rank)", title_justify="left")
     table.add_column("part")
