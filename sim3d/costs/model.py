@@ -100,6 +100,7 @@ class CostModel:
         self.profile = profile
         self.sources: dict[str, set[str]] = defaultdict(set)
         self._stage_cache: dict[tuple[int, str], ActionCost] = {}
+        self._layer_cache: dict[tuple[bool, str], ActionCost] = {}
         self._p2p_cache: dict[tuple[int, int], float] = {}
         self._pipeline = self.placement.pipeline()
         self._block_shape = block_shape(scenario)
@@ -142,14 +143,20 @@ class CostModel:
 
     def _action(self, stage: int, kind: str) -> ActionCost:
         s = self.s
-        parts = [("embedding_block", embedding_ops(s))] if stage == 0 else []
-        parts += [("block", layer_ops(s, is_moe_layer(s, layer))) for layer in stage_layer_range(s, stage)]
-        if stage == s.num_stages - 1:
-            parts.append(("head_block", head_ops(s)))
         total = ActionCost(0.0)
-        for block, ops in parts:
-            total = total + (self._measured_block(block, ops, kind) or self.ops_cost(ops, kind))
+        if stage == 0:
+            total = total + self._block_cost("embedding_block", embedding_ops(s), kind)
+        for layer in stage_layer_range(s, stage):
+            moe = is_moe_layer(s, layer)
+            if (moe, kind) not in self._layer_cache:  # every dense (every MoE) layer costs the same
+                self._layer_cache[(moe, kind)] = self._block_cost("block", layer_ops(s, moe), kind)
+            total = total + self._layer_cache[(moe, kind)]
+        if stage == s.num_stages - 1:
+            total = total + self._block_cost("head_block", head_ops(s), kind)
         return total
+
+    def _block_cost(self, block: str, ops, kind: str) -> ActionCost:
+        return self._measured_block(block, ops, kind) or self.ops_cost(ops, kind)
 
     def _measured_block(self, block: str, ops, kind: str) -> ActionCost | None:
         """A whole embedding / layer / head measured by the calibration harness at exactly

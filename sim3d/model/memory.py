@@ -132,8 +132,11 @@ def layer_activation_bytes(s, moe_layer: bool = False, recompute: str | None = N
     """Activation bytes one layer keeps per micro-batch on one rank (Korthikanti Table 2):
     none: sum of every op's saved tensors; selective: minus the core attention;
     full: only the layer input, 2*s*b*h (/t with sequence parallelism)."""
-    recompute = recompute or s.training.recompute
-    d = Dims.of(s)
+    return _layer_activation_bytes(Dims.of(s), moe_layer, recompute or s.training.recompute)
+
+
+@lru_cache(maxsize=1024)  # layouts searches and deep models ask for the same few shapes again and again
+def _layer_activation_bytes(d: Dims, moe_layer: bool, recompute: str) -> float:
     ops = ops_for(d, moe_layer)
     if recompute == "full":
         return ops[0].act_bytes  # the input norm keeps exactly the layer input
