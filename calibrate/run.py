@@ -35,6 +35,22 @@ def _resolve_dtype(device: str, dtype: str | None, scenario) -> tuple[str, str |
     return want, None
 
 
+def _check_writable(path: Path) -> None:
+    if path.suffix.lower() != ".csv":
+        raise ValueError(f"--out {path}: a profile is a .csv file (its provenance goes beside it as .json)")
+    if path.is_dir():
+        raise ValueError(f"--out {path}: is a folder, expected a .csv file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out {path}: its folder cannot be created ({e.strerror})") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {path}: the folder {path.parent} is not writable")
+    for existing in (path, path.with_suffix(".json")):
+        if existing.exists() and not os.access(existing, os.W_OK):
+            raise ValueError(f"--out {path}: {existing} exists and is not writable")
+
+
 def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str | list[str] | None = None,
                     out: str | None = None, progress: Callable[[str], None] | None = None, *,
                     dtype: str | None = None, kernels: bool = True, collectives: bool = True,
@@ -69,6 +85,7 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
     scenario = scenarios[0] if scenarios else None
     dt, note = _resolve_dtype(device, dtype, scenario)
     path = Path(out) if out else default_path(device)
+    _check_writable(path)  # before minutes of measuring, not after
     t_start = time.perf_counter()
     rows: list[dict] = []
     extra: dict = {"dtype_note": note, "scenario_path": paths or None, "loadavg_start": _load()}

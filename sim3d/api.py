@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .costs.model import CostModel
 from .engine import SimResult
 from .engine import simulate as _replay
+from .limits import WorkLimitExceeded, check_schedule_size
 from .model.memory import MemoryReport, memory_report
 from .report.summary import summarize
 from .scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
@@ -77,6 +78,11 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     typed) applied. The scenario's calibration profile is loaded here; stragglers imply full
     fidelity. Raises ScenarioError (bad input, missing profile) and ScheduleError."""
     s = _scenario(scenario, tuple(sets), overrides)
+    if full_fidelity or any(f.straggler for f in s.faults):
+        try:
+            check_schedule_size(s.pp, s.num_microbatches, s.vpp, ranks_replayed=s.num_gpus)
+        except WorkLimitExceeded as e:
+            raise ScenarioError(f"full fidelity (every GPU replayed): {e}") from None
     run = _replay(s, full_fidelity=full_fidelity, progress=progress)
     memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
     return Result(s, run.schedule, run.costs, run.result, memory, summarize(run, memory))

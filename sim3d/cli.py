@@ -35,8 +35,10 @@ class BadInput(Exception):
 
 
 def _bad_input_types():
+    from .limits import WorkLimitExceeded
     from .schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
-    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, FileNotFoundError)
+    # OSError: an unreadable input or unwritable output named by the OS (permission, full disk)
+    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded, OSError)
 
 
 def guarded(fn):
@@ -63,6 +65,35 @@ def _load(path: Path, sets: list[str]):
     return load_scenario(path, sets)
 
 
+def _default_folder(name: str, suffix: str = "") -> Path:
+    """reports/<name><suffix>, the name reduced to one safe path component: a scenario named
+    `../../x` or `/etc` still writes under reports/."""
+    from .report.outputs import folder_name
+    return Path("reports") / (folder_name(name) + suffix)
+
+
+def _writable_folder(folder: Path, option: str = "--out") -> Path:
+    """Create `folder` (before any work, so nothing computed is lost to a bad path)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise BadInput(f"{option} {folder}: exists and is not a folder") from None
+    except OSError as e:
+        raise BadInput(f"{option} {folder}: cannot be created ({e.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"{option} {folder}: not writable")
+    return folder
+
+
+def _writable_file(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise BadInput(f"{option} {path}: expected a file ending in {', '.join(suffixes)}")
+    if path.is_dir():
+        raise BadInput(f"{option} {path}: is a folder, expected a file")
+    _writable_folder(path.parent if str(path.parent) else Path("."), option)
+    return path
+
+
 @app.command()
 @guarded
 def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
@@ -77,6 +108,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .report.summary import breakdown_table, summary_table
 
     s = _load(scenario, set_)
+    folder = _writable_folder(out_dir or _default_folder(s.name))
     every_gpu = full_fidelity or any(f.straggler for f in s.faults)
     if every_gpu and not as_json:
         with _progress("simulate") as bar:
@@ -97,7 +129,6 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
             say("memory:", summary["memory_note"], "yellow")
         if explain:
             _print_explain(result)
-    folder = out_dir or Path("reports") / s.name
     written = _write_outputs(result.run, summary, folder, plots, quiet=as_json)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
@@ -120,7 +151,6 @@ def _print_explain(result) -> None:
 
 def _write_outputs(sim, summary: dict, folder: Path, plots: bool, quiet: bool) -> list[Path]:
     from .report.outputs import write_run_outputs
-    folder.mkdir(parents=True, exist_ok=True)
     if quiet:
         return write_run_outputs(sim, summary, folder, plots)
     with err.status(f"writing trace and plots to {folder}/ ..."):
@@ -164,12 +194,18 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
              csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),
              gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg).")):
     """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
+    from .limits import check_schedule_size
     from .schedule import build, lower
     from .schedule import validate as check
     from .schedule.evaluate import evaluate, uniform_costs
 
     if vpp is None:
         vpp = 2 if name in ("interleaved-1f1b", "zbv", "dualpipev") else 1
+    check_schedule_size(pp, microbatches, vpp)
+    if csv_path:
+        _writable_file(csv_path, "--csv", (".csv",))
+    if gantt:
+        _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = check(full)
@@ -249,15 +285,17 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/).")):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
-    from .executor import ExecutorError, execute as run_executor
+    from .executor import ExecutorError, ExecutorRefusal, execute as run_executor
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
     # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
     s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
-    folder = out_dir or Path("reports") / f"{s.name}-exec"
+    folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
     try:
         result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
+    except ExecutorRefusal as e:
+        raise BadInput(str(e)) from None
     except ExecutorError as e:
         say("execution failed:", e)
         raise typer.Exit(1)
@@ -283,9 +321,16 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv of a simulated
         path = path / "trace.csv" if path.is_dir() else path
         if not path.is_file():
             raise BadInput(f"{path}: no such trace file")
-        return read_trace_csv(path)
+        try:
+            return read_trace_csv(path)
+        except ValueError as e:  # also undecodable bytes (UnicodeDecodeError is a ValueError)
+            raise BadInput(f"{path}: not a trace CSV with the columns of DESIGN.md section 4 ({e})") from None
 
-    out.print(compare_traces(load(sim_trace), load(real_trace)).render())
+    from .report.compare import UnrelatedTraces
+    try:
+        out.print(compare_traces(load(sim_trace), load(real_trace)).render())
+    except UnrelatedTraces as e:
+        raise BadInput(f"{sim_trace} vs {real_trace}: {e}") from None
 
 
 @app.command()
@@ -299,6 +344,8 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         raise BadInput(f"--device: expected cpu or cuda, got {device!r}")
     if scenario is not None:
         load_scenario(scenario)  # fail early on a bad scenario
+    if out_path is not None:
+        _writable_file(out_path, "--out", (".csv",))  # before the measuring, not after
     from calibrate import run_calibration
     with err.status("calibrating ...") as status:
         path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,

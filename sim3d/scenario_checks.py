@@ -4,6 +4,7 @@ numbers involved (DESIGN.md section 3)."""
 from __future__ import annotations
 
 from .hardware import PRESETS, suggest
+from .limits import GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
@@ -19,6 +20,9 @@ def consistency_problems(s) -> list[str]:
                  f"; known: {', '.join(PRESETS)}")
         if s.cluster.gpus_per_node is None:  # the node size comes from the preset
             return p
+    size = _size_problems(s)
+    if size:
+        return p + size  # nothing else is worth deriving for a run this large
     if s.schedule not in SCHEDULES:
         p.append(f"schedule: unknown schedule {s.schedule!r}{suggest(s.schedule, SCHEDULES)}; known: {', '.join(SCHEDULES)}")
     if m.hidden % m.heads and m.kv_channels is None:
@@ -99,3 +103,19 @@ def consistency_problems(s) -> list[str]:
         if (fault.straggler is None) == (fault.link is None):
             p.append(f"faults.{i}: give exactly one of straggler or link")
     return p
+
+
+def _size_problems(s) -> list[str]:
+    """Work limits (sim3d/limits.py), checked before anything is built from the sizes."""
+    checks = [("cluster.nodes", lambda: GPUS.check(s.num_gpus, f"{s.cluster.nodes:,} nodes x {s.gpus_per_node} GPUs")),
+              ("model.layers", lambda: LAYERS.check(s.model.layers)),
+              ("training.global_batch", lambda: check_schedule_size(s.pp, s.num_microbatches, s.vpp))]
+    problems = []
+    for field, check in checks:
+        try:
+            check()
+        except WorkLimitExceeded as e:
+            problems.append(f"{field}: {e}")
+        except ZeroDivisionError:
+            pass  # an inconsistent layout; reported by the checks that follow
+    return problems

@@ -85,3 +85,111 @@ def test_exponent_numbers_read_as_numbers_as_in_yaml_1_2(tmp_path):
                     "--set", "cluster.inter_node.nic_gbps=4e2")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["step_time_s"] > 0
+
+
+# ---- output folders and files (classes 3, 7, 9) ----------------------------------------------
+
+@pytest.mark.parametrize("name", ["../../../escaped", "/tmp/sim3d-absolute-escape", "", "a/../../b", ".hidden"])
+def test_scenario_name_never_leaves_reports(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    path = scenario_file(tmp_path, TINY.replace("name: tiny", f"name: {name!r}"))
+    result = invoke("run", path, "--no-plots")
+    assert result.exit_code == 0, result.stderr
+    written = [p for p in tmp_path.rglob("summary.json")]
+    assert len(written) == 1
+    folder = written[0].parent
+    assert folder.parent == tmp_path / "reports" and folder.name and not folder.name.startswith(".")
+    assert not Path("/tmp/sim3d-absolute-escape").exists()
+
+
+def test_out_that_is_a_file_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for args in (["run", ROOT / "scenarios" / "tiny.yaml", "--out", blocker],
+                 ["run", ROOT / "scenarios" / "tiny.yaml", "--out", blocker / "sub"],
+                 ["execute", ROOT / "scenarios" / "tiny.yaml", "--out", blocker],
+                 ["schedule", "1f1b", "--pp", 2, "-m", 4, "--csv", blocker / "s.csv"],
+                 ["calibrate", "--quick", "--out", blocker / "p.csv"]):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert str(blocker) in result.stderr
+
+
+@pytest.mark.parametrize("args", [["schedule", "1f1b", "--pp", 2, "-m", 4, "--gantt", "x.txt"],
+                                  ["calibrate", "--quick", "--out", "profile.txt"]])
+def test_output_formats_are_checked_before_work(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert "expected a file ending in" in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_compare_refuses_malformed_and_unrelated_traces(tmp_path):
+    garbage = scenario_file(tmp_path, b"\xff\xfe\x00\x01", "garbage.csv")
+    columns = scenario_file(tmp_path, "a,b\n1,2\n", "columns.csv")
+    for sets, folder in ((["parallel.pp=2"], "a"), (["parallel.pp=4", "model.layers=8"], "b")):
+        args = ["run", ROOT / "scenarios" / "tiny.yaml", "--no-plots", "--json", "--out", tmp_path / folder]
+        assert invoke(*args, *[x for s in sets for x in ("--set", s)],
+                      "--set", f"cluster.gpus_per_node={sets[0][-1]}").exit_code == 0
+    for a, b in ((garbage, tmp_path / "a"), (columns, tmp_path / "a")):
+        result = invoke("compare", a, b)
+        assert result.exit_code == 2 and "not a trace CSV" in result.stderr
+    result = invoke("compare", tmp_path / "a", tmp_path / "b")
+    assert result.exit_code == 2 and "not of the same layout" in result.stderr
+    assert invoke("compare", tmp_path / "a", tmp_path / "a").exit_code == 0
+
+
+def test_profile_with_non_finite_seconds_is_refused(tmp_path):
+    import pandas as pd
+    table = pd.read_csv(ROOT / "calibrate" / "profiles" / "cpu-amd-epyc.csv", dtype=str, keep_default_na=False)
+    table.loc[0, "seconds"] = "inf"
+    bad = tmp_path / "inf.csv"
+    table.to_csv(bad, index=False)
+    result = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--no-plots", "--out", tmp_path / "o",
+                    "--set", f"costs.profile={bad}")
+    assert result.exit_code == 2 and "finite" in result.stderr
+
+
+# ---- executor refusals (class 5, 7) ---------------------------------------------------------
+
+@pytest.mark.parametrize("args, expected", [
+    ([ROOT / "scenarios" / "gpt3.yaml"], "local processes; the limit is"),
+    ([ROOT / "scenarios" / "tiny.yaml", "--backend", "nccl"], "needs a GPU per rank"),
+    ([ROOT / "scenarios" / "tiny.yaml", "--set", "parallel.cp=2"], "context parallelism"),
+])
+def test_execute_refusals_are_bad_input(tmp_path, args, expected):
+    result = invoke("execute", *args, "--out", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr
+
+
+def test_execute_refuses_more_memory_than_the_machine_has(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIM3D_MAX_LOCAL_PROCESSES", "100000")
+    result = invoke("execute", ROOT / "scenarios" / "gpt3.yaml", "--out", tmp_path)
+    assert result.exit_code == 2 and "GiB available" in result.stderr
+
+
+# ---- work limits (class 5) --------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, expected", [
+    (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "model.layers=1000000"], "SIM3D_MAX_LAYERS"),
+    (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "training.global_batch=8000000"], "SIM3D_MAX_ACTIONS"),
+    (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "cluster.nodes=125000000000",
+      "--set", "parallel.dp=null"], "SIM3D_MAX_GPUS"),
+    (["schedule", "1f1b", "--pp", 1000, "-m", 100000], "600,003,000 schedule actions"),
+])
+def test_unreasonable_work_is_refused_at_once_with_the_estimate(args, expected):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr and "raise it on purpose" in result.stderr
+
+
+def test_full_fidelity_counts_every_gpu_and_the_limit_can_be_raised(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIM3D_MAX_ACTIONS", "500")
+    args = ["run", ROOT / "scenarios" / "mesh-32.yaml", "--json", "--no-plots", "--out", tmp_path]
+    assert invoke(*args).exit_code == 0  # folded: one pipeline
+    result = invoke(*args, "--full-fidelity")
+    assert result.exit_code == 2 and "full fidelity" in result.stderr
+    monkeypatch.setenv("SIM3D_MAX_ACTIONS", "1e6")
+    assert invoke(*args, "--full-fidelity").exit_code == 0

@@ -145,7 +145,9 @@ class Profile:
                 raise ProfileError(f"profile schema: data row {i + 1} (op {t['op'].iloc[i]!r}): {what}")
         bad(~t["kind"].isin(KINDS), f"kind must be one of {sorted(KINDS)}")
         bad(t["op"] == "", "op is empty")
-        bad(~(t["seconds"] > 0), "seconds must be a positive number")
+        bad(~(t["seconds"] > 0) | ~np.isfinite(t["seconds"]), "seconds must be a positive, finite number")
+        for c in ("m", "n", "k", "numel", "bytes", "group_size", "tflops", "gbps"):
+            bad(np.isinf(t[c]), f"{c} must be finite")
         kern = t["kind"] != "collective"
         bad(kern & ~t["pass"].isin(["fwd", "bwd"]), "pass must be fwd or bwd")
         bad(kern & (t["dtype"] == ""), "dtype is empty")

@@ -5,6 +5,6 @@ Importing this package does not import torch (launch.py imports it inside functi
 `gpt`, `tensor_parallel`, `runtime` and `reference` do.
 """
 
-from .launch import ExecuteResult, ExecutorError, execute, run_torchrun
+from .launch import ExecuteResult, ExecutorError, ExecutorRefusal, execute, run_torchrun
 
-__all__ = ["execute", "ExecuteResult", "ExecutorError", "run_torchrun"]
+__all__ = ["execute", "ExecuteResult", "ExecutorError", "ExecutorRefusal", "run_torchrun"]

@@ -30,6 +30,16 @@ SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "b
              "econnreset", "socket closed", "read error", "connection refused", "peer")
 
 
+class ExecutorRefusal(ValueError):
+    """A request the executor will not start (a layout it cannot run, more processes or memory
+    than this machine has, NCCL without GPUs): bad input, refused before any process starts."""
+
+
+# A rank is a Python process with torch and torch.distributed imported: 218 MiB of RSS measured
+# on this machine (torch 2.13 CPU); rounded up for gloo's buffers and the schedule state.
+RANK_BASELINE_BYTES = 300 * 2**20
+
+
 class ExecutorError(RuntimeError):
     """A rank of an executed run failed; `rank` and `error` name the root cause."""
 
@@ -117,21 +127,61 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     from .runtime import RunSpec, make_schedule
 
     if scenario.cp > 1:
-        raise ValueError(f"parallel.cp={scenario.cp}: the executor does not implement context parallelism "
-                         "(ring attention); run cp > 1 layouts in the simulator only")
+        raise ExecutorRefusal(f"parallel.cp={scenario.cp}: the executor does not implement context parallelism "
+                              "(ring attention); run cp > 1 layouts in the simulator only")
     if scenario.model.moe is not None or scenario.ep > 1:
-        raise ValueError("the executor runs dense models only (model.moe must be null, parallel.ep 1)")
+        raise ExecutorRefusal("the executor runs dense models only (model.moe must be null, parallel.ep 1)")
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise ExecutorRefusal(f"steps must be >= 1, got {steps}")
     if scenario.parallel.sequence_parallel and scenario.model.seq_len % scenario.tp:
-        raise ValueError(f"model.seq_len={scenario.model.seq_len} is not divisible by tp={scenario.tp} "
-                         "(sequence parallelism)")
+        raise ExecutorRefusal(f"model.seq_len={scenario.model.seq_len} is not divisible by tp={scenario.tp} "
+                              "(sequence parallelism)")
     sabotage, kill = _env_hooks(sabotage, kill)
     if buckets_per_chunk is None:
         buckets_per_chunk = dp_buckets_per_chunk(scenario)
     spec = RunSpec(scenario, steps, backend, check, seed, lr, buckets_per_chunk, timeout_s, sabotage, kill)
     validate(make_schedule(spec))
     return spec
+
+
+def check_machine_fits(scenario, backend: str, check: bool) -> None:
+    """Refuse a layout this machine cannot hold: more processes than the limit, more memory
+    than is available (every rank's weights, gradients and a spare copy, plus the reference
+    model under `check`), or NCCL ranks without a GPU each."""
+    from ..limits import LOCAL_PROCESSES, WorkLimitExceeded
+    from ..model.memory import model_params
+
+    world = scenario.world_size
+    try:
+        LOCAL_PROCESSES.check(world, f"tp*pp*dp*cp = {scenario.tp}*{scenario.pp}*{scenario.dp}*{scenario.cp}")
+    except WorkLimitExceeded as e:
+        raise ExecutorRefusal(f"{e}; the executor starts one process per rank on this machine") from None
+    width = 8 if check else 4  # float64 under --check
+    params = model_params(scenario)
+    needed = world * RANK_BASELINE_BYTES + 3 * width * params + (3 * width * params if check else 0)
+    available = _available_memory_bytes()
+    if available is not None and needed > available:
+        raise ExecutorRefusal(f"{world} rank processes need about {needed / 2**30:.1f} GiB "
+                              f"({world} x {RANK_BASELINE_BYTES / 2**20:.0f} MiB + {params / 1e6:,.1f} M parameters "
+                              f"x {3 * width} bytes{' x 2 with the reference' if check else ''}); "
+                              f"this machine has {available / 2**30:.1f} GiB available")
+    if backend == "nccl":
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus < world:
+            raise ExecutorRefusal(f"--backend nccl needs a GPU per rank: {world} ranks, {gpus} GPU(s) here "
+                                  "(use --backend gloo on CPU)")
+
+
+def _available_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False, out_dir=None, seed: int = 0,
@@ -143,12 +193,14 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     float64 and is compared with `reference.run_reference`; the result's `check` holds the
     errors and `passed`. The trace (and `out_dir/trace.csv`) holds the last step only.
     Scripts calling this need the `if __name__ == "__main__":` guard (children are started
-    by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails, ValueError on a layout the
-    executor cannot run (cp > 1, MoE)."""
+    by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails,
+    ExecutorRefusal (a ValueError) on a request it will not start (cp > 1, MoE, more processes
+    or memory than this machine has)."""
     import multiprocessing as mp
 
     s = _load(scenario, overrides)
     spec = make_spec(s, steps, backend, check, seed, lr, timeout_s, sabotage, None, buckets_per_chunk)
+    check_machine_fits(s, backend, check)
     world = s.world_size
     try:
         ctx = mp.get_context("forkserver")

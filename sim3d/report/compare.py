@@ -77,6 +77,31 @@ class CompareResult:
         return table
 
 
+class UnrelatedTraces(ValueError):
+    """The two traces are not of the same layout and schedule; a table of their differences
+    would be noise."""
+
+
+# Traces of one layout and schedule align on every compute action; a few may differ (an
+# executed trace holds one step, a zero-bubble W may be folded into B), a different run does not.
+MIN_ALIGNED_COMPUTE = 0.9
+
+
+def _require_same_run(both: pd.DataFrame, s: pd.DataFrame, r: pd.DataFrame) -> None:
+    compute = both[both["kind"].isin(["F", "B", "BI", "BW"])]
+    aligned = int((compute["_merge"] == "both").sum())
+    sim_n = aligned + int((compute["_merge"] == "left_only").sum())
+    real_n = aligned + int((compute["_merge"] == "right_only").sum())
+    if aligned < MIN_ALIGNED_COMPUTE * max(sim_n, real_n, 1):
+        def shape(t):
+            c = t[t["kind"].isin(["F", "B", "BI", "BW"])]
+            return (f"{c['pp_rank'].nunique()} pipeline rank(s), {c['microbatch'].nunique()} micro-batch(es), "
+                    f"{c['chunk'].nunique()} chunk(s)")
+        raise UnrelatedTraces(f"only {aligned} of {sim_n} simulated and {real_n} executed compute actions align; "
+                              f"these traces are not of the same layout and schedule (simulated: {shape(s)}; "
+                              f"executed: {shape(r)})")
+
+
 def compare_traces(sim: pd.DataFrame, real: pd.DataFrame) -> CompareResult:
     """Align two traces action by action (see the module docstring) and report errors."""
     sim, real = check_trace(sim), check_trace(real)
@@ -84,6 +109,7 @@ def compare_traces(sim: pd.DataFrame, real: pd.DataFrame) -> CompareResult:
     s_mean = s.groupby(KEY, as_index=False)["duration_s"].mean().rename(columns={"duration_s": "sim_s"})
     r_mean = r.groupby(KEY, as_index=False)["duration_s"].mean().rename(columns={"duration_s": "real_s"})
     both = s_mean.merge(r_mean, on=KEY, how="outer", indicator=True)
+    _require_same_run(both, s, r)
     matched = both[both["_merge"] == "both"].drop(columns="_merge").reset_index(drop=True)
     matched["rel_err"] = [_rel(a, b) for a, b in zip(matched["sim_s"], matched["real_s"])]
     per_kind = (matched.groupby("kind", as_index=False)

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..placement import Placement
 from .summary import write_summary
+
+
+def folder_name(name: str) -> str:
+    """`name` as one safe path component: letters, digits and . _ + - kept, runs of anything
+    else (slashes, spaces, NUL) become '-', no leading dot; empty -> 'scenario'."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").lstrip(".")
+    return safe[:120] or "scenario"
 
 
 def rank_labels(s, ranks) -> dict[int, str]:

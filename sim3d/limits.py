@@ -1,0 +1,75 @@
+"""How much work one command may ask for before it is refused, and how to ask for more.
+
+Every limit is an order of magnitude above the largest real run it could describe and sits
+where this machine's replay would start to take minutes or gigabytes; a user who means it
+raises the limit with the environment variable named in the refusal (README "Limits").
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+class WorkLimitExceeded(ValueError):
+    """The input asks for more work than the limit allows; `str()` gives the estimate, the limit
+    and how to raise it."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    env: str
+    default: int
+    unit: str
+    why: str
+
+    @property
+    def value(self) -> int:
+        text = os.environ.get(self.env)
+        if text is None:
+            return self.default
+        try:
+            value = int(float(text))
+        except ValueError:
+            raise WorkLimitExceeded(f"{self.env}={text!r}: expected a number of {self.unit}") from None
+        if value < 1:
+            raise WorkLimitExceeded(f"{self.env}={text!r}: expected a positive number of {self.unit}")
+        return value
+
+    def check(self, amount: int, how: str = "") -> None:
+        """Refuse `amount` (worked out as `how`, e.g. "1,000 micro-batches x 16 stages") above the limit."""
+        if amount > self.value:
+            asked = f"{how} = {amount:,} {self.unit}" if how else f"{amount:,} {self.unit}"
+            raise WorkLimitExceeded(f"{asked}; the limit is {self.value:,} ({self.why}); "
+                                    f"raise it on purpose with {self.env}={amount}")
+
+
+# ~25k actions/s are replayed here (gpt3 at full fidelity: 1.15 M actions in 54 s), and a trace
+# row costs ~2 kB in memory: 3 M actions is about two minutes and 6 GB.
+ACTIONS = Limit("SIM3D_MAX_ACTIONS", 3_000_000, "schedule actions", "about 2 minutes and 6 GB to replay")
+# The deepest published dense models have ~130 layers (Megatron-Turing NLG 530B: 105; GPT-1T
+# in Narayanan et al. 2021: 128).
+LAYERS = Limit("SIM3D_MAX_LAYERS", 10_000, "layers", "75x the deepest published model")
+# The largest single jobs reported (2024-25) run on ~100k GPUs; building the topology of 65k
+# GPUs takes ~20 s here.
+GPUS = Limit("SIM3D_MAX_GPUS", 65_536, "GPUs", "the topology graph of more takes minutes to build here")
+# Each executor rank is a torch process (~300 MB, one core's share of the step).
+LOCAL_PROCESSES = Limit("SIM3D_MAX_LOCAL_PROCESSES", max(16, 4 * (os.cpu_count() or 1)), "local processes",
+                        "4 per core of this machine, at least 16")
+
+
+def actions_per_rank(microbatches: int, chunks: int, dp_buckets: int = 1) -> int:
+    """About how many actions one pipeline rank runs: F, B (and W), a send and a receive per
+    compute action at most, then the gradient buckets and the optimizer."""
+    return microbatches * chunks * 6 + chunks * dp_buckets + 2
+
+
+def check_schedule_size(pp: int, microbatches: int, chunks: int, ranks_replayed: int | None = None,
+                        dp_buckets: int = 1) -> None:
+    """Refuse a schedule whose replay would exceed ACTIONS; `ranks_replayed` is the number of
+    ranks simulated (pp in folded mode, every GPU at full fidelity)."""
+    ranks = ranks_replayed or pp
+    per_rank = actions_per_rank(microbatches, chunks, dp_buckets)
+    ACTIONS.check(ranks * per_rank,
+                  f"{microbatches:,} micro-batches x {chunks} chunk(s) on {ranks:,} simulated rank(s), "
+                  f"about {per_rank:,} actions each")
