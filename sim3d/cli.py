@@ -261,6 +261,7 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .studies.sweep import parse_grid, points, run_sweep
 
     load_scenario(scenario)  # a bad base scenario fails before any work starts
+    _writable_folder(out_dir)
     if backend not in ("local", "ray"):
         raise BadInput(f"--backend: expected local or ray, got {backend!r}")
     parsed = parse_grid(grid)
@@ -269,10 +270,16 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
                             progress=lambda done, total: progress.update(task, completed=done, total=total))
     import pandas as pd
-    table = pd.read_csv(results)
+    table = pd.read_csv(results, dtype={"label": str, "error": str}, keep_default_na=False)
     shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]
-    shown = shown.astype(object).where(shown.notna(), "")
     out.print(shown.to_string(index=False), highlight=False)
+    failed = table[table["error"] != ""]
+    if len(failed) == len(table):
+        raise BadInput(f"every one of the {len(table)} grid points failed (rows in {results}); the first: "
+                       f"{failed['label'].iloc[0]}: {failed['error'].iloc[0]}")
+    if len(failed):
+        say("warning:", f"{len(failed)} of {len(table)} grid points failed; their reasons are in the error column",
+            "yellow")
     out.print(f"wrote {results} and {out_dir / 'sweep.png'}")
 
 

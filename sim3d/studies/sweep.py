@@ -1,18 +1,21 @@
 """What-if grids: every combination of the given scenario overrides, one step each.
 
-Results land in OUT/results.csv as they complete (so an interrupted sweep loses nothing and
-`--resume` skips finished points), then OUT/sweep.png plots step time and MFU against the
+Results land in OUT/results.csv as they complete (append-only and crash-safe: an interrupted
+sweep loses nothing and `--resume` skips finished points), then OUT/sweep.png plots step time and MFU against the
 first grid key, one line per combination of the others.
 """
 
 from __future__ import annotations
 
-import csv
 import itertools
+import json
 from pathlib import Path
 from typing import Callable
 
+from .. import __version__
+from ..safe_yaml import YamlInputError, read_yaml_text
 from ..scenario import ScenarioError, canonical_key, load_scenario, parse_override
+from .results_log import ResultsLog, file_digest
 from .runner import run_jobs
 
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
@@ -20,18 +23,34 @@ RESULT_KEYS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "comm_ex
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
+    """KEY=V1,V2,... per item; a value list in brackets is read as YAML, so values may hold
+    commas: KEY=["a,b", c] or KEY=[[1, 2], [3, 4]]."""
     grid = {}
     for item in items:
         key, values = parse_override(item)[0], item.partition("=")[2]
-        choices = [v.strip() for v in values.split(",") if v.strip()]
+        choices = _choices(item, values)
         if not choices:
             raise ScenarioError(f"--grid {item!r}: expected KEY=V1,V2,... e.g. cluster.inter_node.nic_gbps=100,200")
         if key in grid:
             raise ScenarioError(f"--grid: {key} given twice")
+        if len(set(choices)) != len(choices):
+            raise ScenarioError(f"--grid {item!r}: a value is given twice")
         grid[key] = choices
     if not grid:
         raise ScenarioError("--grid: give at least one KEY=V1,V2,...")
     return grid
+
+
+def _choices(item: str, values: str) -> list[str]:
+    if not values.strip().startswith("["):
+        return [v.strip() for v in values.split(",") if v.strip()]
+    try:
+        parsed = read_yaml_text(values)
+    except YamlInputError as e:
+        raise ScenarioError(f"--grid {item!r}: {e}") from None
+    if not isinstance(parsed, list):
+        raise ScenarioError(f"--grid {item!r}: expected a list of values in brackets")
+    return [v if isinstance(v, str) else json.dumps(v) for v in parsed]
 
 
 def points(grid: dict[str, list[str]]) -> list[dict[str, str]]:
@@ -57,31 +76,21 @@ def check_inputs(scenario: Path, grid: dict[str, list[str]]) -> None:
 def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: int | None = None,
               backend: str = "local", resume: bool = False,
               progress: Callable[[int, int], None] | None = None) -> Path:
+    """Run every grid point not yet in OUT/results.csv; rows are appended as points finish
+    (see results_log). A point that fails, for any reason, is an error row."""
     check_inputs(scenario, grid)
-    out.mkdir(parents=True, exist_ok=True)
-    results = out / "results.csv"
     columns = ["label", *grid, *RESULT_KEYS]
-    done: set[str] = set()
-    if results.exists() and resume:
-        with results.open() as f:
-            done = {row["label"] for row in csv.DictReader(f)}
-    elif results.exists():
-        raise ScenarioError(f"{results} exists: pass --resume to continue it, or choose another --out")
-    todo = [p for p in points(grid) if label(p) not in done]
-    jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
-    by_label = {label(p): p for p in todo}
-    new_file = not results.exists()
-    with results.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        if new_file:
-            writer.writeheader()
+    meta = {"scenario_sha256": file_digest(scenario), "grid": grid, "sim3d_version": __version__}
+    with ResultsLog.open(out, columns, meta, resume) as log:
+        todo = [p for p in points(grid) if label(p) not in log.done]
+        jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
+        by_label = {label(p): p for p in todo}
         for count, (name, summary) in enumerate(run_jobs(jobs, workers, backend), start=1):
-            writer.writerow({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
-            f.flush()
+            log.append({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
             if progress:
                 progress(count, len(jobs))
-    plot_sweep(results, list(grid), out / "sweep.png")
-    return results
+    plot_sweep(log.path, list(grid), out / "sweep.png")
+    return log.path
 
 
 def plot_sweep(results: Path, keys: list[str], path: Path) -> Path | None:

@@ -1,0 +1,152 @@
+"""An append-only, crash-safe results table for long studies (sweep OUT/results.csv).
+
+Each row reaches the file in one `write` on an O_APPEND descriptor and is fsynced, so a kill
+at any moment leaves whole rows and at most one torn last line, which `--resume` cuts off and
+recomputes. The header is on disk before the first point starts. `sweep.json` beside the
+table records the grid and the scenario's digest, and `--resume` refuses a table written by
+another grid or scenario. An advisory lock (flock, released by the kernel when the holder
+dies, even by SIGKILL) keeps two sweeps from interleaving in one folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+from ..scenario import ScenarioError
+
+LOCK_NAME = ".sweep.lock"
+META_NAME = "sweep.json"
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class ResultsLog:
+    """Open with `ResultsLog.open(...)`; `done` holds the labels already in the table; `append`
+    writes one whole row; `close` releases the lock."""
+
+    def __init__(self, path: Path, columns: list[str], fd: int, lock_fd: int, done: dict[str, dict]):
+        self.path, self.columns, self._fd, self._lock_fd, self.done = path, columns, fd, lock_fd, done
+
+    @classmethod
+    def open(cls, folder: Path, columns: list[str], meta: dict, resume: bool) -> "ResultsLog":
+        """`meta`: what identifies the study (grid keys, scenario digest, ...); `meta["grid"]`
+        may grow on resume (new values of the same keys), everything else must match."""
+        folder.mkdir(parents=True, exist_ok=True)
+        lock_fd = _lock(folder)
+        try:
+            path = folder / "results.csv"
+            done = _recover(path, columns, folder / META_NAME, meta) if resume else _refuse_existing(path)
+            _write_meta(folder / META_NAME, meta)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size == 0:
+                _write_all(fd, _line(columns))
+            return cls(path, columns, fd, lock_fd, done)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    def append(self, row: dict) -> None:
+        _write_all(self._fd, _line([row.get(c, "") for c in self.columns]))
+
+    def close(self) -> None:
+        os.close(self._fd)
+        os.close(self._lock_fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _line(values) -> bytes:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(values)
+    return buffer.getvalue().encode()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+    os.fsync(fd)
+
+
+def _lock(folder: Path) -> int:
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ScenarioError(f"{folder}: another sweep is writing here (process {holder}); "
+                            "wait for it or choose another --out") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _refuse_existing(path: Path) -> dict:
+    if path.exists() and path.stat().st_size:
+        raise ScenarioError(f"{path} exists: pass --resume to continue it, or choose another --out")
+    return {}
+
+
+def _write_meta(path: Path, meta: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dict[str, dict]:
+    """Rows already in the table by label; a torn last line is cut off (its point reruns)."""
+    if meta_path.exists():
+        try:
+            old = json.loads(meta_path.read_text())
+        except ValueError:
+            old = None
+        if old is not None:
+            _check_same_study(meta_path, old, meta)
+            meta["grid"] = {k: list(dict.fromkeys([*old["grid"].get(k, []), *v])) for k, v in meta["grid"].items()}
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with path.open("r+b") as f:
+            f.truncate(cut)
+        data = data[:cut]
+    if not data:
+        return {}
+    try:
+        rows = list(csv.reader(io.StringIO(data.decode())))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ScenarioError(f"{path}: not a results table sim3d wrote ({e}); choose another --out") from None
+    if rows[0] != columns:
+        raise ScenarioError(f"{path}: its columns are {rows[0]}, this grid gives {columns}; a resumed sweep must "
+                            "keep the grid's keys (choose another --out for a new grid)")
+    done = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) != len(columns):
+            raise ScenarioError(f"{path}: line {number} has {len(row)} fields, expected {len(columns)}; "
+                                "the table was edited or damaged")
+        done[row[0]] = dict(zip(columns, row))
+    return done
+
+
+def _check_same_study(meta_path: Path, old: dict, new: dict) -> None:
+    for key in new:
+        if key == "grid":
+            if list(old.get("grid", {})) != list(new["grid"]):
+                raise ScenarioError(f"{meta_path}: this folder holds a sweep over {list(old.get('grid', {}))}, "
+                                    f"not {list(new['grid'])}; choose another --out")
+        elif old.get(key) != new[key]:
+            raise ScenarioError(f"{meta_path}: {key} was {old.get(key)!r} when this sweep started, now "
+                                f"{new[key]!r}; its rows would mix two studies (choose another --out)")

@@ -1,0 +1,197 @@
+"""Sweep results survive kills, torn lines, changed grids and a second sweep in the same
+folder (issue 12, class 1); one broken point costs only its own row."""
+
+import fcntl
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sim3d.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny.yaml"
+GRID = ["--grid", "cluster.inter_node.nic_gbps=50,100,200", "--grid", "training.micro_batch=1,2,4"]
+RESULT_COLUMNS = ["label", "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]
+cli = CliRunner()
+
+
+def sweep(out, *extra, scenario=TINY, grid=GRID):
+    return cli.invoke(app, ["sweep", str(scenario), *grid, "--out", str(out), "--workers", "1", *extra],
+                      catch_exceptions=False)
+
+
+def rows(out) -> pd.DataFrame:
+    table = pd.read_csv(out / "results.csv", dtype=str, keep_default_na=False)
+    return table[RESULT_COLUMNS].sort_values("label").reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    assert sweep(out).exit_code == 0
+    return rows(out)
+
+
+def test_a_torn_last_line_is_cut_and_recomputed(tmp_path, reference):
+    assert sweep(tmp_path).exit_code == 0
+    text = (tmp_path / "results.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "results.csv").write_text("".join(text[:-1]) + text[-1][:17])  # killed mid-row
+    result = sweep(tmp_path, "--resume")
+    assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(rows(tmp_path), reference)
+
+
+@pytest.mark.parametrize("left", ["", "header"])
+def test_killed_before_the_first_point_resumes(tmp_path, reference, left):
+    assert sweep(tmp_path).exit_code == 0
+    header = (tmp_path / "results.csv").read_text().splitlines(keepends=True)[0]
+    (tmp_path / "results.csv").write_text(header if left == "header" else "")
+    assert sweep(tmp_path, "--resume").exit_code == 0
+    pd.testing.assert_frame_equal(rows(tmp_path), reference)
+
+
+def test_resume_refuses_another_grid_or_a_changed_scenario(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(TINY.read_text())
+    out = tmp_path / "out"
+    assert sweep(out, scenario=scenario).exit_code == 0
+    result = sweep(out, "--resume", scenario=scenario, grid=["--grid", "training.micro_batch=1,2"])
+    assert result.exit_code == 2 and "this folder holds a sweep over" in result.stderr
+    before = (out / "results.csv").read_bytes()
+    scenario.write_text(TINY.read_text().replace("layers: 4", "layers: 8"))
+    result = sweep(out, "--resume", scenario=scenario)
+    assert result.exit_code == 2 and "scenario_sha256" in result.stderr
+    assert (out / "results.csv").read_bytes() == before
+    # more values of the same keys is a resumable extension of the same study
+    scenario.write_text(TINY.read_text())
+    grid = ["--grid", "cluster.inter_node.nic_gbps=50,100,200,400", "--grid", "training.micro_batch=1,2,4"]
+    assert sweep(out, "--resume", scenario=scenario, grid=grid).exit_code == 0
+    assert len(rows(out)) == 12
+
+
+def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
+    tmp_path.mkdir(exist_ok=True)
+    fd = os.open(tmp_path / ".sweep.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        result = sweep(tmp_path)
+    finally:
+        os.close(fd)
+    assert result.exit_code == 2 and "another sweep is writing here" in result.stderr
+    assert not (tmp_path / "results.csv").exists()
+
+
+def test_a_point_that_crashes_becomes_an_error_row(tmp_path, monkeypatch):
+    import sim3d.api
+    replay = sim3d.api._replay
+
+    def broken_for_micro_batch_2(s, **kwargs):  # a bug that only some points reach
+        if s.training.micro_batch == 2:
+            raise ZeroDivisionError("division by zero")
+        return replay(s, **kwargs)
+    monkeypatch.setattr(sim3d.api, "_replay", broken_for_micro_batch_2)
+    result = sweep(tmp_path)
+    assert result.exit_code == 0, result.output
+    table = rows(tmp_path)
+    broken = table[table["label"].str.contains("micro_batch=2")]
+    assert len(table) == 9 and len(broken) == 3
+    assert broken["error"].str.startswith("internal error: ZeroDivisionError").all()
+    assert (table.drop(broken.index)["error"] == "").all()
+    assert "3 of 9 grid points failed" in result.stderr
+
+
+def test_an_all_error_sweep_is_bad_input(tmp_path):
+    result = sweep(tmp_path, grid=["--grid", "parallel.tp=3,5"])
+    assert result.exit_code == 2 and "every one of the 2 grid points failed" in result.stderr
+
+
+def test_grid_values_may_hold_commas_in_brackets(tmp_path):
+    from sim3d.studies.sweep import parse_grid
+    grid = parse_grid(['name=["a,b", c]', "parallel.order=[tp-cp-ep-dp-pp, dp-tp-cp-ep-pp]"])
+    assert grid == {"name": ["a,b", "c"], "parallel.order": ["tp-cp-ep-dp-pp", "dp-tp-cp-ep-pp"]}
+    result = sweep(tmp_path, grid=["--grid", 'name=["a,b", c]'])
+    assert result.exit_code == 0 and sorted(rows(tmp_path)["label"]) == ["name=a,b", "name=c"]
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return found
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_rows(tmp_path):
+    gpt3 = ROOT / "scenarios" / "gpt3.yaml"  # ~0.5 s a point: kills land between and inside points
+    grid = ["--grid", "cluster.inter_node.nic_gbps=25,50,100,200,400,800"]
+    assert sweep(tmp_path / "reference", scenario=gpt3, grid=grid).exit_code == 0
+    reference = rows(tmp_path / "reference")
+    out = tmp_path / "killed"
+    rng = random.Random(12)
+    command = [sys.executable, "-m", "sim3d.cli", "sweep", str(gpt3), *grid, "--out", str(out), "--workers", "2"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    kills = mid_sweep = 0
+    # attempt 0 is killed just after its first row, 1-3 at random moments, 4 runs to the end
+    for attempt in range(5):
+        proc = subprocess.Popen(command + (["--resume"] if attempt else []), cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + (rng.uniform(0.8, 2.4) if attempt in (1, 2, 3) else 120)
+        workers: set[int] = set()
+        while proc.poll() is None and time.monotonic() < deadline:
+            workers |= _children(proc.pid)
+            if attempt == 0 and _lines(out / "results.csv") >= 2:
+                break
+            time.sleep(0.02)
+        if proc.poll() is not None:
+            assert proc.returncode == 0, proc.stderr.read().decode()
+            if attempt == 4:
+                break
+            continue
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        mid_sweep += 1 < _lines(out / "results.csv") <= len(reference)
+        end = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)], "pool workers outlived their killed parent"
+    assert kills >= 2 and mid_sweep >= 1, (kills, mid_sweep)
+    pd.testing.assert_frame_equal(rows(out), reference)
+
+
+def _dies_on_b(job):
+    if job[0] == "b":
+        os._exit(9)  # a worker killed mid-point (out of memory, a signal)
+    return job[0], {"error": ""}
+
+
+def test_a_point_that_kills_its_worker_becomes_an_error_row_and_no_other_does(monkeypatch):
+    from sim3d.studies import runner
+    monkeypatch.setattr(runner, "simulate_job", _dies_on_b)
+    results = dict(runner.run_jobs([(name, "", ()) for name in "abcd"], workers=2))
+    assert sorted(results) == ["a", "b", "c", "d"]  # every job answers exactly once
+    assert results["b"]["error"].startswith("internal error: the worker process died")
+    assert all(results[n]["error"] == "" for n in "acd")
