@@ -4,12 +4,17 @@ A sweep's pool workers and the executor's ranks are killed with their parent eve
 parent dies by SIGKILL (no chance to clean up): on Linux the kernel delivers SIGKILL to the
 child when the parent thread exits (prctl PR_SET_PDEATHSIG, man 2 prctl); elsewhere a daemon
 thread polls the parent's pid.
+
+A forkserver's children cannot use the parent signal: their parent is the forkserver, which
+lives as long as they do (each child holds its "alive" pipe). They watch the launching process
+itself with `die_with(pid)` (a pidfd, which cannot be fooled by pid reuse).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import sys
 import threading
@@ -37,3 +42,28 @@ def die_with_parent(poll_s: float = 1.0) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def die_with(pid: int, poll_s: float = 0.5) -> None:
+    """Exit this process as soon as process `pid` (not necessarily the parent) exits."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd (not Linux >= 5.3): poll
+        def poll() -> None:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    os._exit(1)
+                except PermissionError:
+                    pass
+                time.sleep(poll_s)
+        threading.Thread(target=poll, name="die-with", daemon=True).start()
+        return
+
+    def wait() -> None:
+        select.select([fd], [], [])  # readable once the process has exited
+        os._exit(1)
+    threading.Thread(target=wait, name="die-with", daemon=True).start()

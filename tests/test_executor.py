@@ -114,3 +114,52 @@ def test_torchrun_style_entry(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outs
     assert "check PASSED" in outs[0][0]
     assert (tmp_path / "trace.csv").exists()
+
+
+def test_a_hung_rank_is_named_not_the_ranks_that_waited_for_it(monkeypatch):
+    monkeypatch.setenv("SIM3D_EXECUTOR_KILL", "2:2:stop")  # rank 2 stops itself (SIGSTOP) in step 2
+    with pytest.raises(ExecutorError) as info:
+        execute(TINY, steps=3, overrides=layout(pp=2, dp=2), timeout_s=5)
+    assert info.value.rank == 2
+    assert "stopped responding (process stopped" in str(info.value)
+
+
+def _descendants(pid: int) -> set[int]:
+    found, frontier = set(), [pid]
+    while frontier:
+        for task in Path(f"/proc/{frontier.pop()}/task").glob("*"):
+            try:
+                children = {int(c) for c in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            frontier += list(children - found)
+            found |= children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_ranks_die_with_a_killed_parent(tmp_path):
+    import signal
+    parent = subprocess.Popen([sys.executable, "-m", "sim3d.cli", "execute", str(TINY), "--steps", "100000",
+                               "--set", "parallel.pp=2", "--set", "parallel.dp=2", "--out", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ranks: set[int] = set()  # the 4 ranks, children of the forkserver, and the helpers beside them
+    deadline = time.monotonic() + 60
+    while len(ranks) < 5 and time.monotonic() < deadline and parent.poll() is None:
+        ranks = _descendants(parent.pid)
+        time.sleep(0.2)
+    assert len(ranks) >= 5, "the ranks never started"
+    time.sleep(1.0)  # into the steps
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    end = time.monotonic() + 15
+    while any(_alive(p) for p in ranks) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not [p for p in ranks if _alive(p)], "rank processes outlived their killed parent"

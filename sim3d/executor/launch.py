@@ -110,10 +110,10 @@ def _env_hooks(sabotage, kill):
     sabotage = sabotage or os.environ.get("SIM3D_EXECUTOR_SABOTAGE") or None
     if sabotage not in (None, "dp_reduce", "tp_allreduce"):
         raise ValueError(f"sabotage must be 'dp_reduce' or 'tp_allreduce', got {sabotage!r}")
-    text = os.environ.get("SIM3D_EXECUTOR_KILL")  # "RANK:STEP", test only
+    text = os.environ.get("SIM3D_EXECUTOR_KILL")  # "RANK:STEP[:stop]", test only
     if kill is None and text:
-        rank, step = text.split(":")
-        kill = (int(rank), int(step))
+        rank, step, *how = text.split(":")
+        kill = (int(rank), int(step), *how)
     return sabotage, kill
 
 
@@ -209,7 +209,8 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
         ctx = mp.get_context("spawn")
     results_q = ctx.Queue()
     init_method = f"tcp://127.0.0.1:{_free_port()}"
-    procs = [ctx.Process(target=_child, args=(r, world, init_method, spec, results_q), daemon=True)
+    procs = [ctx.Process(target=_child, args=(r, world, init_method, spec, results_q, os.getpid()),
+                         daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()
@@ -227,8 +228,9 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
                 grace = time.monotonic() + 1.5  # collect the tracebacks that are on their way
                 while time.monotonic() < grace:
                     _drain(results_q, payloads, failures, 0.1)
-                rank = _root_cause(failures)
-                raise ExecutorError(rank, failures[rank], {r: e for r, e in failures.items() if r != rank})
+                rank, error = _root_cause(failures, {r: p for r, p in enumerate(procs)
+                                                     if r not in payloads and r not in failures})
+                raise ExecutorError(rank, error, {r: e for r, e in failures.items() if r != rank})
             if time.monotonic() > deadline:
                 raise ExecutorError(None, f"no result after {deadline_s or 600 + 60 * steps:.0f} s; "
                                     f"ranks still running: {[r for r in range(world) if r not in payloads]}")
@@ -237,8 +239,11 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     return assemble(spec, [payloads[r] for r in range(world)], out_dir)
 
 
-def _child(rank, world, init_method, spec, results_q) -> None:
+def _child(rank, world, init_method, spec, results_q, launcher: int) -> None:
+    from ..lifetime import die_with
     from .runtime import run_rank
+
+    die_with(launcher)  # the launching process; our parent is the forkserver
 
     try:
         payload = run_rank(rank, world, spec, init_method)
@@ -261,18 +266,40 @@ def _drain(results_q, payloads, failures, timeout) -> None:
         pass
 
 
-def _root_cause(failures: dict[int, str]) -> int:
+def _root_cause(failures: dict[int, str], silent: dict) -> tuple[int, str]:
+    """The rank to blame and why. A rank that raised for its own reasons comes first; when
+    every report is a consequence (a timeout, a closed connection), a rank that has said
+    nothing at all while the others gave up waiting is the one that hung."""
     def secondary(text: str) -> bool:
         last = text.strip().splitlines()[-1].lower() if text.strip() else ""
         return any(word in last for word in SECONDARY)
     primary = [r for r, e in failures.items() if not secondary(e)]
-    return min(primary) if primary else min(failures)
+    if primary:
+        return min(primary), failures[min(primary)]
+    if silent:
+        rank = min(silent)
+        return rank, (f"stopped responding ({_process_state(silent[rank].pid)}); ranks {sorted(failures)} "
+                      "timed out waiting for it")
+    return min(failures), failures[min(failures)]
+
+
+def _process_state(pid: int | None) -> str:
+    states = {"T": "process stopped, e.g. by SIGSTOP or a debugger", "t": "process stopped by a tracer",
+              "D": "process in uninterruptible I/O", "Z": "process exited", "R": "process running but silent",
+              "S": "process sleeping, blocked on something other than its peers"}
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "process state unknown"
+    return states.get(state, f"process state {state}")
 
 
 def _stop(procs) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
+            if _process_state(p.pid).startswith("process stopped"):
+                p.kill()  # a stopped process never handles SIGTERM
     end = time.monotonic() + 5
     for p in procs:
         p.join(max(0.0, end - time.monotonic()))

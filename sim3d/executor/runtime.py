@@ -27,6 +27,7 @@ and at the wait.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -58,7 +59,7 @@ class RunSpec:
     buckets_per_chunk: int = 1
     timeout_s: float = 30.0
     sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce"
-    kill: tuple[int, int] | None = None  # test hook: (rank, 1-based step) -> os._exit(3)
+    kill: tuple | None = None  # test hook: (rank, 1-based step[, "stop"]) -> os._exit(3) or SIGSTOP
 
 
 def make_schedule(spec: RunSpec):
@@ -149,7 +150,9 @@ class RankRuntime:
         self.t0 = time.perf_counter()
         for index, action in enumerate(self.actions):
             self._run(action)
-            if spec.kill and spec.kill == (self.rank, step + 1) and index == 0:
+            if spec.kill and tuple(spec.kill[:2]) == (self.rank, step + 1) and index == 0:
+                if spec.kill[2:] == ("stop",):
+                    os.kill(os.getpid(), signal.SIGSTOP)  # hangs here, as a rank stuck in a driver would
                 os._exit(3)
             self._poll()
         for row, work, _ in self.sends:
