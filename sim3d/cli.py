@@ -102,7 +102,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         as_json: bool = typer.Option(False, "--json", help="Print only the summary JSON."),
         full_fidelity: bool = typer.Option(False, "--full-fidelity", help="Simulate every GPU, not one pipeline."),
         explain: bool = typer.Option(False, "--explain", help="Name the source of every cost."),
-        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write gantt and memory plots.")):
+        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write gantt and memory plots."),
+        strict: bool = typer.Option(False, "--strict", help="Exit 2 when the layout does not fit in memory "
+                                    "(the outputs are still written).")):
     """Simulate one training step and write summary, trace and plots."""
     from .api import simulate
     from .report.summary import breakdown_table, summary_table
@@ -132,6 +134,8 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     written = _write_outputs(result.run, summary, folder, plots, quiet=as_json)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+    if strict and not summary["fits_in_memory"]:
+        raise BadInput(f"--strict: the layout does not fit in memory: {summary['memory_note']}")
 
 
 def _print_memory(report, hbm_gib: float) -> None:
@@ -238,6 +242,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          top: int = typer.Option(10, "--top", min=1),
          workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: cores).")):
     """Search layouts; rank those that fit in memory by predicted step time."""
+    from .limits import GPUS
+    GPUS.check(gpus, "--gpus")
     from .studies.plan import candidates, plan as search, plan_table
 
     fitting, considered = candidates(scenario, gpus)

@@ -193,3 +193,16 @@ def test_full_fidelity_counts_every_gpu_and_the_limit_can_be_raised(tmp_path, mo
     assert result.exit_code == 2 and "full fidelity" in result.stderr
     monkeypatch.setenv("SIM3D_MAX_ACTIONS", "1e6")
     assert invoke(*args, "--full-fidelity").exit_code == 0
+
+
+def test_run_strict_exits_2_when_the_layout_does_not_fit(tmp_path):
+    args = ["run", ROOT / "scenarios" / "tiny.yaml", "--no-plots", "--out", tmp_path, "--set", "cluster.hbm_gib=0.5"]
+    assert invoke(*args).exit_code == 0  # a result, with the verdict in it
+    result = invoke(*args, "--strict")
+    assert result.exit_code == 2 and "does not fit" in result.stderr
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_plan_refuses_more_gpus_than_the_limit():
+    result = invoke("plan", ROOT / "scenarios" / "gpt3.yaml", "--gpus", 10**12)
+    assert result.exit_code == 2 and "SIM3D_MAX_GPUS" in result.stderr
