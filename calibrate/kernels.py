@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from .noise import noise_summary
 from .profile_io import make_row
 from .shapes import KernelPlan
 from .timing import measure, num_sets
@@ -233,6 +234,7 @@ class KernelBench:
                 fn(*args)
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
+        self.noise = noise_summary(self.rows)
         best: dict = {}
         for row in self.rows:   # keep the smallest per-round median of each measurement
             key = (row["op"], row["pass"], row["shape"], row["dtype"])

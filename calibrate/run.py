@@ -70,6 +70,7 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
     """
     import torch  # noqa: F401 - fail early with a clear message if torch is missing
     from . import collectives as coll
+    from .noise import stability
     from .kernels import KernelBench
 
     say = progress or (lambda _m: None)
@@ -124,11 +125,17 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
                 extra["blocks"][sc.name] = skipped or f"{len(block_rows)} rows"
         extra["kernels"] = {"seconds": round(time.perf_counter() - t0, 1), "rounds": bench.rounds,
                             "statistic": "min over rounds of the median of repeats", "skipped": bench.skipped,
+                            "noise": bench.noise,
                             **{k: v for k, v in kplan.notes.items() if v}}
 
     extra["wall_s"] = round(time.perf_counter() - t_start, 1)
     extra["loadavg_end"] = _load()
     extra["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    extra["unstable"] = stability(extra.get("kernels", {}).get("noise", {}), extra["loadavg_start"],
+                                  extra["loadavg_end"])
+    for reason in extra["unstable"]:
+        say(f"warning: unstable measurement: {reason} (flagged in the provenance; every prediction "
+            "using this profile will say so)")
     write_csv(rows, path)
     write_provenance(provenance(device, quick, dt, extra), path)
     say(f"wrote {len(rows)} measurements to {path} (+ {path.with_suffix('.json').name})")

@@ -85,4 +85,9 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
             raise ScenarioError(f"full fidelity (every GPU replayed): {e}") from None
     run = _replay(s, full_fidelity=full_fidelity, progress=progress)
     memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
-    return Result(s, run.schedule, run.costs, run.result, memory, summarize(run, memory))
+    summary = summarize(run, memory)
+    profile = run.costs.profile
+    if profile is not None and profile.unstable:
+        summary["warnings"].append(f"costs.profile {s.costs.profile} was flagged unstable when measured: "
+                                   + "; ".join(profile.unstable))
+    return Result(s, run.schedule, run.costs, run.result, memory, summary)

@@ -364,6 +364,10 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,
                                out=str(out_path) if out_path else None, progress=lambda msg: status.update(msg))
     out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
+    provenance = json.loads(Path(path).with_suffix(".json").read_text())
+    for reason in provenance.get("unstable") or []:
+        say("warning:", f"unstable measurement: {reason}; flagged in the provenance, and every prediction "
+            "using this profile will say so (measure again on a quiet machine)", "yellow")
 
 
 def main() -> None:  # pragma: no cover - console entry point

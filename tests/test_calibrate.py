@@ -202,3 +202,33 @@ def test_attention_lookup_reads_the_default_dispatch_rows_only(tmp_path):
     prof = Profile.load(path)
     assert prof.attention_seconds(1, 32, 4096, 128, "bf16", "fwd") == pytest.approx(1e-3)
     assert prof.attention_seconds(1, 32, 4096, 128, "bf16", "bwd") == pytest.approx(2.5e-3)
+
+
+def test_round_spread_and_stability_verdict():
+    from calibrate.noise import noise_summary, stability
+    rows = [{"op": op, "pass": "fwd", "shape": "s", "dtype": "fp32", "seconds": t}
+            for op, times in (("quiet", (1.0, 1.02)), ("noisy", (1.0, 1.5))) for t in times]
+    noise = noise_summary(rows)
+    assert noise["kernels"] == 2 and noise["median_round_spread"] == pytest.approx(0.26)
+    assert noise["worst"][-1]["op"] == "noisy" and noise["worst"][-1]["spread"] == pytest.approx(0.5)
+    assert any("did not repeat" in r for r in stability(noise, [0.1, 0.1, 0.1], [0.1, 0.1, 0.1], cores=2))
+    quiet = noise_summary(rows[:2])
+    assert stability(quiet, [0.1, 0.1, 0.1], [0.2, 0.1, 0.1], cores=2) == []
+    assert any("load average 3.0 on 2 cores at the start" in r for r in stability(quiet, [3.0, 2, 1], None, cores=2))
+
+
+def test_a_busy_calibration_is_flagged_in_provenance_and_in_every_prediction(tmp_path, monkeypatch):
+    import json
+    import sim3d
+    from calibrate import run_calibration
+    from calibrate.shapes import KernelPlan
+    monkeypatch.setattr("os.getloadavg", lambda: (64.0, 64.0, 64.0))  # as if 64 processes competed
+    plan = KernelPlan(gemms=[("qkv", 64, 64, 64)], attention=[], rowwise=[], softmax=[], embedding=[],
+                      cross_entropy=[])
+    out = run_calibration("cpu", quick=True, out=str(tmp_path / "busy.csv"), plan=plan, collectives=False)
+    provenance = json.loads(out.with_suffix(".json").read_text())
+    assert any("load average 64.0" in r for r in provenance["unstable"])
+    assert "p90_round_spread" in provenance["kernels"]["noise"]
+    result = sim3d.simulate(ROOT / "scenarios" / "tiny.yaml", **{"costs.profile": str(out)})
+    assert any("flagged unstable" in w for w in result.summary["warnings"])
+    assert any("FLAGGED UNSTABLE" in source for _, source in result.explain())

@@ -288,6 +288,11 @@ class Profile:
             out[kind] = info
         return out
 
+    @property
+    def unstable(self) -> list[str]:
+        """Why the calibration that wrote this profile distrusted its own measurements."""
+        return list(self.provenance.get("unstable") or [])
+
     def describe(self, kind: str = "compute") -> str:
         """One line naming the source, for ``sim3d run --explain``."""
         where = str(self.path) if self.path else "<in-memory profile>"
@@ -309,6 +314,8 @@ class Profile:
         if not pv:
             bits = ["no provenance file"]
         text = f"profile {where} ({', '.join(bits)})"
+        if self.unstable:
+            text += "; FLAGGED UNSTABLE: " + "; ".join(self.unstable)
         if kind in ("compute", "kernels", "all"):
             kinds = [k for k in self.extrapolated if k != "collective"]
         elif kind in ("collective", "collectives"):
