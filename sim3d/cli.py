@@ -251,7 +251,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         raise BadInput(f"none of {considered} layouts of this model on {gpus} GPUs fits in memory")
     with _progress("plan") as progress:
         task = progress.add_task(f"simulating {len(fitting)} layouts", total=len(fitting))
-        ranked, _ = search(scenario, gpus, top, workers, progress=lambda done, total: progress.update(task, completed=done))
+        ranked, _ = search(scenario, gpus, top, workers, found=(fitting, considered),
+                           progress=lambda done, total: progress.update(task, completed=done))
     out.print(plan_table(ranked, considered, len(fitting)))
 
 

@@ -480,7 +480,7 @@ def _deep_copy(obj):
 def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> int:
     """tp*pp*dp*cp as written in the file and overrides (dp defaults to 1 here: a local run
     has no cluster to derive it from)."""
-    raw = _read_yaml(Path(path))
+    raw = read_scenario_yaml(Path(path))
     raw = _canonical(_deep_copy(raw), Scenario, "") if isinstance(raw, dict) else {}
     for text in overrides:
         key, value = parse_override(text)
@@ -492,7 +492,7 @@ def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = 
     return sizes[0] * sizes[1] * sizes[2] * sizes[3]
 
 
-def _read_yaml(path: Path):
+def read_scenario_yaml(path: Path):
     if not path.is_file():
         raise ScenarioError(f"{path}: no such scenario file")
     if path.stat().st_size > MAX_SCENARIO_BYTES:
@@ -515,7 +515,7 @@ def _read_yaml(path: Path):
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
                   values: dict[str, Any] | None = None) -> Scenario:
     path = Path(path)
-    raw = _read_yaml(path)
+    raw = read_scenario_yaml(path)
     try:
         return scenario_from_dict(raw, overrides, values)
     except ScenarioError as err:

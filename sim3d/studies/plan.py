@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..model.memory import memory_report
-from ..scenario import ScenarioError, load_scenario
+from ..scenario import ScenarioError, load_scenario, read_scenario_yaml, scenario_from_dict
 from .runner import run_jobs
 
 MICRO_BATCHES = (1, 2, 4)
@@ -38,6 +38,7 @@ def _divisors(n: int) -> list[int]:
 def candidates(path: Path, gpus: int) -> tuple[list[Candidate], int]:
     """(layouts that fit in memory, number of layouts considered)."""
     base = load_scenario(path)
+    raw = read_scenario_yaml(Path(path))  # parsed once; each candidate is the same dict with its overrides
     per_node = base.gpus_per_node
     if gpus % per_node and gpus > per_node:
         raise ScenarioError(f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes")
@@ -57,7 +58,7 @@ def candidates(path: Path, gpus: int) -> tuple[list[Candidate], int]:
                          f"training.micro_batch={mb}", f"training.recompute={recompute}", f"schedule={schedule}",
                          f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}")
             try:
-                scenario = load_scenario(path, overrides)
+                scenario = scenario_from_dict(raw, overrides)
             except ScenarioError:
                 continue
             report = memory_report(scenario, check_schedule=False)
@@ -67,8 +68,10 @@ def candidates(path: Path, gpus: int) -> tuple[list[Candidate], int]:
 
 
 def plan(path: Path, gpus: int, top: int = 10, workers: int | None = None,
-         progress: Callable[[int, int], None] | None = None) -> tuple[list[Candidate], int]:
-    fitting, considered = candidates(path, gpus)
+         progress: Callable[[int, int], None] | None = None,
+         found: tuple[list[Candidate], int] | None = None) -> tuple[list[Candidate], int]:
+    """`found`: what `candidates(path, gpus)` returned, when the caller has it already."""
+    fitting, considered = found or candidates(path, gpus)
     jobs = [(str(i), str(path), c.overrides) for i, c in enumerate(fitting)]
     for count, (index, summary) in enumerate(run_jobs(jobs, workers), start=1):
         fitting[int(index)].summary = summary
