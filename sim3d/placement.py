@@ -70,6 +70,18 @@ class Placement:
                     for f in range(base, base + self.ep)]
         raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp")
 
+    def group_leader(self, axis: str, rank: int) -> int:
+        """The first rank of `rank`'s group along `axis` (= group(axis, rank)[0]) without listing
+        the group: O(1) where a group of thousands would cost thousands."""
+        c = self.coords(rank)
+        if axis in DENSE_AXES:
+            return rank - c[axis] * self._strides[axis]
+        if axis == "ep":
+            flat = c["dp"] * self.cp + c["cp"]
+            base = flat - flat % self.ep
+            return self.rank(tp=c["tp"], pp=c["pp"], dp=base // self.cp, cp=base % self.cp)
+        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp")
+
     def groups(self, axis: str) -> list[list[int]]:
         """All disjoint groups along `axis`, sorted by their first rank."""
         seen, out = set(), []

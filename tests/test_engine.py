@@ -169,3 +169,15 @@ def test_engine_reports_a_deadlock_with_the_waiting_rank():
     broken = schedule.with_ranks([rank0, schedule.ranks[1]])
     with pytest.raises(DeadlockError, match=r"rank 0 at action \d+ \(B2\); rank 1 at action \d+ \(F2\)"):
         Engine(tiny_scenario(pp=1, m=1), broken, UnitCosts(2)).run()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
+       st.sampled_from(["tp-cp-ep-dp-pp", "dp-tp-cp-ep-pp", "pp-dp-cp-ep-tp"]), st.data())
+def test_group_leader_is_the_first_rank_of_the_group(tp, pp, dp, cp, order, data):
+    from sim3d.placement import Placement
+    ep = data.draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0]))
+    placement = Placement(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order)
+    for axis in ("tp", "cp", "dp", "pp", "ep"):
+        for rank in range(tp * pp * dp * cp):
+            assert placement.group_leader(axis, rank) == placement.group(axis, rank)[0]

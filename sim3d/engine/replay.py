@@ -102,6 +102,7 @@ class Engine:
         self.s, self.schedule, self.costs = scenario, schedule, costs
         self.full = full_fidelity
         self.placement = costs.placement
+        self._group_keys: dict[tuple[str, int], tuple] = {}
         self.env = simpy.Environment()
         self.rows: list[tuple] = []
         self.buckets = schedule.meta.get("buckets_per_chunk", 1)
@@ -180,7 +181,12 @@ class Engine:
         return self.gathers[key]
 
     def _group_key(self, axis: str, rank: int) -> tuple:
-        return (axis, self.placement.group(axis, rank)[0])
+        """(axis, first rank of the group): the rendezvous name, without listing the group
+        (listing it for every rank was O(GPUs^2) at full fidelity)."""
+        key = (axis, rank)
+        if key not in self._group_keys:
+            self._group_keys[key] = (axis, self.placement.group_leader(axis, rank))
+        return self._group_keys[key]
 
     # ---- one rank ----------------------------------------------------------------------
     def _rank(self, pp_rank: int, pipe_ranks: list[int], actions: tuple[Action, ...], pipe: dict):
