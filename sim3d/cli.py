@@ -74,6 +74,9 @@ def _default_folder(name: str, suffix: str = "") -> Path:
 
 def _writable_folder(folder: Path, option: str = "--out") -> Path:
     """Create `folder` (before any work, so nothing computed is lost to a bad path)."""
+    if not str(folder).strip() or str(folder) == ".":
+        raise BadInput(f"{option} {str(folder)!r}: name a folder (an empty path would write into the working "
+                       "directory)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -246,12 +249,13 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     GPUS.check(gpus, "--gpus")
     from .studies.plan import candidates, plan as search, plan_table
 
-    fitting, considered = candidates(scenario, gpus)
+    found = candidates(scenario, gpus)
+    fitting, considered = found.fitting, found.considered
     if not fitting:
-        raise BadInput(f"none of {considered} layouts of this model on {gpus} GPUs fits in memory")
+        raise BadInput(found.why_none(gpus))
     with _progress("plan") as progress:
         task = progress.add_task(f"simulating {len(fitting)} layouts", total=len(fitting))
-        ranked, _ = search(scenario, gpus, top, workers, found=(fitting, considered),
+        ranked, _ = search(scenario, gpus, top, workers, found=found,
                            progress=lambda done, total: progress.update(task, completed=done))
     out.print(plan_table(ranked, considered, len(fitting)))
 
@@ -271,7 +275,13 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     _writable_folder(out_dir)
     if backend not in ("local", "ray"):
         raise BadInput(f"--backend: expected local or ray, got {backend!r}")
+    if backend == "ray":
+        import importlib.util
+        if importlib.util.find_spec("ray") is None:
+            raise BadInput("--backend ray: Ray is not installed (pip install 'ray[default]'), or use --backend local")
     parsed = parse_grid(grid)
+    from .limits import SWEEP_POINTS
+    SWEEP_POINTS.check(len(points(parsed)), " x ".join(f"{len(v)} {k}" for k, v in parsed.items()))
     with _progress("sweep") as progress:
         task = progress.add_task(f"{len(points(parsed))} grid points", total=None)
         results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
@@ -303,6 +313,8 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
+    from .limits import EXECUTOR_STEPS
+    EXECUTOR_STEPS.check(steps, "--steps")
     # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
     s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
     folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
@@ -356,6 +368,10 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     """Measure kernels and collectives; write a profile CSV plus provenance JSON."""
     if device not in ("cpu", "cuda"):
         raise BadInput(f"--device: expected cpu or cuda, got {device!r}")
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise BadInput("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)")
     if scenario is not None:
         load_scenario(scenario)  # fail early on a bad scenario
     if out_path is not None:
@@ -369,6 +385,19 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     for reason in provenance.get("unstable") or []:
         say("warning:", f"unstable measurement: {reason}; flagged in the provenance, and every prediction "
             "using this profile will say so (measure again on a quiet machine)", "yellow")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+        print(f"sim3d {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """Simulate 3D-parallel LLM training steps (see README.md)."""
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -84,7 +84,10 @@ GPU_FIELDS = tuple(f.name for f in fields(GpuSpec) if f.name != "name")
 def suggest(name: str, choices) -> str:
     """' (did you mean X?)' for the likeliest intended choice, or ''."""
     choices = list(choices)
-    close = [c for c in choices if c.startswith(name)] or difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    folded = {c.lower(): c for c in choices}
+    name = name.lower()
+    close = ([folded[c] for c in folded if c.startswith(name)]
+             or [folded[c] for c in difflib.get_close_matches(name, list(folded), n=1, cutoff=0.5)])
     return f" (did you mean {close[0]}?)" if close else ""
 
 

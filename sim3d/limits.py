@@ -58,6 +58,12 @@ LOCAL_PROCESSES = Limit("SIM3D_MAX_LOCAL_PROCESSES", max(16, 4 * (os.cpu_count()
                         "4 per core of this machine, at least 16")
 
 
+# A sweep point takes 0.05-1 s: 10,000 points is minutes to hours on a laptop-sized machine.
+SWEEP_POINTS = Limit("SIM3D_MAX_SWEEP_POINTS", 10_000, "grid points", "minutes to hours of simulation")
+# The executor measures a step; a few dozen steps give a stable median.
+EXECUTOR_STEPS = Limit("SIM3D_MAX_EXECUTOR_STEPS", 1_000, "executed steps", "a median needs tens, not thousands")
+
+
 def actions_per_rank(microbatches: int, chunks: int, dp_buckets: int = 1) -> int:
     """About how many actions one pipeline rank runs: F, B (and W), a send and a receive per
     compute action at most, then the gradient buckets and the optimizer."""

@@ -33,6 +33,9 @@ class _Loader(yaml.SafeLoader):
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue  # `<<: *base` then overriding a key is how merges are meant to be used
                 key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    raise ConstructorError(None, None, f"a key must be a name, got {type(key).__name__} {key!r}",
+                                           key_node.start_mark)
                 if key in seen:
                     raise ConstructorError(None, None, f"duplicate key {key!r} (first at line "
                                            f"{seen[key].line + 1})", key_node.start_mark)
@@ -75,7 +78,10 @@ def _expanded_size(node, sizes: dict[int, int], open_nodes: set[int]) -> int:
 def read_yaml_text(text: str):
     """The document in `text` (None when empty); YamlInputError with the line for anything
     malformed, duplicated or unbounded."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader rejects control characters here already
+    except yaml.YAMLError as err:
+        raise YamlInputError(f"malformed YAML: {err}".splitlines()[0]) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -93,7 +93,10 @@ class Model(_Strict):
             for flag, name in (("swiglu", "swiglu"), ("squared_relu", "squared-relu")):
                 if flag in raw:
                     raw = dict(raw)
-                    if raw.pop(flag) is True:
+                    value = raw.pop(flag)
+                    if not isinstance(value, bool):
+                        raise ValueError(f"{flag} must be true or false, got {value!r}")
+                    if value:
                         raw["activation"] = name
         return raw
 
@@ -486,6 +489,8 @@ def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = 
         key, value = parse_override(text)
         _set_path(raw, canonical_key(key), value)
     par = raw.get("parallel") or {}
+    if not isinstance(par, dict):
+        return 1  # let the real validation report the bad section
     sizes = [par.get(axis, 1) or 1 for axis in ("tp", "pp", "dp", "cp")]
     if not all(isinstance(v, int) and v > 0 for v in sizes):
         return 1  # let the real validation report the bad value
@@ -493,8 +498,11 @@ def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = 
 
 
 def read_scenario_yaml(path: Path):
+    if path.is_dir():
+        raise ScenarioError(f"{path}: is a folder, expected a scenario YAML file")
     if not path.is_file():
-        raise ScenarioError(f"{path}: no such scenario file")
+        raise ScenarioError(f"{path}: no such scenario file" if not path.exists() else
+                            f"{path}: not a regular file, expected a scenario YAML file")
     if path.stat().st_size > MAX_SCENARIO_BYTES:
         raise ScenarioError(f"{path}: {path.stat().st_size:,} bytes; a scenario is a few kB (the limit is "
                             f"{MAX_SCENARIO_BYTES:,} bytes)")

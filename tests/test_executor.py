@@ -147,7 +147,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
 def test_ranks_die_with_a_killed_parent(tmp_path):
     import signal
-    parent = subprocess.Popen([sys.executable, "-m", "sim3d.cli", "execute", str(TINY), "--steps", "100000",
+    parent = subprocess.Popen([sys.executable, "-m", "sim3d.cli", "execute", str(TINY), "--steps", "1000",
                                "--set", "parallel.pp=2", "--set", "parallel.dp=2", "--out", str(tmp_path)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ranks: set[int] = set()  # the 4 ranks, children of the forkserver, and the helpers beside them

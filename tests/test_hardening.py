@@ -206,3 +206,75 @@ def test_run_strict_exits_2_when_the_layout_does_not_fit(tmp_path):
 def test_plan_refuses_more_gpus_than_the_limit():
     result = invoke("plan", ROOT / "scenarios" / "gpt3.yaml", "--gpus", 10**12)
     assert result.exit_code == 2 and "SIM3D_MAX_GPUS" in result.stderr
+
+
+# ---- second hostile pass (a helper's 190 inputs) ----------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("\x00name: x\n" + TINY, "malformed YAML"),                 # the reader's control-character error
+    (TINY + "? [a, b]\n: 1\n", "a key must be a name"),           # a complex key, unhashable
+    (TINY.replace("seq_len: 32}", "seq_len: 32, swiglu: banana}"), "swiglu must be true or false"),
+])
+def test_second_pass_yaml_and_flags(tmp_path, text, expected):
+    result = invoke("validate", scenario_file(tmp_path, text))
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["execute", ROOT / "scenarios" / "tiny.yaml", "--set", "parallel=5"], "parallel"),
+    (["execute", ROOT / "scenarios" / "tiny.yaml", "--steps", 1, "--set", "model.seq_len=16384"],
+     "GiB of activations"),
+    (["execute", ROOT / "scenarios" / "tiny.yaml", "--steps", 10**9], "SIM3D_MAX_EXECUTOR_STEPS"),
+    (["sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "training.micro_batch=1,2", "--backend", "ray"],
+     "Ray is not installed"),
+    (["sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "training.micro_batch=1,2",
+      "--grid", "training.micro_batch_size=4"], "training.micro_batch given twice"),
+    (["sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "cluster.inter_node.nic_gbps=" + ",".join(map(str, range(1, 200))),
+      "--grid", "training.micro_batch=" + ",".join(map(str, range(1, 200)))], "SIM3D_MAX_SWEEP_POINTS"),
+    (["calibrate", "--device", "cuda", "--quick"], "no CUDA GPU"),
+    (["plan", ROOT / "scenarios" / "tiny.yaml", "--gpus", 7], "every one is invalid, e.g. training.global_batch"),
+    (["run", ROOT / "scenarios" / "tiny.yaml", "--out", ""], "name a folder"),
+    (["validate", ROOT / "scenarios"], "is a folder"),
+    (["validate", ROOT / "scenarios" / "tiny.yaml", "--set", "cluster.gpu=H100-SXM"], "did you mean h100-sxm"),
+])
+def test_second_pass_commands_refuse_with_exit_2(tmp_path, monkeypatch, args, expected):
+    monkeypatch.chdir(tmp_path)
+    if args[0] in ("execute", "sweep"):
+        args = [*args, "--out", tmp_path / "out"]
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr
+    if args[0] == "run":
+        assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("column, value", [("start_s", "inf"), ("end_s", "-5"), ("rank", "-1"),
+                                           ("rank", "99999999999999999999999")])
+def test_compare_refuses_impossible_trace_values(tmp_path, column, value):
+    import pandas as pd
+    assert invoke("run", ROOT / "scenarios" / "tiny.yaml", "--no-plots", "--out", tmp_path / "a").exit_code == 0
+    table = pd.read_csv(tmp_path / "a" / "trace.csv", dtype=str, keep_default_na=False)
+    table.loc[0, column] = value
+    table.to_csv(tmp_path / "bad.csv", index=False)
+    result = invoke("compare", tmp_path / "a", tmp_path / "bad.csv")
+    assert result.exit_code == 2 and "bad.csv" in result.stderr
+
+
+def test_profile_seconds_beyond_an_hour_are_refused(tmp_path):
+    import pandas as pd
+    table = pd.read_csv(ROOT / "calibrate" / "profiles" / "cpu-amd-epyc.csv", dtype=str, keep_default_na=False)
+    table["seconds"] = "1e305"
+    table.to_csv(tmp_path / "huge.csv", index=False)
+    result = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--json", "--out", tmp_path / "o",
+                    "--set", f"costs.profile={tmp_path / 'huge.csv'}")
+    assert result.exit_code == 2 and "below 3600" in result.stderr
+
+
+def test_version_and_small_memory_notes_keep_their_digits(tmp_path):
+    from sim3d import __version__
+    assert invoke("--version").stdout.strip() == f"sim3d {__version__}"
+    result = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--json", "--no-plots", "--out", tmp_path,
+                    "--set", "cluster.hbm_gib=0.001")
+    note = json.loads(result.stdout)["memory_note"]
+    assert "> 0.001 GiB" in note and " 0 GiB" not in note

@@ -145,7 +145,8 @@ class Profile:
                 raise ProfileError(f"profile schema: data row {i + 1} (op {t['op'].iloc[i]!r}): {what}")
         bad(~t["kind"].isin(KINDS), f"kind must be one of {sorted(KINDS)}")
         bad(t["op"] == "", "op is empty")
-        bad(~(t["seconds"] > 0) | ~np.isfinite(t["seconds"]), "seconds must be a positive, finite number")
+        # no kernel or collective of a training step takes an hour; above that a unit slipped
+        bad(~(t["seconds"] > 0) | ~(t["seconds"] < 3600), "seconds must be a positive number below 3600")
         for c in ("m", "n", "k", "numel", "bytes", "group_size", "tflops", "gbps"):
             bad(np.isinf(t[c]), f"{c} must be finite")
         kern = t["kind"] != "collective"

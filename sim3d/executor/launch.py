@@ -158,12 +158,14 @@ def check_machine_fits(scenario, backend: str, check: bool) -> None:
         raise ExecutorRefusal(f"{e}; the executor starts one process per rank on this machine") from None
     width = 8 if check else 4  # float64 under --check
     params = model_params(scenario)
-    needed = world * RANK_BASELINE_BYTES + 3 * width * params + (3 * width * params if check else 0)
+    acts = _activation_bytes(scenario) * width / 4
+    needed = world * RANK_BASELINE_BYTES + 3 * width * params * (2 if check else 1) + acts
     available = _available_memory_bytes()
     if available is not None and needed > available:
         raise ExecutorRefusal(f"{world} rank processes need about {needed / 2**30:.1f} GiB "
                               f"({world} x {RANK_BASELINE_BYTES / 2**20:.0f} MiB + {params / 1e6:,.1f} M parameters "
-                              f"x {3 * width} bytes{' x 2 with the reference' if check else ''}); "
+                              f"x {3 * width} bytes{' x 2 with the reference' if check else ''} + "
+                              f"{acts / 2**30:.1f} GiB of activations); "
                               f"this machine has {available / 2**30:.1f} GiB available")
     if backend == "nccl":
         import torch
@@ -171,6 +173,17 @@ def check_machine_fits(scenario, backend: str, check: bool) -> None:
         if gpus < world:
             raise ExecutorRefusal(f"--backend nccl needs a GPU per rank: {world} ranks, {gpus} GPU(s) here "
                                   "(use --backend gloo on CPU)")
+
+
+def _activation_bytes(scenario) -> float:
+    """Activations of all ranks at their peak, as the executor keeps them: fp32, attention
+    scores materialised (its layers are unfused), from the memory model."""
+    from ..model.memory import memory_report
+    from ..scenario import scenario_from_dict
+    as_run = scenario_from_dict(scenario.model_dump(exclude_none=True), values={
+        "training.attention_backend": "unfused", "training.precision": "fp32", "cluster.gpu": "a100-80gb"})
+    rows = memory_report(as_run, check_schedule=False).rows
+    return sum(r.activations + r.other for r in rows) * scenario.world_size / scenario.pp
 
 
 def _available_memory_bytes() -> int | None:

@@ -292,21 +292,26 @@ class MemoryReport:
 
 
 def _fmt_params(n: float) -> str:
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+
+
+def _gib(n: float) -> str:
+    """GiB with enough digits that a small what-if (hbm_gib: 0.001) does not read '0 > 0'."""
+    return f"{n / GIB:.0f}" if n >= 10 * GIB else f"{n / GIB:.3g}"
 
 
 def _reason(s, rows: list[RankMemory], hbm: float) -> str:
     worst = max(rows, key=lambda r: r.total)
     where = f"pipeline rank {worst.rank}" if s.pp > 1 else "each GPU"
     if worst.total <= hbm:
-        return f"fits: peak {worst.total / GIB:.1f} GiB of {hbm / GIB:.0f} GiB on {where}"
+        return f"fits: peak {worst.total / GIB:.1f} GiB of {_gib(hbm)} GiB on {where}"
     head = (f"{s.name}: {_fmt_params(model_params(s))} params on {s.num_gpus} GPU(s) "
             f"(tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep})")
     states = max(rows, key=lambda r: r.model_states)
     if states.model_states > hbm:
-        return (f"{head}: weights+grads+optimizer alone need {states.model_states / GIB:.0f} GiB > "
-                f"{hbm / GIB:.0f} GiB (weights {states.weights / GIB:.0f}, grads {states.grads / GIB:.0f}, "
-                f"optimizer {states.optimizer / GIB:.0f} GiB on {where}); raise tp/pp or use "
+        return (f"{head}: weights+grads+optimizer alone need {_gib(states.model_states)} GiB > "
+                f"{_gib(hbm)} GiB (weights {_gib(states.weights)}, grads {_gib(states.grads)}, "
+                f"optimizer {_gib(states.optimizer)} GiB on {where}); raise tp/pp or use "
                 f"the distributed optimizer")
     parts = {"weights+grads+optimizer": worst.model_states, "activations": worst.activations + worst.other,
              "reserve": worst.reserve}
@@ -315,7 +320,7 @@ def _reason(s, rows: list[RankMemory], hbm: float) -> str:
     hint = (f" ({worst.inflight} in-flight chunk activations of {worst.layers} layers, "
             f"recompute={s.training.recompute}; try recompute, sequence_parallel or a smaller micro_batch)"
             if top == "activations" else "")
-    return (f"{head}: {where} needs {worst.total / GIB:.1f} GiB > {hbm / GIB:.0f} GiB; "
+    return (f"{head}: {where} needs {worst.total / GIB:.1f} GiB > {_gib(hbm)} GiB; "
             f"largest part {top}{hint} [{detail} GiB]")
 
 

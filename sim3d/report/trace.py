@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Mapping
 
+import numpy as np
 import pandas as pd
 
 from ..schedule.ir import TRACE_COLUMNS
@@ -57,6 +58,19 @@ def check_trace(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[:, list(TRACE_COLUMNS)]
 
 
+def check_trace_values(df: pd.DataFrame) -> pd.DataFrame:
+    """Raise ValueError naming the first row whose times or ids no run could produce."""
+    problems = [("start_s", ~np.isfinite(df["start_s"]) | (df["start_s"] < 0), "a finite time >= 0"),
+                ("end_s", ~np.isfinite(df["end_s"]) | (df["end_s"] < df["start_s"]), "a finite time >= start_s"),
+                ("rank", df["rank"] < 0, "a rank >= 0"),
+                ("bytes", df["bytes"] < 0, "bytes >= 0")]
+    for column, bad, expected in problems:
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"data row {row + 1}: {column}={df[column].iloc[row]!r}, expected {expected}")
+    return df
+
+
 def _coerce(df: pd.DataFrame) -> pd.DataFrame:
     """Cast to the canonical dtypes: int64 for ids/bytes, float64 for times, str for labels."""
     out = check_trace(df).copy()
@@ -87,9 +101,9 @@ def read_trace_csv(path: str | Path) -> pd.DataFrame:
     exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
     try:
         df = pd.read_csv(path, dtype=dtypes, keep_default_na=False, **exact)
-    except ValueError as exc:  # e.g. a blank in an integer column
-        raise ValueError(f"{path}: not a valid trace CSV ({exc})") from exc
-    return _coerce(df)
+    except (ValueError, OverflowError) as exc:  # a blank in an integer column, an id beyond int64
+        raise ValueError(f"{path}: not a valid trace CSV ({str(exc).splitlines()[0]})") from None
+    return check_trace_values(_coerce(df))
 
 
 # ---- action tokens -----------------------------------------------------------------------

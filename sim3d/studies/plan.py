@@ -35,8 +35,24 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(path: Path, gpus: int) -> tuple[list[Candidate], int]:
-    """(layouts that fit in memory, number of layouts considered)."""
+@dataclass
+class Search:
+    fitting: list[Candidate]
+    considered: int
+    invalid: int = 0  # layouts the scenario checks reject (batch not divisible, ...)
+    first_invalid: str = ""  # the first such reason, to show when nothing fits
+
+    def why_none(self, gpus: int) -> str:
+        text = f"none of {self.considered} layouts of this model on {gpus} GPUs fits"
+        if self.invalid == self.considered:
+            return f"{text}: every one is invalid, e.g. {self.first_invalid}"
+        if self.invalid:
+            return f"{text}: {self.invalid} are invalid (e.g. {self.first_invalid}), the rest exceed memory"
+        return f"{text} in memory"
+
+
+def candidates(path: Path, gpus: int) -> Search:
+    """The layouts that fit in memory, and how many were considered or rejected."""
     base = load_scenario(path)
     raw = read_scenario_yaml(Path(path))  # parsed once; each candidate is the same dict with its overrides
     per_node = base.gpus_per_node
@@ -46,7 +62,7 @@ def candidates(path: Path, gpus: int) -> tuple[list[Candidate], int]:
     m = base.model
     tps = [t for t in _divisors(per_node) if m.heads % t == 0 and m.num_kv_heads % t == 0 and m.vocab % t == 0]
     pps = [p for p in _divisors(m.layers) if p <= 64]
-    fitting, considered = [], 0
+    fitting, considered, invalid, first_invalid = [], 0, 0, ""
     for tp, pp, mb, recompute in itertools.product(tps, pps, MICRO_BATCHES, RECOMPUTE):
         if gpus % (tp * pp):
             continue
@@ -59,19 +75,22 @@ def candidates(path: Path, gpus: int) -> tuple[list[Candidate], int]:
                          f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}")
             try:
                 scenario = scenario_from_dict(raw, overrides)
-            except ScenarioError:
+            except ScenarioError as e:
+                invalid += 1
+                first_invalid = first_invalid or e.problems[0]
                 continue
             report = memory_report(scenario, check_schedule=False)
             if report.fits:
                 fitting.append(Candidate(overrides, report.peak_gib))
-    return fitting, considered
+    return Search(fitting, considered, invalid, first_invalid)
 
 
 def plan(path: Path, gpus: int, top: int = 10, workers: int | None = None,
          progress: Callable[[int, int], None] | None = None,
-         found: tuple[list[Candidate], int] | None = None) -> tuple[list[Candidate], int]:
+         found: Search | None = None) -> tuple[list[Candidate], int]:
     """`found`: what `candidates(path, gpus)` returned, when the caller has it already."""
-    fitting, considered = found or candidates(path, gpus)
+    found = found or candidates(path, gpus)
+    fitting, considered = found.fitting, found.considered
     jobs = [(str(i), str(path), c.overrides) for i, c in enumerate(fitting)]
     for count, (index, summary) in enumerate(run_jobs(jobs, workers), start=1):
         fitting[int(index)].summary = summary

@@ -27,7 +27,7 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     commas: KEY=["a,b", c] or KEY=[[1, 2], [3, 4]]."""
     grid = {}
     for item in items:
-        key, values = parse_override(item)[0], item.partition("=")[2]
+        key, values = canonical_key(parse_override(item)[0]), item.partition("=")[2]
         choices = _choices(item, values)
         if not choices:
             raise ScenarioError(f"--grid {item!r}: expected KEY=V1,V2,... e.g. cluster.inter_node.nic_gbps=100,200")
