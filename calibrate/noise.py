@@ -40,14 +40,15 @@ def noise_summary(rows: list[dict]) -> dict:
 
 
 def stability(noise: dict, loadavg_start: list[float] | None, loadavg_end: list[float] | None,
-              cores: int | None = None) -> list[str]:
-    """Reasons to distrust the profile (empty: stable)."""
+              cores: int | None = None, own_threads: int = 0) -> list[str]:
+    """Reasons to distrust the profile (empty: stable). The load at the end includes the
+    calibration's own `own_threads` busy threads, which are not competition."""
     cores = cores or os.cpu_count() or 1
     reasons = []
     if noise.get("p90_round_spread", 0.0) > MAX_P90_SPREAD:
         reasons.append(f"90th-percentile round-to-round spread {noise['p90_round_spread']:.0%} "
                        f"(over {MAX_P90_SPREAD:.0%}): the kernels did not repeat")
-    for when, load in (("start", loadavg_start), ("end", loadavg_end)):
-        if load and load[0] > MAX_LOAD_PER_CORE * cores:
+    for when, load, ours in (("start", loadavg_start, 0), ("end", loadavg_end, own_threads)):
+        if load and load[0] > ours + MAX_LOAD_PER_CORE * cores:
             reasons.append(f"load average {load[0]:.1f} on {cores} cores at the {when}: other processes competed")
     return reasons

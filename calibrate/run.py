@@ -132,7 +132,7 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
     extra["loadavg_end"] = _load()
     extra["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
     extra["unstable"] = stability(extra.get("kernels", {}).get("noise", {}), extra["loadavg_start"],
-                                  extra["loadavg_end"])
+                                  extra["loadavg_end"], own_threads=torch.get_num_threads() if device == "cpu" else 0)
     for reason in extra["unstable"]:
         say(f"warning: unstable measurement: {reason} (flagged in the provenance; every prediction "
             "using this profile will say so)")

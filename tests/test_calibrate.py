@@ -232,3 +232,10 @@ def test_a_busy_calibration_is_flagged_in_provenance_and_in_every_prediction(tmp
     result = sim3d.simulate(ROOT / "scenarios" / "tiny.yaml", **{"costs.profile": str(out)})
     assert any("flagged unstable" in w for w in result.summary["warnings"])
     assert any("FLAGGED UNSTABLE" in source for _, source in result.explain())
+
+
+def test_the_calibrations_own_threads_are_not_counted_as_competition():
+    from calibrate.noise import stability
+    quiet = {"p90_round_spread": 0.05}
+    assert stability(quiet, [0.2, 0.2, 0.2], [2.1, 1.0, 0.5], cores=2, own_threads=2) == []
+    assert stability(quiet, [0.2, 0.2, 0.2], [3.5, 1.0, 0.5], cores=2, own_threads=2)
