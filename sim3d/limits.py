@@ -44,9 +44,10 @@ class Limit:
                                     f"raise it on purpose with {self.env}={amount}")
 
 
-# ~25k actions/s are replayed here (gpt3 at full fidelity: 1.15 M actions in 54 s), and a trace
-# row costs ~2 kB in memory: 3 M actions is about two minutes and 6 GB.
-ACTIONS = Limit("SIM3D_MAX_ACTIONS", 3_000_000, "schedule actions", "about 2 minutes and 6 GB to replay")
+# gpt3 at full fidelity (1.18 M estimated actions, 1.54 M trace rows with the TP rows) replays
+# in 34 s and the whole command takes 93 s and 2.8 GB here: 1.5 M actions is about that.
+ACTIONS = Limit("SIM3D_MAX_ACTIONS", 1_500_000, "schedule actions",
+                "about a minute and a half and 3 GB for the whole command here")
 # The deepest published dense models have ~130 layers (Megatron-Turing NLG 530B: 105; GPT-1T
 # in Narayanan et al. 2021: 128).
 LAYERS = Limit("SIM3D_MAX_LAYERS", 10_000, "layers", "75x the deepest published model")
