@@ -163,3 +163,15 @@ def test_ranks_die_with_a_killed_parent(tmp_path):
     while any(_alive(p) for p in ranks) and time.monotonic() < end:
         time.sleep(0.2)
     assert not [p for p in ranks if _alive(p)], "rank processes outlived their killed parent"
+
+
+def test_simulated_and_executed_traces_of_one_scenario_align_one_to_one():
+    import sim3d
+    from sim3d.report.compare import compare_traces
+    sets = ["parallel.pp=2", "parallel.dp=2", "parallel.tp=2", "cluster.gpus_per_node=8"]
+    simulated = sim3d.simulate(TINY, sets=sets)
+    executed = execute(TINY, steps=1, overrides=sets)
+    result = compare_traces(simulated.trace, executed.trace)
+    assert (result.unmatched_sim, result.unmatched_real) == (0, 0)
+    # every action of the lowered schedule (one pipeline: pp ranks) is a key on both sides
+    assert len(result.per_action) == sum(len(actions) for actions in simulated.schedule.ranks)

@@ -5,7 +5,9 @@ stream, start_s, end_s, bytes, peer`). The simulated one may be folded (ranks 0.
 pipeline) while the executed one has every rank, so actions are aligned on
 (pipeline rank, kind, microbatch, chunk), where a rank's pipeline rank is the stage of its
 chunk 0 (the same in loop and V placement), and durations are averaged over the ranks that
-share a key (tensor- and data-parallel replicas). Errors are relative: (sim - real) / real.
+share a key (tensor- and data-parallel replicas). Only the IR's action kinds are aligned: the
+engine's TP_COMM / CP_COMM / EP_COMM rows say how much of a compute action was exposed
+communication, which the executor's compute rows contain. Errors are relative: (sim - real) / real.
 The step time of a trace is max(end) - min(start) over its compute-stream actions.
 """
 
@@ -106,6 +108,7 @@ def compare_traces(sim: pd.DataFrame, real: pd.DataFrame) -> CompareResult:
     """Align two traces action by action (see the module docstring) and report errors."""
     sim, real = check_trace(sim), check_trace(real)
     s, r = _with_pp_rank(sim), _with_pp_rank(real)
+    s, r = s[s["kind"].isin(KIND_ORDER)], r[r["kind"].isin(KIND_ORDER)]
     s_mean = s.groupby(KEY, as_index=False)["duration_s"].mean().rename(columns={"duration_s": "sim_s"})
     r_mean = r.groupby(KEY, as_index=False)["duration_s"].mean().rename(columns={"duration_s": "real_s"})
     both = s_mean.merge(r_mean, on=KEY, how="outer", indicator=True)
