@@ -174,7 +174,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .report.memory_plot import memory_table
 
     from .step import step_schedule
-    from .schedule import validate as prove
+    from .schedule import prove
 
     s = _load(scenario, set_)
     out.print(layout_table(s))
@@ -203,7 +203,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
     """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
     from .limits import check_schedule_size
     from .schedule import build, lower
-    from .schedule import validate as check
+    from .schedule import prove
     from .schedule.evaluate import evaluate, uniform_costs
 
     if vpp is None:
@@ -215,7 +215,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
-    report = check(full)
+    report = prove(full)
     timeline = evaluate(compute_only, uniform_costs(1.0, 2.0))
     out.print((full if lowered else compute_only).to_text(), highlight=False)
     out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim3d.schedule import (Action, Kind, Schedule, ScheduleConstraint, ScheduleError, StageMap,
-                            build, lower, parse_action, validate)
+                            build, lower, parse_action, prove)
 from sim3d.schedule.evaluate import evaluate, uniform_costs
 
 pp_s = st.integers(1, 16)
@@ -21,7 +21,7 @@ def test_gpipe_and_1f1b_bubble_and_memory(pp, m):
     for name in ("gpipe", "1f1b"):
         schedule = build(name, pp, m)
         lowered = lower(schedule)
-        report = validate(lowered)
+        report = prove(lowered)
         timeline = evaluate(lowered, uniform_costs(1, 2))
         assert timeline.bubble_fraction == pytest.approx((pp - 1) / (m + pp - 1), abs=1e-12)
         assert timeline.step_time == pytest.approx(3 * (m + pp - 1))
@@ -34,7 +34,7 @@ def test_gpipe_and_1f1b_bubble_and_memory(pp, m):
 def test_interleaved_bubble(pp, groups, vpp):
     m = pp * groups
     lowered = lower(build("interleaved-1f1b", pp, m, vpp))
-    report = validate(lowered)
+    report = prove(lowered)
     timeline = evaluate(lowered, uniform_costs(1, 2))
     assert timeline.bubble_fraction == pytest.approx((pp - 1) / (vpp * m + pp - 1), abs=1e-12)
     # Megatron's warm-up plus the forward that starts the steady state (schedules.md section 7)
@@ -56,7 +56,7 @@ def test_zb_h1_step_time(pp, extra, data):
     ti = data.draw(st.floats(0.5, 2.0))
     tw = data.draw(st.floats(0.1, min(tf, ti)))
     lowered = lower(build("zb-h1", pp, m))
-    report = validate(lowered)
+    report = prove(lowered)
     timeline = evaluate(lowered, uniform_costs(tf, ti + tw, ti, tw))
     assert timeline.step_time == pytest.approx(m * (tf + ti + tw) + (pp - 1) * (tf + ti - tw))
     assert max(report.peak_inflight) == min(pp, m)
@@ -66,7 +66,7 @@ def test_zb_h1_step_time(pp, extra, data):
 @given(pp=st.integers(1, 8), m=st.integers(1, 24))
 def test_zbv_validates_and_beats_1f1b(pp, m):
     lowered = lower(build("zbv", pp, m, 2))
-    report = validate(lowered)
+    report = prove(lowered)
     # two chunks per rank, half a stage each: compare with 1F1B on the same model
     zbv = evaluate(lowered, uniform_costs(1, 2)).step_time
     one_f_one_b = evaluate(build("1f1b", pp, m), uniform_costs(2, 4)).step_time
@@ -85,7 +85,7 @@ def test_zbv_matches_closed_form_when_m_is_large():
 def test_dualpipev_validates_with_pp_plus_one_activations(pp, extra):
     """DualPipe README: activations per device PP+1 (PP = 2*pp stages, in chunk units)."""
     m = 2 * pp + extra
-    report = validate(lower(build("dualpipev", pp, m, 2)))
+    report = prove(lower(build("dualpipev", pp, m, 2)))
     assert max(report.peak_inflight) == min(2 * pp + 1, 2 * m)
 
 
@@ -153,7 +153,7 @@ def test_validator_names_a_dropped_send():
     index = next(i for i, a in enumerate(actions) if a.kind is Kind.SEND_F)
     dropped = actions.pop(index)
     with pytest.raises(ScheduleError, match=rf"rank 2 .*no matching SEND_F on rank 1|{dropped}"):
-        validate(_mutate(lowered, 1, actions))
+        prove(_mutate(lowered, 1, actions))
 
 
 def test_validator_names_backward_before_forward():
@@ -161,7 +161,7 @@ def test_validator_names_backward_before_forward():
     actions = list(schedule.ranks[3])
     actions[0], actions[1] = actions[1], actions[0]  # B0 before F0 on the last stage
     with pytest.raises(ScheduleError, match=r"rank 3 action 0 \(B0\): backward before its forward F0"):
-        validate(_mutate(schedule, 3, actions))
+        prove(_mutate(schedule, 3, actions))
 
 
 def test_validator_names_a_cycle():
@@ -183,7 +183,7 @@ def test_validator_names_a_cycle():
         rank1.insert(i_b0, rank1.pop(i_f1))
     bad = lowered.with_ranks([actions, rank1])
     with pytest.raises(ScheduleError, match=r"deadlock: cyclic wait .*rank 0 .*rank 1|rank 1 .*rank 0") as err:
-        validate(bad)
+        prove(bad)
     assert b0 is not None and "F1" in str(err.value)
 
 
@@ -194,7 +194,7 @@ def test_validator_rejects_swapped_receives():
     i, j = recvs[0], recvs[1]
     actions[i], actions[j] = actions[j], actions[i]
     with pytest.raises(ScheduleError, match="receives match sends in order|posted later"):
-        validate(_mutate(lowered, 1, actions))
+        prove(_mutate(lowered, 1, actions))
 
 
 def test_random_mutations_never_pass_silently():
@@ -206,4 +206,4 @@ def test_random_mutations_never_pass_silently():
         actions = list(schedule.ranks[rank])
         actions.pop(rng.randrange(len(actions)))
         with pytest.raises(ScheduleError):
-            validate(_mutate(schedule, rank, actions))
+            prove(_mutate(schedule, rank, actions))

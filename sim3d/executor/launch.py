@@ -122,7 +122,7 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     """Validate the request (no torch needed) and build the per-rank RunSpec. Gradient
     buckets per chunk: Megatron's count for the scenario (as `sim3d run` replays it) unless
     `buckets_per_chunk` is given."""
-    from ..schedule import validate
+    from ..schedule import prove
     from ..step import dp_buckets_per_chunk
     from .runtime import RunSpec, make_schedule
 
@@ -140,7 +140,7 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     if buckets_per_chunk is None:
         buckets_per_chunk = dp_buckets_per_chunk(scenario)
     spec = RunSpec(scenario, steps, backend, check, seed, lr, buckets_per_chunk, timeout_s, sabotage, kill)
-    validate(make_schedule(spec))
+    prove(make_schedule(spec))
     return spec
 
 

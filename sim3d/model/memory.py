@@ -11,7 +11,7 @@ Sources:
   optimizer; fp32: 4 + 4 + 8 (no separate master copy), the 8 sharded.
 * Activations: Korthikanti et al. 2022 (arXiv:2205.05198) section 4 and Table 2, obtained by
   summing the per-op `act_bytes` of ops.py, times the in-flight chunk activations that the
-  schedule reaches on each rank (schedule/validate.py).
+  schedule reaches on each rank (schedule/proof.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..schedule import Kind, build, validate
+from ..schedule import Kind, build, prove
 from ..schedule.generators import ScheduleConstraint
-from ..schedule.validate import FREED
+from ..schedule.proof import FREED
 from .ops import Dims, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range
 
 GIB = 2**30
@@ -170,8 +170,8 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
 @lru_cache(maxsize=256)
 def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
     """(schedule or None, peak in-flight chunk activations per rank). With `check` the
-    schedule is proved by `validate` and its `peak_inflight` is used; without (fast path for
-    layout searches, `validate` costs seconds at pp=64, m=512) the same count is replayed here."""
+    schedule is proved by `prove` and its `peak_inflight` is used; without (fast path for
+    layout searches, `prove` costs seconds at pp=64, m=512) the same count is replayed here."""
     try:
         sched = build(name, pp, m, vpp)
     except ScheduleConstraint:
@@ -180,7 +180,7 @@ def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
         bound = min(m * vpp, 2 * pp) if vpp == 2 else m * vpp
         return None, (bound,) * pp
     if check:
-        return sched, validate(sched).peak_inflight
+        return sched, prove(sched).peak_inflight
     peaks = []
     for actions in sched.ranks:
         live = peak = 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .ir import Action, Kind, Schedule
-from .validate import ScheduleError
+from .proof import ScheduleError
 
 Cost = Callable[[int, Action], float]
 
@@ -76,5 +76,5 @@ def evaluate(schedule: Schedule, cost: Cost, transfer: float = 0.0) -> Timeline:
                 remaining -= 1
                 progressed = True
         if not progressed:
-            raise ScheduleError("evaluate: no rank can progress (the schedule deadlocks; run validate() for details)")
+            raise ScheduleError("evaluate: no rank can progress (the schedule deadlocks; run prove() for details)")
     return Timeline(spans, max(clock), tuple(busy))

@@ -20,9 +20,8 @@ F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
 RECV_OF = {Kind.SEND_F: Kind.RECV_F, Kind.SEND_B: Kind.RECV_B}
 # A micro-batch's activations on a stage live from its F to the end of its backward: a full
 # B, or the BW of a split one (BI still needs them for the weight gradient). Schedules may
-# mix both (DualPipeV). FREED_AT_BI is the optimistic count of frameworks that free at BI.
+# mix both (DualPipeV).
 FREED = frozenset({B, BW})
-FREED_AT_BI = frozenset({B, BI})
 
 
 class ScheduleError(ValueError):
@@ -32,7 +31,6 @@ class ScheduleError(ValueError):
 @dataclass(frozen=True)
 class ScheduleReport:
     peak_inflight: tuple[int, ...]  # chunk-activations held at once, freed at B / BW
-    peak_inflight_freed_at_bi: tuple[int, ...]  # same, if activations are freed at BI
     num_actions: int
 
 
@@ -178,7 +176,9 @@ def _peaks(schedule: Schedule, free_at: frozenset[Kind]) -> tuple[int, ...]:
     return tuple(peaks)
 
 
-def validate(schedule: Schedule) -> ScheduleReport:
+def prove(schedule: Schedule) -> ScheduleReport:
+    """Prove `schedule` well formed and deadlock-free (ScheduleError naming each problem
+    otherwise), and count what it holds in flight."""
     if len(schedule.ranks) != schedule.pp:
         raise ScheduleError(f"schedule has {len(schedule.ranks)} rank lists for pp={schedule.pp}")
     errors = _compute_order_errors(schedule)
@@ -193,5 +193,4 @@ def validate(schedule: Schedule) -> ScheduleReport:
     if errors:
         shown = errors[:12] + ([f"... and {len(errors) - 12} more"] if len(errors) > 12 else [])
         raise ScheduleError(f"schedule {schedule.name!r} is invalid:\n  " + "\n  ".join(shown))
-    return ScheduleReport(_peaks(schedule, FREED), _peaks(schedule, FREED_AT_BI),
-                          sum(len(r) for r in schedule.ranks))
+    return ScheduleReport(_peaks(schedule, FREED), sum(len(r) for r in schedule.ranks))
