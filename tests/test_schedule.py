@@ -120,7 +120,7 @@ def test_megatron_prefix_sum_invariant():
             assert total == 0
 
 
-@pytest.mark.parametrize("token", ["F3", "B2.1", "BI0", "BW7.1", "SEND_F3.1@2", "RECV_B0@1", "DP_REDUCE#4",
+@pytest.mark.parametrize("token", ["F3", "B2.1", "BI0", "BW7.1", "SEND_F3.1@2", "RECV_B0@1", "DP_REDUCE#4", "DP_REDUCE#5.1",
                                    "PARAM_GATHER#0", "OPT_STEP"])
 def test_token_round_trip(token):
     assert str(parse_action(token)) == token
@@ -207,3 +207,17 @@ def test_random_mutations_never_pass_silently():
         actions.pop(rng.randrange(len(actions)))
         with pytest.raises(ScheduleError):
             prove(_mutate(schedule, rank, actions))
+
+
+def test_gradient_buckets_carry_their_chunk():
+    schedule = lower(build("interleaved-1f1b", 2, 4, 2), buckets_per_chunk=3, param_gather=True)
+    assert schedule.buckets_per_chunk == 3
+    for actions in schedule.ranks:
+        bucketed = [a for a in actions if a.kind in (Kind.DP_REDUCE, Kind.PARAM_GATHER)]
+        assert len(bucketed) == 2 * 2 * 3
+        assert all(a.chunk == a.bucket // 3 for a in bucketed)
+        for a in (a for a in bucketed if a.kind is Kind.DP_REDUCE):  # after its chunk's last backward
+            position = actions.index(a)
+            assert sum(b.kind is Kind.B and b.chunk == a.chunk for b in actions[:position]) == 4
+    assert Schedule.from_csv(schedule.to_csv()) == schedule
+    assert parse_action(str(schedule.ranks[0][-1])) == schedule.ranks[0][-1]

@@ -105,7 +105,7 @@ class Engine:
         self._group_keys: dict[tuple[str, int], tuple] = {}
         self.env = simpy.Environment()
         self.rows: list[tuple] = []
-        self.buckets = schedule.meta.get("buckets_per_chunk", 1)
+        self.buckets = schedule.buckets_per_chunk
         self.overlap_dp = scenario.training.overlap_grad_reduce
         self.overlap_p2p = scenario.training.overlap_p2p
         # Megatron --overlap-param-gather: the all-gather of the updated parameters runs under
@@ -247,8 +247,8 @@ class Engine:
             elif a.kind in (Kind.RECV_F, Kind.RECV_B):
                 continue  # a post: the transfer process records the arrival
             elif a.kind is Kind.DP_REDUCE:
-                chunk = a.bucket // self.buckets
-                k = a.bucket % self.buckets
+                chunk = a.chunk
+                k = a.bucket - chunk * self.buckets  # the k-th bucket of its chunk
                 seconds, nbytes = self._dp_cost("reduce", pp_rank, chunk)
                 ready = env.now
                 if self.overlap_dp and chunk in last_backward:
@@ -276,7 +276,7 @@ class Engine:
                 self.busy[me] += env.now - begin
                 self.rows.append((me, stages.stage(pp_rank, 0), -1, -1, "OPT_STEP", "compute", begin, env.now, 0, -1))
             elif a.kind is Kind.PARAM_GATHER:
-                chunk = a.bucket // self.buckets
+                chunk = a.chunk
                 seconds, nbytes = self._dp_cost("gather", pp_rank, chunk)
                 begin = max(env.now, dp_free, gather_free)
                 gather_free = begin + seconds

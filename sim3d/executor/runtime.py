@@ -172,8 +172,7 @@ class RankRuntime:
     def _run(self, a) -> None:
         k = a.kind
         if k in (Kind.DP_REDUCE, Kind.PARAM_GATHER):
-            chunk = a.bucket // self.spec.buckets_per_chunk
-            row = self._row(a, self.stages.stage(self.pp_rank, chunk), chunk, a.bucket)
+            row = self._row(a, self.stages.stage(self.pp_rank, a.chunk), a.chunk, a.bucket)
             self.rows[row][8] = (self._dp_reduce if k is Kind.DP_REDUCE else self._param_gather)(a.bucket)
         elif k is Kind.OPT_STEP:
             row = self._row(a, self.stages.stage(self.pp_rank, 0), -1, -1)  # chunk -1 as in the engine

@@ -116,7 +116,7 @@ def action_token(kind: str, chunk: int, microbatch: int, peer: int) -> str:
     """
     kind = str(kind)
     if kind in _BUCKETED:
-        return f"{kind}#{microbatch}" if microbatch >= 0 else kind
+        return (f"{kind}#{microbatch}" + (f".{chunk}" if chunk > 0 else "")) if microbatch >= 0 else kind
     if microbatch < 0:
         return kind
     text = f"{kind}{microbatch}" + (f".{chunk}" if chunk else "")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Iterable, Literal
 
@@ -45,11 +45,11 @@ class Action:
     mb: int | None = None
     chunk: int = 0
     peer: int | None = None  # pipeline rank on the other side (point-to-point only)
-    bucket: int | None = None  # DP_REDUCE / PARAM_GATHER only
+    bucket: int | None = None  # DP_REDUCE / PARAM_GATHER only: the rank's bucket index; `chunk` is its chunk
 
     def __str__(self) -> str:
         if self.kind in BUCKETED:
-            return f"{self.kind}#{self.bucket}"
+            return f"{self.kind}#{self.bucket}" + (f".{self.chunk}" if self.chunk else "")
         if self.mb is None:
             return str(self.kind)
         text = f"{self.kind}{self.mb}" + (f".{self.chunk}" if self.chunk else "")
@@ -63,20 +63,21 @@ class Action:
 _KINDS = sorted([k.value for k in Kind] + list(ALIASES), key=len, reverse=True)
 _TOKEN = re.compile(
     rf"^(?P<kind>{'|'.join(_KINDS)})"
-    r"(?:#(?P<bucket>\d+)|(?P<mb>\d+)(?:\.(?P<chunk>\d+))?(?:@(?P<peer>\d+))?)?$")
+    r"(?:#(?P<bucket>\d+)(?:\.(?P<bucket_chunk>\d+))?|(?P<mb>\d+)(?:\.(?P<chunk>\d+))?(?:@(?P<peer>\d+))?)?$")
 
 
 def parse_action(token: str) -> Action:
     """Inverse of `str(action)`; accepts PyTorch's `I` / `W` for `BI` / `BW`."""
     match = _TOKEN.match(token.strip())
     if not match:
-        raise ValueError(f"not an action token: {token!r} (expected e.g. F3, B2.1, SEND_F3.1@2, DP_REDUCE#0)")
+        raise ValueError(f"not an action token: {token!r} (expected e.g. F3, B2.1, SEND_F3.1@2, DP_REDUCE#0, "
+                         "DP_REDUCE#3.1)")
     kind = ALIASES.get(match["kind"]) or Kind(match["kind"])
     as_int = lambda key: int(match[key]) if match[key] is not None else None  # noqa: E731
     if kind in BUCKETED:
         if match["bucket"] is None:
             raise ValueError(f"{token!r}: {kind} needs a bucket, e.g. {kind}#0")
-        return Action(kind, bucket=as_int("bucket"))
+        return Action(kind, chunk=as_int("bucket_chunk") or 0, bucket=as_int("bucket"))
     if kind is not Kind.OPT_STEP and match["mb"] is None:
         raise ValueError(f"{token!r}: {kind} needs a micro-batch number, e.g. {kind}0")
     if kind in P2P and match["peer"] is None:
@@ -126,7 +127,6 @@ class Schedule:
     stages: StageMap
     ranks: tuple[tuple[Action, ...], ...]
     lowered: bool = False
-    meta: dict = field(default_factory=dict, compare=False)  # e.g. buckets per chunk
 
     @property
     def pp(self) -> int:
@@ -135,6 +135,13 @@ class Schedule:
     @property
     def vpp(self) -> int:
         return self.stages.vpp
+
+    @property
+    def buckets_per_chunk(self) -> int:
+        """Gradient buckets each chunk reduces (the DP_REDUCE actions of rank 0 per chunk; 1
+        before lowering)."""
+        reduces = sum(a.kind is Kind.DP_REDUCE for a in self.ranks[0]) if self.ranks else 0
+        return max(1, reduces // self.vpp)
 
     def with_ranks(self, ranks: Iterable[Iterable[Action]], **changes) -> "Schedule":
         return replace(self, ranks=tuple(tuple(r) for r in ranks), **changes)

@@ -114,13 +114,14 @@ def add_dp(schedule: Schedule, buckets_per_chunk: int = 1, param_gather: bool = 
                 seen[a.chunk] += 1
                 if seen[a.chunk] == m:
                     first = a.chunk * buckets_per_chunk
-                    ready = [Action(Kind.DP_REDUCE, bucket=b) for b in range(first, first + buckets_per_chunk)]
+                    ready = [Action(Kind.DP_REDUCE, chunk=a.chunk, bucket=b)
+                             for b in range(first, first + buckets_per_chunk)]
         lowered += ready + [Action(Kind.OPT_STEP)]
         if param_gather:
-            lowered += [Action(Kind.PARAM_GATHER, bucket=b) for b in range(schedule.vpp * buckets_per_chunk)]
+            lowered += [Action(Kind.PARAM_GATHER, chunk=b // buckets_per_chunk, bucket=b)
+                        for b in range(schedule.vpp * buckets_per_chunk)]
         out.append(lowered)
-    meta = {**schedule.meta, "buckets_per_chunk": buckets_per_chunk}
-    return schedule.with_ranks(out, meta=meta)
+    return schedule.with_ranks(out)
 
 
 def lower(schedule: Schedule, buckets_per_chunk: int = 1, param_gather: bool = False) -> Schedule:
