@@ -61,6 +61,13 @@ def guarded(fn):
     return wrapper
 
 
+JSON_HELP = "Print only JSON on stdout (messages stay on stderr)."
+
+
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
 def _load(path: Path, sets: list[str]):
     return load_scenario(path, sets)
 
@@ -167,9 +174,10 @@ def _write_outputs(sim, summary: dict, folder: Path, plots: bool, quiet: bool) -
 @app.command()
 @guarded
 def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-             set_: list[str] = typer.Option([], "--set", help=SET_HELP)):
+             set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Check a scenario; print the derived layout and whether it fits in memory."""
-    from .report.layout import layout_table
+    from .report.layout import layout_rows, layout_table
     from .model.memory import memory_report
     from .report.memory_plot import memory_table
 
@@ -177,12 +185,21 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .schedule import prove
 
     s = _load(scenario, set_)
-    out.print(layout_table(s))
     proof = prove(step_schedule(s))
+    report = memory_report(s)
+    if as_json:
+        _print_json({"name": s.name, "layout": dict(layout_rows(s)), "num_gpus": s.num_gpus, "tp": s.tp, "pp": s.pp,
+                     "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": s.vpp, "schedule": s.schedule,
+                     "num_microbatches": s.num_microbatches, "num_actions": proof.num_actions,
+                     "peak_inflight": list(proof.peak_inflight), "fits_in_memory": report.fits,
+                     "peak_memory_gib": report.peak_gib, "memory_note": report.reason,
+                     "memory_gib": [{"pp_rank": r.rank, **r.gib()} for r in report.rows],
+                     "warnings": s.warnings()})
+        return
+    out.print(layout_table(s))
     out.print(f"schedule {s.schedule}: {proof.num_actions:,} actions over {s.pp} pipeline ranks, proved "
               f"deadlock-free; peak in-flight micro-batches per rank {list(proof.peak_inflight)}",
               highlight=False, soft_wrap=True)
-    report = memory_report(s)
     out.print(memory_table(report.rows, s.gpu.hbm_gib))
     verdict = ("fits", "green") if report.fits else ("does not fit", "red")
     out.print(Text.assemble("memory: ", verdict, f" in {s.gpu.hbm_gib:g} GiB ({s.cluster.gpu}); {report.reason}"),
@@ -199,7 +216,8 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
              vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Chunks per rank (interleaved / V)."),
              lowered: bool = typer.Option(False, "--lowered", help="Show send/receive actions too."),
              csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),
-             gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg).")):
+             gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg)."),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
     from .limits import check_schedule_size
     from .schedule import build, lower
@@ -217,17 +235,26 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
     full = lower(compute_only)
     report = prove(full)
     timeline = evaluate(compute_only, uniform_costs(1.0, 2.0))
-    out.print((full if lowered else compute_only).to_text(), highlight=False)
-    out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
-    out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
-              f"of the step on the worst rank", highlight=False)
+    if as_json:
+        shown = full if lowered else compute_only
+        _print_json({"name": name, "pp": pp, "microbatches": microbatches, "vpp": vpp,
+                     "ranks": [[str(a) for a in actions] for actions in shown.ranks],
+                     "peak_inflight": list(report.peak_inflight), "step_units": timeline.step_time,
+                     "bubble_fraction": timeline.bubble_fraction, "costs": {"F": 1.0, "B": 2.0}})
+    else:
+        out.print((full if lowered else compute_only).to_text(), highlight=False)
+    if not as_json:
+        out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
+        out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
+                  f"of the step on the worst rank", highlight=False)
     if csv_path:
         csv_path.write_text(full.to_csv())
     if gantt:
         from .report.gantt import plot_gantt, timeline_to_trace
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
                    title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)")
-        out.print(f"wrote {gantt}")
+        if not as_json:
+            out.print(f"wrote {gantt}")
 
 
 def _progress(description: str):
@@ -243,7 +270,8 @@ def _progress(description: str):
 def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model and cluster kind are kept)."),
          gpus: int = typer.Option(..., "--gpus", min=1, help="GPUs to lay the run out on."),
          top: int = typer.Option(10, "--top", min=1),
-         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: cores).")):
+         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: cores)."),
+         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Search layouts; rank those that fit in memory by predicted step time."""
     from .limits import GPUS
     GPUS.check(gpus, "--gpus")
@@ -257,7 +285,12 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         task = progress.add_task(f"simulating {len(fitting)} layouts", total=len(fitting))
         ranked, _ = search(scenario, gpus, top, workers, found=found,
                            progress=lambda done, total: progress.update(task, completed=done))
-    out.print(plan_table(ranked, considered, len(fitting)))
+    if as_json:
+        _print_json({"considered": considered, "fitting": len(fitting), "invalid": found.invalid,
+                     "ranked": [{"overrides": list(c.overrides), "peak_memory_gib": c.peak_gib, **c.summary}
+                                for c in ranked]})
+    else:
+        out.print(plan_table(ranked, considered, len(fitting)))
 
 
 @app.command()
@@ -267,7 +300,8 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png."),
           workers: Optional[int] = typer.Option(None, "--workers", min=1),
           backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
-          resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv.")):
+          resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
+          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """What-if grid over scenario values; results table and plots."""
     from .studies.sweep import parse_grid, points, run_sweep
 
@@ -289,7 +323,10 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     import pandas as pd
     table = pd.read_csv(results, dtype={"label": str, "error": str}, keep_default_na=False)
     shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]
-    out.print(shown.to_string(index=False), highlight=False)
+    if as_json:
+        _print_json(json.loads(table.sort_values(list(parsed)).to_json(orient="records")))
+    else:
+        out.print(shown.to_string(index=False), highlight=False)
     failed = table[table["error"] != ""]
     if len(failed) == len(table):
         raise BadInput(f"every one of the {len(table)} grid points failed (rows in {results}); the first: "
@@ -297,7 +334,8 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     if len(failed):
         say("warning:", f"{len(failed)} of {len(table)} grid points failed; their reasons are in the error column",
             "yellow")
-    out.print(f"wrote {results} and {out_dir / 'sweep.png'}")
+    if not as_json:
+        out.print(f"wrote {results} and {out_dir / 'sweep.png'}")
 
 
 @app.command()
@@ -307,7 +345,8 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             steps: int = typer.Option(3, "--steps", min=1),
             backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
             check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),
-            out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/).")):
+            out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/)."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
     from .executor import ExecutorError, ExecutorRefusal, execute as run_executor
 
@@ -325,7 +364,13 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     except ExecutorError as e:
         say("execution failed:", e)
         raise typer.Exit(1)
-    out.print(result.summary(), highlight=False)
+    if as_json:
+        _print_json({"name": result.name, "schedule": result.schedule, "world_size": result.world_size,
+                     "losses": result.losses, "step_times_s": result.step_times_s,
+                     "median_step_s": result.median_step_s, "check": result.check,
+                     "trace": str(result.trace_path) if result.trace_path else None})
+    else:
+        out.print(result.summary(), highlight=False)
     if check and not result.passed:
         raise typer.Exit(1)
 
@@ -338,7 +383,8 @@ def _local_cluster(path: Path, sets: list[str]) -> list[str]:
 @app.command()
 @guarded
 def compare(sim_trace: Path = typer.Argument(..., help="trace.csv of a simulated run (or a folder)."),
-            real_trace: Path = typer.Argument(..., help="trace.csv of an executed run (or a folder).")):
+            real_trace: Path = typer.Argument(..., help="trace.csv of an executed run (or a folder)."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Align two traces action by action; print per-kind and step-time error."""
     from .report.compare import compare_traces
     from .report.trace import read_trace_csv
@@ -354,9 +400,13 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv of a simulated
 
     from .report.compare import UnrelatedTraces
     try:
-        out.print(compare_traces(load(sim_trace), load(real_trace)).render())
+        result = compare_traces(load(sim_trace), load(real_trace))
     except UnrelatedTraces as e:
         raise BadInput(f"{sim_trace} vs {real_trace}: {e}") from None
+    if as_json:
+        _print_json(result.to_dict())
+    else:
+        out.print(result.render())
 
 
 @app.command()
@@ -364,7 +414,8 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv of a simulated
 def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
               quick: bool = typer.Option(False, "--quick", help="Small grids (minutes on a CPU)."),
               scenario: Optional[Path] = typer.Option(None, "--scenario", help="Also measure this scenario's GEMMs."),
-              out_path: Optional[Path] = typer.Option(None, "--out", help="Profile CSV path.")):
+              out_path: Optional[Path] = typer.Option(None, "--out", help="Profile CSV path."),
+              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Measure kernels and collectives; write a profile CSV plus provenance JSON."""
     if device not in ("cpu", "cuda"):
         raise BadInput(f"--device: expected cpu or cuda, got {device!r}")
@@ -380,8 +431,12 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     with err.status("calibrating ...") as status:
         path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,
                                out=str(out_path) if out_path else None, progress=lambda msg: status.update(msg))
-    out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
     provenance = json.loads(Path(path).with_suffix(".json").read_text())
+    if as_json:
+        _print_json({"profile": str(path), "provenance": str(Path(path).with_suffix(".json")),
+                     "unstable": provenance.get("unstable") or []})
+    else:
+        out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
     for reason in provenance.get("unstable") or []:
         say("warning:", f"unstable measurement: {reason}; flagged in the provenance, and every prediction "
             "using this profile will say so (measure again on a quiet machine)", "yellow")

@@ -102,3 +102,26 @@ def test_every_scenario_runs(scenario, tmp_path):
     result = invoke("run", scenario, "--json", "--no-plots", "--out", tmp_path)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["step_time_s"] > 0
+
+
+def test_every_result_command_prints_only_json_with_json(tmp_path):
+    tiny = ROOT / "scenarios" / "tiny.yaml"
+    assert invoke("run", tiny, "--json", "--no-plots", "--out", tmp_path / "a").exit_code == 0
+    commands = {
+        "validate": ["validate", tiny],
+        "schedule": ["schedule", "1f1b", "--pp", 4, "-m", 8],
+        "plan": ["plan", tiny, "--gpus", 2, "--workers", 1],
+        "sweep": ["sweep", tiny, "--grid", "training.micro_batch=1,2", "--out", tmp_path / "sweep", "--workers", 1],
+        "execute": ["execute", tiny, "--steps", 1, "--out", tmp_path / "exec"],
+        "compare": ["compare", tmp_path / "a", tmp_path / "a"],
+    }
+    parsed = {}
+    for name, args in commands.items():
+        result = invoke(*args, "--json")
+        assert result.exit_code == 0, (name, result.output)
+        parsed[name] = json.loads(result.stdout)  # nothing but JSON on stdout
+    assert parsed["schedule"]["bubble_fraction"] == pytest.approx(3 / 11)  # (p-1)/(m+p-1)
+    assert parsed["validate"]["num_actions"] > 0 and parsed["validate"]["fits_in_memory"]
+    assert parsed["plan"]["ranked"][0]["step_time_s"] > 0
+    assert len(parsed["sweep"]) == 2 and parsed["compare"]["step_rel_err"] == 0
+    assert len(parsed["execute"]["losses"]) == 1
