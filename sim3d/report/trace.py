@@ -156,36 +156,64 @@ def p2p_pairs(df: pd.DataFrame) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
+# Lanes of one stream get thread ids tid * LANE_STRIDE + lane (lane 0 keeps the stream's id).
+LANE_STRIDE = 100
+
+
+def _lanes(df: pd.DataFrame) -> list[int]:
+    """A lane per row such that rows of one (rank, stream, lane) never overlap: Perfetto drops
+    slices on one thread that overlap without nesting, and the pipeline stream's sends and
+    receives overlap all the time. Greedy interval partitioning: the first free lane."""
+    lane = [0] * len(df)
+    free_at: dict[tuple, list[float]] = defaultdict(list)  # (rank, stream) -> each lane's end
+    order = np.lexsort((df["end_s"].to_numpy(), df["start_s"].to_numpy())).tolist()
+    ranks, streams, starts, ends = (df[c].tolist() for c in ("rank", "stream", "start_s", "end_s"))
+    for i in order:
+        ends_of = free_at[(ranks[i], streams[i])]
+        for k, end in enumerate(ends_of):
+            if end <= starts[i]:
+                lane[i], ends_of[k] = k, ends[i]
+                break
+        else:
+            lane[i] = len(ends_of)
+            ends_of.append(ends[i])
+    return lane
+
+
 def chrome_trace_events(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None) -> list[dict]:
     df = _coerce(df)
     labels = dict(rank_labels or {})
     tids = _tids(df["stream"].unique())
+    lanes = _lanes(df)
+    tid_of = [tids[stream] + LANE_STRIDE * lane for stream, lane in zip(df["stream"].tolist(), lanes)]
     events: list[dict] = []
+    threads = sorted(set(zip(df["rank"].tolist(), df["stream"].tolist(), lanes)), key=lambda t: (t[0], tids[t[1]], t[2]))
     for rank in sorted(df["rank"].unique().tolist()):
         label = labels.get(rank)
         name = f"rank {rank} ({label})" if label else f"rank {rank}"
         events.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": name}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
-        for stream in sorted(df.loc[df["rank"] == rank, "stream"].unique(), key=tids.__getitem__):
-            tid = tids[stream]
-            events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid, "args": {"name": stream}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
+    for rank, stream, lane in threads:
+        tid = tids[stream] + LANE_STRIDE * lane
+        events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid,
+                       "args": {"name": stream if lane == 0 else f"{stream} ({lane + 1})"}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid,
+                       "args": {"sort_index": tids[stream] * LANE_STRIDE + lane}})
     us = 1e6
     ts = (df["start_s"] * us).tolist()
     dur = ((df["end_s"] - df["start_s"]).clip(lower=0.0) * us).tolist()
     cols = [df[c].tolist() for c in ("rank", "stage", "chunk", "microbatch", "kind", "stream", "bytes", "peer")]
     for i, (rank, stage, chunk, mb, kind, stream, nbytes, peer) in enumerate(zip(*cols)):
         events.append({"name": action_token(kind, chunk, mb, peer), "cat": kind, "ph": "X",
-                       "ts": ts[i], "dur": dur[i], "pid": rank, "tid": tids[stream],
+                       "ts": ts[i], "dur": dur[i], "pid": rank, "tid": tid_of[i],
                        "args": {"stage": stage, "chunk": chunk, "microbatch": mb, "bytes": nbytes, "peer": peer}})
     # Flow arrows bind to the slice enclosing their timestamp, so anchor them mid-slice
     # (zero-duration slices are anchored at their only instant).
     for flow_id, (s, r) in enumerate(p2p_pairs(df)):
         kind = cols[4][s]
         common = {"name": kind, "cat": "p2p", "id": flow_id}
-        events.append({**common, "ph": "s", "ts": ts[s] + dur[s] / 2, "pid": cols[0][s], "tid": tids[cols[5][s]]})
-        events.append({**common, "ph": "f", "bp": "e", "ts": ts[r] + dur[r] / 2, "pid": cols[0][r],
-                       "tid": tids[cols[5][r]]})
+        events.append({**common, "ph": "s", "ts": ts[s] + dur[s] / 2, "pid": cols[0][s], "tid": tid_of[s]})
+        events.append({**common, "ph": "f", "bp": "e", "ts": ts[r] + dur[r] / 2, "pid": cols[0][r], "tid": tid_of[r]})
     return events
 
 
