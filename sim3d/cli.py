@@ -79,9 +79,9 @@ def _default_folder(name: str, suffix: str = "") -> Path:
     return Path("reports") / (folder_name(name) + suffix)
 
 
-def _writable_folder(folder: Path, option: str = "--out") -> Path:
+def _writable_folder(folder: Path, option: str = "--out", cwd_ok: bool = False) -> Path:
     """Create `folder` (before any work, so nothing computed is lost to a bad path)."""
-    if not str(folder).strip() or str(folder) == ".":
+    if not cwd_ok and (not str(folder).strip() or str(folder) == "."):
         raise BadInput(f"{option} {str(folder)!r}: name a folder (an empty path would write into the working "
                        "directory)")
     try:
@@ -100,7 +100,7 @@ def _writable_file(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> P
         raise BadInput(f"{option} {path}: expected a file ending in {', '.join(suffixes)}")
     if path.is_dir():
         raise BadInput(f"{option} {path}: is a folder, expected a file")
-    _writable_folder(path.parent if str(path.parent) else Path("."), option)
+    _writable_folder(path.parent, option, cwd_ok=True)  # x.csv in the working directory is fine
     return path
 
 

@@ -30,7 +30,7 @@ class Limit:
             return self.default
         try:
             value = int(float(text))
-        except ValueError:
+        except (ValueError, OverflowError):
             raise WorkLimitExceeded(f"{self.env}={text!r}: expected a number of {self.unit}") from None
         if value < 1:
             raise WorkLimitExceeded(f"{self.env}={text!r}: expected a positive number of {self.unit}")
@@ -44,7 +44,7 @@ class Limit:
                                     f"raise it on purpose with {self.env}={amount}")
 
 
-# gpt3 at full fidelity (1.18 M estimated actions, 1.54 M trace rows with the TP rows) replays
+# gpt3 at full fidelity (1.38 M estimated actions, 1.54 M trace rows with the TP rows) replays
 # in 34 s and the whole command takes 93 s and 2.8 GB here: 1.5 M actions is about that.
 ACTIONS = Limit("SIM3D_MAX_ACTIONS", 1_500_000, "schedule actions",
                 "about a minute and a half and 3 GB for the whole command here")
@@ -66,9 +66,9 @@ EXECUTOR_STEPS = Limit("SIM3D_MAX_EXECUTOR_STEPS", 1_000, "executed steps", "a m
 
 
 def actions_per_rank(microbatches: int, chunks: int, dp_buckets: int = 1) -> int:
-    """About how many actions one pipeline rank runs: F, B (and W), a send and a receive per
-    compute action at most, then the gradient buckets and the optimizer."""
-    return microbatches * chunks * 6 + chunks * dp_buckets + 2
+    """At most how many actions one pipeline rank runs: per micro-batch and chunk RECV_F, F,
+    SEND_F, RECV_B, B (or BI and BW), SEND_B; then the gradient buckets and the optimizer."""
+    return microbatches * chunks * 7 + chunks * dp_buckets + 2
 
 
 def check_schedule_size(pp: int, microbatches: int, chunks: int, ranks_replayed: int | None = None,

@@ -177,7 +177,7 @@ def test_execute_refuses_more_memory_than_the_machine_has(tmp_path, monkeypatch)
     (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "training.global_batch=8000000"], "SIM3D_MAX_ACTIONS"),
     (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "cluster.nodes=125000000000",
       "--set", "parallel.dp=null"], "SIM3D_MAX_GPUS"),
-    (["schedule", "1f1b", "--pp", 1000, "-m", 100000], "600,003,000 schedule actions"),
+    (["schedule", "1f1b", "--pp", 1000, "-m", 100000], "700,003,000 schedule actions"),
 ])
 def test_unreasonable_work_is_refused_at_once_with_the_estimate(args, expected):
     result = invoke(*args)

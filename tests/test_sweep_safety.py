@@ -195,3 +195,43 @@ def test_a_point_that_kills_its_worker_becomes_an_error_row_and_no_other_does(mo
     assert sorted(results) == ["a", "b", "c", "d"]  # every job answers exactly once
     assert results["b"]["error"].startswith("internal error: the worker process died")
     assert all(results[n]["error"] == "" for n in "acd")
+
+
+def _slow_job_with_marker(job):
+    time.sleep(0.2)
+    Path(job[1], job[0]).write_text("done")
+    return job[0], {"error": ""}
+
+
+def test_leaving_a_sweep_early_stops_its_queued_points(tmp_path, monkeypatch):
+    """Ctrl-C, or an error while saving a row, used to let every queued point run to the end."""
+    from sim3d.studies import runner
+    monkeypatch.setattr(runner, "simulate_job", _slow_job_with_marker)
+    results = runner.run_jobs([(f"p{i}", str(tmp_path), ()) for i in range(40)], workers=2)
+    next(results)
+    results.close()  # what a KeyboardInterrupt in the consumer does to the generator
+    time.sleep(1.0)  # long enough for several more points, had the pool carried on
+    assert len(list(tmp_path.iterdir())) < 10
+
+
+def test_resume_refuses_a_table_whose_study_record_is_lost_and_reruns_dead_worker_rows(tmp_path, reference):
+    from sim3d.studies.runner import WORKER_DIED
+    assert sweep(tmp_path).exit_code == 0
+    lines = (tmp_path / "results.csv").read_text().splitlines(keepends=True)
+    label = lines[3].split(",")[0]
+    lines[3] = f"{label}{',' * (lines[0].count(','))}\n".replace(",\n", f",{WORKER_DIED}\n")
+    (tmp_path / "results.csv").write_text("".join(lines))
+    (tmp_path / "sweep.json").write_text("{not json")
+    result = sweep(tmp_path, "--resume")
+    assert result.exit_code == 2 and "cannot be matched" in result.stderr
+    (tmp_path / "sweep.json").unlink()
+    assert sweep(tmp_path / "fresh").exit_code == 0
+    (tmp_path / "sweep.json").write_text((tmp_path / "fresh" / "sweep.json").read_text())
+    assert sweep(tmp_path, "--resume").exit_code == 0
+    pd.testing.assert_frame_equal(rows(tmp_path), reference)  # the dead-worker row ran again, once
+
+
+def test_outputs_in_the_working_directory_are_fine_for_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli.invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "4", "--csv", "s.csv"], catch_exceptions=False)
+    assert result.exit_code == 0 and (tmp_path / "s.csv").exists()

@@ -289,8 +289,10 @@ def _root_cause(failures: dict[int, str], silent: dict) -> tuple[int, str]:
     primary = [r for r, e in failures.items() if not secondary(e)]
     if primary:
         return min(primary), failures[min(primary)]
-    if silent:
-        rank = min(silent)
+    if silent:  # a stopped or dead process first: a healthy one may just not have reported yet
+        stuck = [r for r in sorted(silent) if _process_state(silent[r].pid).startswith(("process stopped",
+                                                                                          "process exited"))]
+        rank = stuck[0] if stuck else min(silent)
         return rank, (f"stopped responding ({_process_state(silent[rank].pid)}); ranks {sorted(failures)} "
                       "timed out waiting for it")
     return min(failures), failures[min(failures)]

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from ..scenario import ScenarioError
+from .runner import WORKER_DIED
 
 LOCK_NAME = ".sweep.lock"
 META_NAME = "sweep.json"
@@ -99,22 +100,34 @@ def _refuse_existing(path: Path) -> dict:
     return {}
 
 
-def _write_meta(path: Path, meta: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+def _replace_durably(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 
+def _write_meta(path: Path, meta: dict) -> None:
+    _replace_durably(path, (json.dumps(meta, indent=2) + "\n").encode())
+
+
 def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dict[str, dict]:
-    """Rows already in the table by label; a torn last line is cut off (its point reruns)."""
-    if meta_path.exists():
-        try:
-            old = json.loads(meta_path.read_text())
-        except ValueError:
-            old = None
-        if old is not None:
-            _check_same_study(meta_path, old, meta)
-            meta["grid"] = {k: list(dict.fromkeys([*old["grid"].get(k, []), *v])) for k, v in meta["grid"].items()}
+    """Rows already in the table by label; a torn last line is cut off (its point reruns), and
+    so are rows whose worker died (not a property of the point: they run again)."""
+    has_rows = path.exists() and path.read_bytes().count(b"\n") > 1
+    try:
+        old = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    except ValueError:
+        old = None
+    if old is None and has_rows:
+        raise ScenarioError(f"{meta_path}: missing or unreadable, so {path} cannot be matched to this grid and "
+                            "scenario; choose another --out")
+    if old is not None:
+        _check_same_study(meta_path, old, meta)
+        meta["grid"] = {k: list(dict.fromkeys([*old["grid"].get(k, []), *v])) for k, v in meta["grid"].items()}
     if not path.exists():
         return {}
     data = path.read_bytes()
@@ -138,7 +151,11 @@ def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dic
             raise ScenarioError(f"{path}: line {number} has {len(row)} fields, expected {len(columns)}; "
                                 "the table was edited or damaged")
         done[row[0]] = dict(zip(columns, row))
-    return done
+    died = {label for label, row in done.items() if row.get("error", "").startswith(WORKER_DIED)}
+    if died:
+        kept = [rows[0]] + [r for r in rows[1:] if r[0] not in died]
+        _replace_durably(path, b"".join(_line(r) for r in kept))
+    return {label: row for label, row in done.items() if label not in died}
 
 
 def _check_same_study(meta_path: Path, old: dict, new: dict) -> None:

@@ -7,12 +7,17 @@ completion order so callers can show progress and save as they go.
 
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterable, Iterator
 
 from ..lifetime import die_with_parent
+
+
+# Not a property of the point (another job's memory, a signal): `--resume` runs such rows again.
+WORKER_DIED = "internal error: the worker process died simulating this point"
 
 
 def simulate_job(job: tuple[str, str, tuple[str, ...]]) -> tuple[str, dict]:
@@ -47,34 +52,74 @@ def run_jobs(jobs: list[tuple[str, str, tuple[str, ...]]], workers: int | None =
 
 def _run_pool(jobs, workers: int) -> Iterator[tuple[str, dict]]:
     """A worker that dies (out of memory, a signal) breaks the whole pool and every job in it:
-    those jobs run again in a fresh pool, and a job broken twice runs alone, so that only the
-    job that kills a worker by itself becomes an error row."""
+    those jobs run again in a fresh pool; a job broken twice runs in a pool of its own (up to
+    `workers` such pools at once), so that only the job that kills a worker by itself becomes
+    an error row."""
     broken: dict[str, int] = {}
     pending = list(jobs)
     while pending:
         shared = [j for j in pending if broken.get(j[0], 0) < 2]
-        alone = [[j] for j in pending if broken.get(j[0], 0) >= 2]
+        suspects = [j for j in pending if broken.get(j[0], 0) >= 2]
         pending = []
-        for batch in ([shared] if shared else []) + alone:
-            for job, result in _pool_round(batch, min(workers, len(batch))):
-                if result is not None:
-                    yield result
-                elif len(batch) == 1 and broken.get(job[0], 0) >= 2:
-                    yield job[0], {"error": "internal error: the worker process died simulating this point"}
-                else:
-                    broken[job[0]] = broken.get(job[0], 0) + 1
-                    pending.append(job)
+        rounds = [_pool_round(shared, min(workers, len(shared)))] if shared else []
+        for job, result in itertools.chain(*rounds, _isolated(suspects, workers)):
+            if result is not None:
+                yield result
+            elif broken.get(job[0], 0) >= 2:
+                yield job[0], {"error": WORKER_DIED}
+            else:
+                broken[job[0]] = broken.get(job[0], 0) + 1
+                pending.append(job)
 
 
 def _pool_round(batch, workers: int) -> Iterator[tuple[tuple, tuple[str, dict] | None]]:
-    """(job, result), or (job, None) when the pool broke under it."""
-    with ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) as pool:
-        futures = {pool.submit(simulate_job, job): job for job in batch}
+    """(job, result), or (job, None) when the pool broke under it. Leaving early (Ctrl-C, an
+    error while saving a row) cancels the queued jobs and stops the workers at once."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent)
+    finished = False
+    try:
+        futures = {}
+        for job in batch:
+            try:
+                futures[pool.submit(simulate_job, job)] = job
+            except BrokenProcessPool:  # a job already submitted killed its worker
+                yield job, None
         for future in as_completed(futures):
             try:
                 yield futures[future], future.result()
             except BrokenProcessPool:
                 yield futures[future], None
+        finished = True
+    finally:
+        _close(pool, finished)
+
+
+def _isolated(jobs, workers: int) -> Iterator[tuple[tuple, tuple[str, dict] | None]]:
+    for first in range(0, len(jobs), workers):
+        group = jobs[first:first + workers]
+        pools = [ProcessPoolExecutor(max_workers=1, initializer=die_with_parent) for _ in group]
+        finished = False
+        try:
+            futures = {pool.submit(simulate_job, job): job for pool, job in zip(pools, group)}
+            for future in as_completed(futures):
+                try:
+                    yield futures[future], future.result()
+                except BrokenProcessPool:
+                    yield futures[future], None
+            finished = True
+        finally:
+            for pool in pools:
+                _close(pool, finished)
+
+
+def _close(pool: ProcessPoolExecutor, finished: bool) -> None:
+    if finished:
+        pool.shutdown(wait=True)
+        return
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        process.terminate()
 
 
 def _run_ray(jobs: Iterable) -> Iterator[tuple[str, dict]]:
@@ -85,7 +130,11 @@ def _run_ray(jobs: Iterable) -> Iterator[tuple[str, dict]]:
                          "or use --backend local") from None
     ray.init(ignore_reinit_error=True)
     remote = ray.remote(simulate_job)
-    pending = [remote.remote(job) for job in jobs]
+    labels = {remote.remote(job): job[0] for job in jobs}
+    pending = list(labels)
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
-        yield ray.get(done[0])
+        try:
+            yield ray.get(done[0])
+        except Exception as e:  # noqa: BLE001 - a lost task or worker is that point's error row
+            yield labels[done[0]], {"error": f"internal error: {type(e).__name__}: {e}".splitlines()[0]}
