@@ -278,3 +278,12 @@ def test_version_and_small_memory_notes_keep_their_digits(tmp_path):
                     "--set", "cluster.hbm_gib=0.001")
     note = json.loads(result.stdout)["memory_note"]
     assert "> 0.001 GiB" in note and " 0 GiB" not in note
+
+
+def test_an_override_that_changes_nothing_says_so(tmp_path):
+    args = ["run", ROOT / "scenarios" / "tiny.yaml", "--json", "--no-plots", "--out", tmp_path]
+    plain = json.loads(invoke(*args).stdout)
+    fp32 = json.loads(invoke(*args, "--set", "cluster.fp32_tflops=0.001").stdout)
+    tf32 = json.loads(invoke(*args, "--set", "cluster.tf32_tflops=0.001").stdout)
+    assert fp32["step_time_s"] == plain["step_time_s"] < tf32["step_time_s"]
+    assert any("cluster.fp32_tflops changes nothing" in w for w in fp32["warnings"])
