@@ -387,6 +387,8 @@ def _explain(err: ValidationError) -> list[str]:
             problems.append(f"{path}: unknown key{hint}")
         elif kind == "missing":
             problems.append(f"{path}: required but missing")
+        elif isinstance(e.get("input"), dict):  # a section-level check: its message names the key
+            problems.append(f"{path}: {e['msg']}")
         else:
             problems.append(f"{path}: {e['msg']} (got {e.get('input')!r})")
     return problems
@@ -408,7 +410,7 @@ def _set_path(raw: dict, dotted: str, value: Any) -> None:
 def parse_override(text: str) -> tuple[str, Any]:
     """`a.b=value` -> ("a.b", typed value); the value is read as YAML (1, 2.5, true, null, [1,2])."""
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
+    if not sep or not key.strip() or any(not part.strip() for part in key.split(".")):
         raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. parallel.tp=4")
     try:
         typed = read_yaml_text(value) if value.strip() else ""

@@ -107,7 +107,7 @@ def consistency_problems(s) -> list[str]:
 
 def _size_problems(s) -> list[str]:
     """Work limits (sim3d/limits.py), checked before anything is built from the sizes."""
-    checks = [("cluster.nodes", lambda: GPUS.check(s.num_gpus, f"{s.cluster.nodes:,} nodes x {s.gpus_per_node} GPUs")),
+    checks = [("cluster", lambda: GPUS.check(s.num_gpus, f"{s.cluster.nodes:,} nodes x {s.gpus_per_node} GPUs")),
               ("model.layers", lambda: LAYERS.check(s.model.layers)),
               ("training.global_batch", lambda: check_schedule_size(s.pp, s.num_microbatches, s.vpp))]
     problems = []
