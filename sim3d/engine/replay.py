@@ -17,6 +17,7 @@ of every compute action, DP groups at every bucket, and stragglers slow their ow
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -146,7 +147,15 @@ class Engine:
                 processes.append(self.env.process(self._rank(pp_rank, globals_, actions, pipe)))
         if progress and horizon:
             self.env.process(self._monitor(len(processes), progress, horizon))
-        self.env.run()
+        # The replay allocates millions of small events and rows that live until the end and
+        # hold no reference cycles worth collecting: the cyclic collector would only rescan them.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.env.run()
+        finally:
+            if collecting:
+                gc.enable()
         missing = [r for r in ranks if r not in self.finish]
         if missing:
             waiting = "; ".join(self._waiting.get(r, f"rank {r}") for r in missing[:8])
