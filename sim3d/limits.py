@@ -45,7 +45,7 @@ class Limit:
 
 
 # gpt3 at full fidelity (1.38 M estimated actions, 1.54 M trace rows with the TP rows) replays
-# in 34 s and the whole command takes 93 s and 2.8 GB here: 1.5 M actions is about that.
+# in 27 s and the whole command takes 79 s and 2.9 GB here: 1.5 M actions is about that.
 ACTIONS = Limit("SIM3D_MAX_ACTIONS", 1_500_000, "schedule actions",
                 "about a minute and a half and 3 GB for the whole command here")
 # The deepest published dense models have ~130 layers (Megatron-Turing NLG 530B: 105; GPT-1T
