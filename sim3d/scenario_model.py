@@ -1,0 +1,321 @@
+"""The scenario as typed data (DESIGN.md section 3): one pydantic model per section, the
+derived layout values, and the physical range of every number. Reading files and applying
+overrides is scenario.py's job."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+
+from .hardware import GPU_FIELDS, GpuSpec, gpu_preset
+from .pipeline_split import megatron_stage_layers, middle_heavy_layers
+
+
+# Physical ranges, wide enough for any what-if (a 1 Mb/s link, a 10 Pb/s one) and narrow enough
+# that no divisor drives a prediction to 1e300 s or to infinity.
+Gbps = Annotated[float, Field(ge=1e-3, le=1e12)]  # 1e9+ reads as "a free network"
+Tflops = Annotated[float, Field(ge=1e-3, le=1e12)]
+Gib = Annotated[float, Field(ge=1e-3, le=1e7)]
+Tbps = Annotated[float, Field(ge=1e-4, le=1e9)]
+LatencyUs = Annotated[float, Field(ge=0, le=1e6)]
+Factor = Annotated[float, Field(ge=1e-3, le=1e3)]
+
+
+
+class ScenarioError(ValueError):
+    """Bad user input; `str()` is the message to show (one problem per line)."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _alias(*names: str):
+    return Field(validation_alias=AliasChoices(*names))
+
+
+class _Strict(BaseModel):
+    # strict: `tp: true` or `layers: 2.5` is an error, not 1 or 2; no inf/nan reaches a divisor.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True,
+                              allow_inf_nan=False)
+
+
+class MoE(_Strict):
+    experts: PositiveInt = _alias("experts", "num_experts")
+    top_k: PositiveInt = Field(2, validation_alias=AliasChoices("top_k", "moe_router_topk"))
+    expert_ffn_hidden: PositiveInt | None = Field(
+        None, validation_alias=AliasChoices("expert_ffn_hidden", "moe_ffn_hidden_size"))
+    every: PositiveInt = 1  # an MoE layer every `every` layers (1 = all layers)
+    capacity_factor: Factor | None = Field(
+        None, validation_alias=AliasChoices("capacity_factor", "moe_expert_capacity_factor"))
+
+
+class Model(_Strict):
+    layers: PositiveInt = _alias("layers", "num_layers")
+    hidden: PositiveInt = _alias("hidden", "hidden_size")
+    heads: PositiveInt = _alias("heads", "num_attention_heads")
+    kv_heads: PositiveInt | None = Field(None, validation_alias=AliasChoices("kv_heads", "num_query_groups"))
+    ffn_hidden: PositiveInt | None = Field(None, validation_alias=AliasChoices("ffn_hidden", "ffn_hidden_size"))
+    vocab: PositiveInt = _alias("vocab", "padded_vocab_size", "vocab_size")
+    seq_len: PositiveInt = _alias("seq_len", "seq_length")
+    # gelu: GPT (biases, LayerNorm); swiglu: LLaMA (gated, RMSNorm, no biases);
+    # squared-relu: Nemotron-4 (non-gated relu(x)^2, LayerNorm, no biases; arXiv:2402.16819 sec. 2)
+    activation: Literal["gelu", "swiglu", "squared-relu"] = "gelu"
+    kv_channels: PositiveInt | None = None  # head dim when it is not hidden/heads (Megatron --kv-channels)
+    # Megatron's defaults (megatron/training/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1);
+    # 0 removes the dropout kernels and their masks from time and memory.
+    hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    moe: MoE | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _megatron_activation_flags(cls, raw):
+        """Megatron's boolean flags --swiglu / --squared-relu name the activation."""
+        if isinstance(raw, dict):
+            for flag, name in (("swiglu", "swiglu"), ("squared_relu", "squared-relu")):
+                if flag in raw:
+                    raw = dict(raw)
+                    value = raw.pop(flag)
+                    if not isinstance(value, bool):
+                        raise ValueError(f"{flag} must be true or false, got {value!r}")
+                    if value:
+                        raw["activation"] = name
+        return raw
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden // self.heads
+
+
+class Parallel(_Strict):
+    tp: PositiveInt = Field(1, validation_alias=AliasChoices("tp", "tensor_model_parallel_size"))
+    pp: PositiveInt = Field(1, validation_alias=AliasChoices("pp", "pipeline_model_parallel_size"))
+    dp: PositiveInt | None = Field(None, validation_alias=AliasChoices("dp", "data_parallel_size"))
+    cp: PositiveInt = Field(1, validation_alias=AliasChoices("cp", "context_parallel_size"))
+    ep: PositiveInt = Field(1, validation_alias=AliasChoices("ep", "expert_model_parallel_size"))
+    vpp: PositiveInt = Field(1, validation_alias=AliasChoices("vpp", "virtual_pipeline_model_parallel_size"))
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = Field(False, validation_alias=AliasChoices("distributed_optimizer", "use_distributed_optimizer"))
+    order: str = "tp-cp-ep-dp-pp"
+    # Megatron's uneven pipeline splits (megatron/core/transformer/transformer_block.py,
+    # get_num_layers_to_build): layers of the first / last pipeline rank, the rest even.
+    decoder_first_pipeline_num_layers: PositiveInt | None = Field(
+        None, validation_alias=AliasChoices("decoder_first_pipeline_num_layers", "num_layers_in_first_pipeline_stage"))
+    decoder_last_pipeline_num_layers: PositiveInt | None = Field(
+        None, validation_alias=AliasChoices("decoder_last_pipeline_num_layers", "num_layers_in_last_pipeline_stage"))
+    # count the embedding / the loss as one layer when splitting (the first / last stage builds one layer fewer)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+
+
+class Training(_Strict):
+    micro_batch: PositiveInt = Field(1, validation_alias=AliasChoices("micro_batch", "micro_batch_size"))
+    global_batch: PositiveInt = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
+    recompute: Literal["none", "selective", "full"] = "none"
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
+    # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's
+    # --attention-backend flash|fused|auto); unfused: scores materialised in HBM (Megatron
+    # 2020-22, --attention-backend local|unfused). `use_flash_attn: true` means flash.
+    attention_backend: Literal["flash", "unfused"] = "flash"
+    overlap_grad_reduce: bool = Field(True, validation_alias=AliasChoices("overlap_grad_reduce", "overlap_grad_sync"))
+    overlap_param_gather: bool = Field(
+        False, validation_alias=AliasChoices("overlap_param_gather", "overlap_param_sync"))
+    tp_comm_overlap: bool = Field(False, validation_alias=AliasChoices("tp_comm_overlap", "ub_tp_comm_overlap"))
+    # Megatron's default since late 2021 (--no-async-tensor-model-parallel-allreduce turns it
+    # off): the backward input-gradient all-reduce overlaps the weight-gradient GEMM.
+    async_tensor_model_parallel_allreduce: bool = True
+    overlap_p2p: bool = Field(True, validation_alias=AliasChoices("overlap_p2p", "overlap_p2p_comm"))
+
+    @field_validator("attention_backend", mode="before")
+    @classmethod
+    def _megatron_backend_names(cls, value):
+        return {"fused": "flash", "auto": "flash", "local": "unfused"}.get(value, value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _use_flash_attn(cls, raw):
+        if isinstance(raw, dict) and "use_flash_attn" in raw:
+            raw = dict(raw)
+            flag = raw.pop("use_flash_attn")
+            if not isinstance(flag, bool):
+                raise ValueError(f"use_flash_attn must be true or false, got {flag!r}")
+            if flag and raw.get("attention_backend", "flash") not in ("flash", "fused", "auto"):
+                raise ValueError(f"use_flash_attn: true contradicts attention_backend: {raw['attention_backend']}")
+            raw.setdefault("attention_backend", "flash" if flag else "unfused")
+        return raw
+
+
+class IntraNode(_Strict):
+    fabric: Literal["nvswitch", "nvlink-mesh", "pcie"] = "nvswitch"
+    gbps: Gbps | None = None  # None: the GPU preset's NVLink speed
+    latency_us: LatencyUs = 2.0
+
+
+class InterNode(_Strict):
+    fabric: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
+    nic_gbps: Gbps | None = None  # None: the GPU preset's NIC speed
+    nics_per_node: PositiveInt | None = None
+    oversubscription: float = Field(1.0, ge=1.0, le=1e3)
+    latency_us: LatencyUs = 5.0
+
+
+class Cluster(_Strict):
+    gpu: str = "a100-80gb"
+    nodes: PositiveInt = 1
+    gpus_per_node: PositiveInt | None = None
+    intra_node: IntraNode = IntraNode()
+    inter_node: InterNode = InterNode()
+    # Any GpuSpec field may be overridden here (e.g. hbm_gib: 96 for a what-if).
+    bf16_tflops: Tflops | None = None
+    fp16_tflops: Tflops | None = None
+    fp8_tflops: Tflops | None = None
+    fp32_tflops: Tflops | None = None
+    tf32_tflops: Tflops | None = None
+    hbm_gib: Gib | None = None
+    hbm_tbps: Tbps | None = None
+
+
+class Costs(_Strict):
+    profile: str | None = None  # a calibration profile CSV (path relative to the working directory)
+    network: Literal["analytical", "flow"] = "analytical"
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_exists(cls, value):
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"no such profile file {value}")
+        return value
+
+
+class Straggler(_Strict):
+    rank: int = Field(ge=0)
+    slowdown: Factor
+
+
+class SlowLink(_Strict):
+    node: int = Field(ge=0)
+    nic_gbps: Gbps
+
+
+class Fault(_Strict):
+    straggler: Straggler | None = None
+    link: SlowLink | None = None
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    model: Model
+    parallel: Parallel = Parallel()
+    training: Training
+    schedule: str = "1f1b"
+    cluster: Cluster = Cluster()
+    costs: Costs = Costs()
+    faults: list[Fault] = []
+
+    # ---- derived values -------------------------------------------------------------
+    @cached_property
+    def gpu(self) -> GpuSpec:
+        overrides = {k: getattr(self.cluster, k) for k in GPU_FIELDS if k in Cluster.model_fields}
+        return gpu_preset(self.cluster.gpu, **overrides)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node or self.gpu.gpus_per_node
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.nodes * self.gpus_per_node
+
+    @property
+    def tp(self) -> int:
+        return self.parallel.tp
+
+    @property
+    def pp(self) -> int:
+        return self.parallel.pp
+
+    @property
+    def cp(self) -> int:
+        return self.parallel.cp
+
+    @property
+    def ep(self) -> int:
+        return self.parallel.ep
+
+    @property
+    def vpp(self) -> int:
+        return self.parallel.vpp
+
+    @property
+    def dp(self) -> int:
+        if self.parallel.dp is not None:
+            return self.parallel.dp
+        return max(1, self.num_gpus // (self.tp * self.pp * self.cp))
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.training.global_batch // (self.training.micro_batch * self.dp)
+
+    @property
+    def num_stages(self) -> int:
+        return self.pp * self.vpp
+
+    @property
+    def megatron_split(self) -> bool:
+        par = self.parallel
+        return (par.decoder_first_pipeline_num_layers is not None or par.decoder_last_pipeline_num_layers is not None
+                or par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split)
+
+    @cached_property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers of each global stage (pipeline_split.py)."""
+        if self.megatron_split:
+            layers, problem = megatron_stage_layers(self)
+            if problem:
+                raise ScenarioError(problem)
+            return layers
+        return middle_heavy_layers(self.model.layers, self.num_stages)
+
+    @property
+    def nic_gbps(self) -> float:
+        return self.cluster.inter_node.nic_gbps or self.gpu.nic_gbps
+
+    @property
+    def nics_per_node(self) -> int:
+        return self.cluster.inter_node.nics_per_node or self.gpu.nics_per_node
+
+    @property
+    def nvlink_gbps(self) -> float:
+        return self.cluster.intra_node.gbps or self.gpu.nvlink_gbps
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.tp > self.gpus_per_node:
+            out.append(
+                f"parallel.tp={self.tp} exceeds the {self.gpus_per_node} GPUs of a node: "
+                "tensor-parallel collectives will cross the inter-node network")
+        if self.parallel.sequence_parallel and self.tp == 1:
+            out.append("parallel.sequence_parallel has no effect with tp=1")
+        if not self.megatron_split and len(set(self.stage_layers)) > 1:
+            out.append(f"{self.model.layers} layers do not split evenly over {self.num_stages} stages: "
+                       f"stages get {min(self.stage_layers)}-{max(self.stage_layers)} layers")
+        if self.cluster.fp32_tflops is not None:
+            out.append("cluster.fp32_tflops changes nothing: fp32 matmuls run on TF32 tensor cores (as torch and "
+                       "Megatron run them); set cluster.tf32_tflops to change their speed")
+        return out
