@@ -84,11 +84,7 @@ def _pool_round(batch, workers: int) -> Iterator[tuple[tuple, tuple[str, dict] |
                 futures[pool.submit(simulate_job, job)] = job
             except BrokenProcessPool:  # a job already submitted killed its worker
                 yield job, None
-        for future in as_completed(futures):
-            try:
-                yield futures[future], future.result()
-            except BrokenProcessPool:
-                yield futures[future], None
+        yield from _outcomes(futures)
         finished = True
     finally:
         _close(pool, finished)
@@ -100,16 +96,20 @@ def _isolated(jobs, workers: int) -> Iterator[tuple[tuple, tuple[str, dict] | No
         pools = [ProcessPoolExecutor(max_workers=1, initializer=die_with_parent) for _ in group]
         finished = False
         try:
-            futures = {pool.submit(simulate_job, job): job for pool, job in zip(pools, group)}
-            for future in as_completed(futures):
-                try:
-                    yield futures[future], future.result()
-                except BrokenProcessPool:
-                    yield futures[future], None
+            yield from _outcomes({pool.submit(simulate_job, job): job for pool, job in zip(pools, group)})
             finished = True
         finally:
             for pool in pools:
                 _close(pool, finished)
+
+
+def _outcomes(futures: dict) -> Iterator[tuple[tuple, tuple[str, dict] | None]]:
+    """(job, result) as futures complete; None for a job whose pool broke under it."""
+    for future in as_completed(futures):
+        try:
+            yield futures[future], future.result()
+        except BrokenProcessPool:
+            yield futures[future], None
 
 
 def _close(pool: ProcessPoolExecutor, finished: bool) -> None:
