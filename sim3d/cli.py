@@ -243,7 +243,6 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
                      "bubble_fraction": timeline.bubble_fraction, "costs": {"F": 1.0, "B": 2.0}})
     else:
         out.print((full if lowered else compute_only).to_text(), highlight=False)
-    if not as_json:
         out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
         out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
                   f"of the step on the worst rank", highlight=False)
@@ -303,16 +302,15 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """What-if grid over scenario values; results table and plots."""
+    from .studies.runner import check_backend
     from .studies.sweep import parse_grid, points, run_sweep
 
     load_scenario(scenario)  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
-    if backend not in ("local", "ray"):
-        raise BadInput(f"--backend: expected local or ray, got {backend!r}")
-    if backend == "ray":
-        import importlib.util
-        if importlib.util.find_spec("ray") is None:
-            raise BadInput("--backend ray: Ray is not installed (pip install 'ray[default]'), or use --backend local")
+    try:
+        check_backend(backend)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
     parsed = parse_grid(grid)
     from .limits import SWEEP_POINTS
     SWEEP_POINTS.check(len(points(parsed)), " x ".join(f"{len(v)} {k}" for k, v in parsed.items()))

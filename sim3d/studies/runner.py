@@ -7,6 +7,7 @@ completion order so callers can show progress and save as they go.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -34,15 +35,22 @@ def simulate_job(job: tuple[str, str, tuple[str, ...]]) -> tuple[str, dict]:
         return label, {"error": f"internal error: {type(e).__name__}: {e}".splitlines()[0]}
 
 
+def check_backend(backend: str) -> None:
+    """ValueError unless `backend` can run here (called before any work starts)."""
+    if backend not in ("local", "ray"):
+        raise ValueError(f"--backend: expected local or ray, got {backend!r}")
+    if backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise ValueError("--backend ray: Ray is not installed (pip install 'ray[default]'), or use --backend local")
+
+
 def run_jobs(jobs: list[tuple[str, str, tuple[str, ...]]], workers: int | None = None,
              backend: str = "local") -> Iterator[tuple[str, dict]]:
     """(label, summary or {"error": ...}) per job, in completion order; every job yields once."""
+    check_backend(backend)
     workers = workers or max(1, (os.cpu_count() or 1))
     if backend == "ray":
         yield from _run_ray(jobs)
         return
-    if backend != "local":
-        raise ValueError(f"--backend: expected local or ray, got {backend!r}")
     if workers == 1 or len(jobs) == 1:
         for job in jobs:
             yield simulate_job(job)
@@ -123,11 +131,7 @@ def _close(pool: ProcessPoolExecutor, finished: bool) -> None:
 
 
 def _run_ray(jobs: Iterable) -> Iterator[tuple[str, dict]]:
-    try:
-        import ray
-    except ImportError:
-        raise ValueError("--backend ray: Ray is not installed (pip install 'ray[default]'), "
-                         "or use --backend local") from None
+    import ray
     ray.init(ignore_reinit_error=True)
     remote = ray.remote(simulate_job)
     labels = {remote.remote(job): job[0] for job in jobs}
