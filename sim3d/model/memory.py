@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..schedule import Kind, build, prove
+from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
-from ..schedule.proof import FREED
+from ..schedule.dependencies import activation_changes, peak_inflight
 from .ops import Dims, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range
 
 GIB = 2**30
@@ -181,14 +181,7 @@ def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
         return None, (bound,) * pp
     if check:
         return sched, prove(sched).peak_inflight
-    peaks = []
-    for actions in sched.ranks:
-        live = peak = 0
-        for a in actions:
-            live += (a.kind is Kind.F) - (a.kind in FREED)
-            peak = max(peak, live)
-        peaks.append(peak)
-    return sched, tuple(peaks)
+    return sched, tuple(peak_inflight(actions) for actions in sched.ranks)
 
 
 def _walk_peak(sched, rank: int, per_chunk: dict[int, tuple[float, float]]) -> tuple[float, float]:
@@ -198,15 +191,11 @@ def _walk_peak(sched, rank: int, per_chunk: dict[int, tuple[float, float]]) -> t
     Returns (layers, extras) at the peak of their sum."""
     live_l = live_o = 0.0
     best = (0.0, 0.0)
-    for a in sched.ranks[rank]:
-        if a.kind is Kind.F:
-            live_l += per_chunk[a.chunk][0]
-            live_o += per_chunk[a.chunk][1]
-            if live_l + live_o > sum(best):
-                best = (live_l, live_o)
-        elif a.kind in FREED:
-            live_l -= per_chunk[a.chunk][0]
-            live_o -= per_chunk[a.chunk][1]
+    for a, change in activation_changes(sched.ranks[rank]):
+        live_l += change * per_chunk[a.chunk][0]
+        live_o += change * per_chunk[a.chunk][1]
+        if change > 0 and live_l + live_o > sum(best):
+            best = (live_l, live_o)
     return best
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .dependencies import family, input_of
 from .ir import Action, Kind, Schedule
 from .proof import ScheduleError
 
@@ -39,8 +40,7 @@ def uniform_costs(forward: float = 1.0, backward: float = 2.0, input_grad: float
 
 def evaluate(schedule: Schedule, cost: Cost, transfer: float = 0.0) -> Timeline:
     stages = schedule.stages
-    last = stages.num_stages - 1
-    done: dict[tuple[int, str, int], float] = {}  # (stage, "F"|"I"|"W", mb) -> end time
+    done: dict[tuple[int, Kind, int], float] = {}  # (stage, kind family, mb) -> end time
     heads = [0] * schedule.pp
     clock = [0.0] * schedule.pp
     busy = [0.0] * schedule.pp
@@ -53,25 +53,17 @@ def evaluate(schedule: Schedule, cost: Cost, transfer: float = 0.0) -> Timeline:
             while heads[rank] < len(compute[rank]):
                 index, a = compute[rank][heads[rank]]
                 stage = stages.stage(rank, a.chunk)
-                if a.kind is Kind.F:
-                    need = (stage - 1, "F", a.mb) if stage > 0 else None
-                elif a.kind is Kind.BW:
-                    need = (stage, "I", a.mb)
-                else:
-                    need = (stage + 1, "I", a.mb) if stage < last else (stage, "F", a.mb)
+                src = input_of(stages, rank, a)
+                need = (src.stage, src.family, a.mb) if src is not None else None
                 if need is not None and need not in done:
                     break
-                ready = 0.0
-                if need is not None:
-                    crosses = stages.locate(need[0])[0] != rank
-                    ready = done[need] + (transfer if crosses else 0.0)
+                ready = 0.0 if src is None else done[need] + (transfer if src.rank != rank else 0.0)
                 start = max(clock[rank], ready)
                 end = start + cost(rank, a)
                 spans[(rank, index)] = (start, end)
                 clock[rank] = end
                 busy[rank] += end - start
-                family = "F" if a.kind is Kind.F else ("W" if a.kind is Kind.BW else "I")
-                done[(stage, family, a.mb)] = end
+                done[(stage, family(a.kind), a.mb)] = end
                 heads[rank] += 1
                 remaining -= 1
                 progressed = True

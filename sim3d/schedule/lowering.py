@@ -10,6 +10,7 @@ same order as the sends on every channel, which is what NCCL and gloo need.
 
 from __future__ import annotations
 
+from .dependencies import RECV_OF, SEND_OF, family, input_of, output_to
 from .ir import Action, Kind, Schedule
 
 F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
@@ -17,18 +18,6 @@ F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
 
 class MalformedSchedule(ValueError):
     pass
-
-
-def data_source(schedule: Schedule, rank: int, action: Action) -> tuple[int, int, Kind] | None:
-    """(rank, chunk, kind) of the compute whose output `action` consumes, or None for the
-    first stage's forward and the last stage's first backward (they consume local data).
-    A BW consumes its own BI, which is always local."""
-    stages, stage = schedule.stages, schedule.stage_of(rank, action)
-    if action.kind is F:
-        return None if stage == 0 else (*stages.locate(stage - 1), F)
-    if action.kind in (B, BI):
-        return None if stage == stages.num_stages - 1 else (*stages.locate(stage + 1), action.kind)
-    return None
 
 
 def add_p2p(schedule: Schedule) -> Schedule:
@@ -42,18 +31,12 @@ def add_p2p(schedule: Schedule) -> Schedule:
     posted: set[tuple[int, Kind, int]] = set()  # receives posted: (stage, RECV kind, mb)
 
     def ready(rank: int, a: Action) -> bool:
-        if a.kind is BW:
-            return True
-        src = data_source(schedule, rank, a)
+        src = input_of(stages, rank, a)
         if src is None:
             return True
-        stage = schedule.stage_of(rank, a)
-        src_rank = src[0]
-        prev_stage = stage - 1 if a.kind is F else stage + 1
-        if src_rank == rank:  # V turnaround: producer on this rank
-            return (prev_stage, _family(a.kind), a.mb) in produced
-        recv = Kind.RECV_F if a.kind is F else Kind.RECV_B
-        return (stage, recv, a.mb) in posted
+        if src.rank == rank:  # V turnaround: producer on this rank
+            return (src.stage, src.family, a.mb) in produced
+        return (schedule.stage_of(rank, a), RECV_OF[a.kind], a.mb) in posted
 
     while any(head[r] < len(todo[r]) for r in range(pp)):
         progress = False
@@ -66,29 +49,17 @@ def add_p2p(schedule: Schedule) -> Schedule:
             head[rank] += 1
             progress = True
             out[rank].append(a)
-            stage = schedule.stage_of(rank, a)
-            produced.add((stage, _family(a.kind), a.mb))
-            if a.kind is BW:
+            produced.add((schedule.stage_of(rank, a), family(a.kind), a.mb))
+            dst = output_to(stages, rank, a)
+            if dst is None or dst.rank == rank:
                 continue
-            consumer = stage + 1 if a.kind is F else stage - 1
-            if not 0 <= consumer < stages.num_stages:
-                continue
-            peer, peer_chunk = stages.locate(consumer)
-            if peer == rank:
-                continue
-            send, recv = (Kind.SEND_F, Kind.RECV_F) if a.kind is F else (Kind.SEND_B, Kind.RECV_B)
-            out[rank].append(Action(send, a.mb, a.chunk, peer))
-            out[peer].append(Action(recv, a.mb, peer_chunk, rank))
-            posted.add((consumer, recv, a.mb))
+            out[rank].append(Action(SEND_OF[a.kind], a.mb, a.chunk, dst.rank))
+            out[dst.rank].append(Action(RECV_OF[a.kind], a.mb, dst.chunk, rank))
+            posted.add((dst.stage, RECV_OF[a.kind], a.mb))
         if not progress:
             stuck = [f"rank {r}: {todo[r][head[r]]}" for r in range(pp) if head[r] < len(todo[r])]
             raise MalformedSchedule("no rank can make progress (cyclic wait): " + "; ".join(stuck))
     return schedule.with_ranks(out, lowered=True)
-
-
-def _family(kind: Kind) -> Kind:
-    """B and BI both produce the input gradient the previous stage waits for."""
-    return BI if kind in (B, BI) else kind
 
 
 def add_dp(schedule: Schedule, buckets_per_chunk: int = 1, param_gather: bool = False) -> Schedule:

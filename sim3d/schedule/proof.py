@@ -14,14 +14,11 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from .dependencies import RECV_OF, family, input_of, peak_inflight
 from .ir import P2P, Action, Kind, Schedule
 
 F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
-RECV_OF = {Kind.SEND_F: Kind.RECV_F, Kind.SEND_B: Kind.RECV_B}
-# A micro-batch's activations on a stage live from its F to the end of its backward: a full
-# B, or the BW of a split one (BI still needs them for the weight gradient). Schedules may
-# mix both (DualPipeV).
-FREED = frozenset({B, BW})
+SENDS = frozenset({Kind.SEND_F, Kind.SEND_B})
 
 
 class ScheduleError(ValueError):
@@ -67,18 +64,6 @@ def _compute_order_errors(schedule: Schedule) -> list[str]:
     return errors
 
 
-def _producer(schedule: Schedule, rank: int, a: Action) -> tuple[int, Kind, int, int] | None:
-    """(stage, kind family, mb, rank) whose output this compute consumes."""
-    stage = schedule.stage_of(rank, a)
-    if a.kind is F and stage > 0:
-        src_stage = stage - 1
-    elif a.kind in (B, BI) and stage < schedule.stages.num_stages - 1:
-        src_stage = stage + 1
-    else:
-        return None
-    return src_stage, (F if a.kind is F else BI), a.mb, schedule.stages.locate(src_stage)[0]
-
-
 def _p2p_errors(schedule: Schedule) -> list[str]:
     """In-order matching on every (src, dst, direction) channel, as NCCL and gloo match."""
     errors = []
@@ -92,7 +77,7 @@ def _p2p_errors(schedule: Schedule) -> list[str]:
                 errors.append(f"rank {rank} action {index} ({a}): bad peer")
                 continue
             direction = a.kind.value[-1]
-            if a.kind in RECV_OF:
+            if a.kind in SENDS:
                 sends[(rank, a.peer, direction)].append((index, a))
             else:
                 recvs[(a.peer, rank, direction)].append((index, a))
@@ -125,55 +110,38 @@ def dependency_graph(schedule: Schedule) -> tuple[nx.DiGraph, list[str]]:
         edges += [((rank, i), (rank, i + 1)) for i in range(len(actions) - 1)]
         for index, a in enumerate(actions):
             if a.is_compute:
-                family = BI if a.kind in (B, BI) else a.kind
-                where[(schedule.stage_of(rank, a), family, a.mb)] = (rank, index)
-            elif a.kind in RECV_OF:
-                src_stage = schedule.stage_of(rank, a)
-                family = F if a.kind is Kind.SEND_F else BI
-                sent[(src_stage, family, a.mb)] = (rank, index)
+                where[(schedule.stage_of(rank, a), family(a.kind), a.mb)] = (rank, index)
+            elif a.kind in SENDS:
+                sent[(schedule.stage_of(rank, a), F if a.kind is Kind.SEND_F else BI, a.mb)] = (rank, index)
             elif a.kind in (Kind.RECV_F, Kind.RECV_B):
                 posted[(schedule.stage_of(rank, a), a.kind, a.mb)] = index
     for rank, actions in enumerate(schedule.ranks):
         for index, a in enumerate(actions):
-            if not a.is_compute or a.kind is BW:
+            if not a.is_compute:
                 continue
-            src = _producer(schedule, rank, a)
+            src = input_of(schedule.stages, rank, a)
             if src is None:
                 continue
-            src_stage, family, mb, src_rank = src
-            if src_rank != rank and schedule.lowered:
-                recv = Kind.RECV_F if a.kind is F else Kind.RECV_B
+            src_stage, mb = src.stage, a.mb
+            if src.rank != rank and schedule.lowered:
+                recv = RECV_OF[a.kind]
                 at = posted.get((schedule.stage_of(rank, a), recv, mb))
                 if at is None:
                     errors.append(f"rank {rank} action {index} ({a}): no {recv} posted for its input")
                 elif at > index:
                     errors.append(f"rank {rank} action {index} ({a}): its {recv} is posted later, at action {at}")
-                origin = sent.get((src_stage, family, mb))
+                origin = sent.get((src_stage, src.family, mb))
             else:
-                origin = where.get((src_stage, family, mb))
+                origin = where.get((src_stage, src.family, mb))
             if origin is None:
                 errors.append(f"rank {rank} action {index} ({a}): its input from stage {src_stage} is never "
-                              + ("sent" if schedule.lowered and src_rank != rank else "produced"))
+                              + ("sent" if schedule.lowered and src.rank != rank else "produced"))
                 continue
             edges.append((origin, (rank, index)))
     graph = nx.DiGraph()
     graph.add_nodes_from((rank, i) for rank, actions in enumerate(schedule.ranks) for i in range(len(actions)))
     graph.add_edges_from(edges)
     return graph, errors
-
-
-def _peaks(schedule: Schedule, free_at: frozenset[Kind]) -> tuple[int, ...]:
-    peaks = []
-    for actions in schedule.ranks:
-        live, peak = 0, 0
-        for a in actions:
-            if a.kind is F:
-                live += 1
-                peak = max(peak, live)
-            elif a.kind in free_at:
-                live -= 1
-        peaks.append(peak)
-    return tuple(peaks)
 
 
 def prove(schedule: Schedule) -> ScheduleReport:
@@ -193,4 +161,5 @@ def prove(schedule: Schedule) -> ScheduleReport:
     if errors:
         shown = errors[:12] + ([f"... and {len(errors) - 12} more"] if len(errors) > 12 else [])
         raise ScheduleError(f"schedule {schedule.name!r} is invalid:\n  " + "\n  ".join(shown))
-    return ScheduleReport(_peaks(schedule, FREED), sum(len(r) for r in schedule.ranks))
+    return ScheduleReport(tuple(peak_inflight(actions) for actions in schedule.ranks),
+                          sum(len(r) for r in schedule.ranks))
