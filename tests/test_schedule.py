@@ -221,3 +221,52 @@ def test_gradient_buckets_carry_their_chunk():
             assert sum(b.kind is Kind.B and b.chunk == a.chunk for b in actions[:position]) == 4
     assert Schedule.from_csv(schedule.to_csv()) == schedule
     assert parse_action(str(schedule.ranks[0][-1])) == schedule.ranks[0][-1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(["1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"]), pp=st.integers(2, 6),
+       groups=st.integers(1, 3))
+def test_dependency_rules_are_one_relation(name, pp, groups):
+    """input_of and output_to describe the same edges from both ends, for every schedule
+    family (V placements included), and every SEND goes where output_to says."""
+    from sim3d.schedule.dependencies import input_of, output_to
+    m = pp * groups * 2
+    vpp = 2 if name in ("interleaved-1f1b", "zbv", "dualpipev") else 1
+    lowered = lower(build(name, pp, m, vpp))
+    stages = lowered.stages
+    edges_in, edges_out = set(), set()
+    for rank, actions in enumerate(lowered.ranks):
+        for a in actions:
+            if a.is_compute:
+                here = stages.stage(rank, a.chunk)
+                src, dst = input_of(stages, rank, a), output_to(stages, rank, a)
+                if src is not None:
+                    assert stages.stage(src.rank, src.chunk) == src.stage
+                    edges_in.add((src.stage, here, src.family, a.mb))
+                if dst is not None:
+                    edges_out.add((here, dst.stage, dst.family, a.mb))
+            elif a.kind in (Kind.SEND_F, Kind.SEND_B):
+                assert output_to(stages, rank, a).rank == a.peer
+    assert edges_in == edges_out
+    assert len(edges_in) == 2 * m * (stages.num_stages - 1)  # one activation and one gradient per boundary
+
+
+def test_interpreter_teaches_every_kind_once():
+    """Every IR kind has a method, and an interpreter that lacks one cannot be built: a new
+    kind added to METHOD breaks the engine and the executor until both implement it."""
+    from sim3d.schedule.interpreter import METHOD, Interpreter
+    assert set(METHOD) == set(Kind)
+
+    class Partial(Interpreter):
+        def compute(self, action):
+            return action.kind
+
+        forward = backward = backward_input = backward_weight = compute
+
+    with pytest.raises(TypeError, match="send"):
+        Partial()
+
+    class Whole(Partial):
+        send = recv = reduce_gradients = gather_parameters = optimizer_step = Partial.compute
+
+    assert Whole().dispatch(Action(Kind.BI, 0)) is Kind.BI

@@ -1,6 +1,7 @@
 """One rank of an executed run: walk this rank's lowered action list, and nothing else
-decides the order (DESIGN.md section 5; the interpreter loop follows the description of
-PyTorch's pipelining runtime in shared/reference/schedules.md section 1.6).
+decides the order (DESIGN.md section 5). `RankRuntime` is a `schedule.Interpreter`, as the
+simpy engine's rank is; the loop follows the description of PyTorch's pipelining runtime in
+shared/reference/schedules.md section 1.6.
 
 * `F`: run the chunk on its input (tokens on stage 0; the received activation, or the
   local output of the previous stage for a V turnaround) and keep (input, output).
@@ -37,6 +38,9 @@ import torch.distributed as dist
 
 from ..placement import Placement
 from ..schedule import Kind
+from ..schedule.interpreter import Interpreter
+from ..schedule.ir import BUCKETED, P2P
+from ..schedule.dependencies import input_of
 from ..step import step_schedule
 from .gpt import GPTChunk, GPTConfig, activation_shape, sgd_step, token_batch
 from .tensor_parallel import TPContext, all_gather_dim0, reduce_scatter_dim0
@@ -72,8 +76,9 @@ def _dist_opt(s) -> bool:
     return s.parallel.distributed_optimizer and s.dp > 1
 
 
-class RankRuntime:
+class RankRuntime(Interpreter):
     def __init__(self, rank: int, spec: RunSpec, device: torch.device):
+        super().__init__()
         s = self.scenario = spec.scenario
         self.rank, self.spec, self.device = rank, spec, device
         self.cfg = GPTConfig.of(s)
@@ -170,42 +175,46 @@ class RankRuntime:
         return len(self.rows) - 1
 
     def _run(self, a) -> None:
-        k = a.kind
-        if k in (Kind.DP_REDUCE, Kind.PARAM_GATHER):
-            row = self._row(a, self.stages.stage(self.pp_rank, a.chunk), a.chunk, a.bucket)
-            self.rows[row][8] = (self._dp_reduce if k is Kind.DP_REDUCE else self._param_gather)(a.bucket)
-        elif k is Kind.OPT_STEP:
+        """Carry out one action; actions that occupy this rank get a trace row that ends
+        when they return (point-to-point rows end when the transfer is seen complete)."""
+        if a.kind in P2P:
+            self.dispatch(a)
+            return
+        if a.kind is Kind.OPT_STEP:
             row = self._row(a, self.stages.stage(self.pp_rank, 0), -1, -1)  # chunk -1 as in the engine
-            self._opt_step()
-        else:
-            stage = self.stages.stage(self.pp_rank, a.chunk)
-            if k in (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B):
-                self._p2p(a, stage)
-                return
-            row = self._row(a, stage, a.chunk, a.mb)
-            {Kind.F: self._forward, Kind.B: self._backward, Kind.BI: self._backward_input,
-             Kind.BW: self._backward_weight}[k](a, stage)
+        else:  # a DP bucket's row carries the bucket where compute rows carry the micro-batch
+            row = self._row(a, self.stages.stage(self.pp_rank, a.chunk), a.chunk,
+                            a.bucket if a.kind in BUCKETED else a.mb)
+        nbytes = self.dispatch(a)
+        if nbytes:
+            self.rows[row][8] = nbytes
         self.rows[row][7] = self.now()
 
     # ---- pipeline ------------------------------------------------------------------------
-    def _p2p(self, a, stage: int) -> None:
+    def _channel(self, a) -> tuple:
+        """(this rank's stage, the pipeline group of the action's direction, the peer's global rank)."""
         forward = a.kind in (Kind.SEND_F, Kind.RECV_F)
-        group, peer = self.groups["pp_f" if forward else "pp_b"], self.pipeline[a.peer]
-        if a.kind in (Kind.SEND_F, Kind.SEND_B):
-            tensor = (self.act_out if forward else self.grad_in).pop((stage, a.mb)).contiguous()
-            row = self._row(a, stage, a.chunk, a.mb, tensor.numel() * tensor.element_size(), peer)
-            work = dist.isend(tensor, dst=peer, group=group)
-            self.sends.append((row, work, tensor))  # the tensor stays alive until the step ends
-            self.pending.append((row, work))
-        else:
-            key = (a.kind, stage, a.mb)
-            if key in self.recvs:
-                raise RuntimeError(f"rank {self.rank}: {a} posted twice")
-            buf = torch.empty(self.act_shape, dtype=self.dtype, device=self.device)
-            row = self._row(a, stage, a.chunk, a.mb, buf.numel() * buf.element_size(), peer)
-            work = dist.irecv(buf, src=peer, group=group)
-            self.recvs[key] = (row, work, buf)
-            self.pending.append((row, work))
+        return (self.stages.stage(self.pp_rank, a.chunk), self.groups["pp_f" if forward else "pp_b"],
+                self.pipeline[a.peer])
+
+    def send(self, a) -> None:
+        stage, group, peer = self._channel(a)
+        tensor = (self.act_out if a.kind is Kind.SEND_F else self.grad_in).pop((stage, a.mb)).contiguous()
+        row = self._row(a, stage, a.chunk, a.mb, tensor.numel() * tensor.element_size(), peer)
+        work = dist.isend(tensor, dst=peer, group=group)
+        self.sends.append((row, work, tensor))  # the tensor stays alive until the step ends
+        self.pending.append((row, work))
+
+    def recv(self, a) -> None:
+        stage, group, peer = self._channel(a)
+        key = (a.kind, stage, a.mb)
+        if key in self.recvs:
+            raise RuntimeError(f"rank {self.rank}: {a} posted twice")
+        buf = torch.empty(self.act_shape, dtype=self.dtype, device=self.device)
+        row = self._row(a, stage, a.chunk, a.mb, buf.numel() * buf.element_size(), peer)
+        work = dist.irecv(buf, src=peer, group=group)
+        self.recvs[key] = (row, work, buf)
+        self.pending.append((row, work))
 
     def _received(self, kind: Kind, stage: int, mb: int) -> torch.Tensor:
         if (kind, stage, mb) not in self.recvs:
@@ -218,12 +227,14 @@ class RankRuntime:
         size = self.scenario.training.micro_batch
         return self.tokens[mb * size:(mb + 1) * size]
 
-    def _forward(self, a, stage: int) -> None:
+    def forward(self, a) -> None:
+        stage = self.stages.stage(self.pp_rank, a.chunk)
         module = self.chunks[a.chunk]
-        if stage == 0:
+        src = input_of(self.stages, self.pp_rank, a)
+        if src is None:
             x = self._microbatch(a.mb)[:, :-1]
-        elif self.stages.locate(stage - 1)[0] == self.pp_rank:  # V turnaround: local producer
-            x = self.act_out.pop((stage - 1, a.mb)).detach().requires_grad_()
+        elif src.rank == self.pp_rank:  # V turnaround: local producer
+            x = self.act_out.pop((src.stage, a.mb)).detach().requires_grad_()
         else:
             x = self._received(Kind.RECV_F, stage, a.mb).requires_grad_()
         if module.last:
@@ -235,27 +246,31 @@ class RankRuntime:
             self.act_out[(stage, a.mb)] = out.detach()
         self.saved[(stage, a.mb)] = (x, out)
 
-    def _output_grad(self, stage: int, mb: int):
-        if stage == self.stages.num_stages - 1:
+    def _output_grad(self, a, stage: int):
+        src = input_of(self.stages, self.pp_rank, a)
+        if src is None:  # the last stage starts from its loss
             return None
-        if self.stages.locate(stage + 1)[0] == self.pp_rank:
-            return self.grad_in.pop((stage + 1, mb))
-        return self._received(Kind.RECV_B, stage, mb)
+        if src.rank == self.pp_rank:
+            return self.grad_in.pop((src.stage, a.mb))
+        return self._received(Kind.RECV_B, stage, a.mb)
 
-    def _backward(self, a, stage: int) -> None:
+    def backward(self, a) -> None:
+        stage = self.stages.stage(self.pp_rank, a.chunk)
         x, out = self.saved.pop((stage, a.mb))
-        torch.autograd.backward(out, self._output_grad(stage, a.mb))
+        torch.autograd.backward(out, self._output_grad(a, stage))
         if stage > 0:
             self.grad_in[(stage, a.mb)] = x.grad
 
-    def _backward_input(self, a, stage: int) -> None:
+    def backward_input(self, a) -> None:
+        stage = self.stages.stage(self.pp_rank, a.chunk)
         x, out = self.saved[(stage, a.mb)]
-        grad = self._output_grad(stage, a.mb)
+        grad = self._output_grad(a, stage)
         if stage > 0:
             (self.grad_in[(stage, a.mb)],) = torch.autograd.grad(out, [x], grad, retain_graph=True)
         self.deferred[(stage, a.mb)] = grad
 
-    def _backward_weight(self, a, stage: int) -> None:
+    def backward_weight(self, a) -> None:
+        stage = self.stages.stage(self.pp_rank, a.chunk)
         _, out = self.saved.pop((stage, a.mb))
         grad = self.deferred.pop((stage, a.mb))
         torch.autograd.backward(out, grad, inputs=list(self.chunks[a.chunk].parameters()))
@@ -278,7 +293,8 @@ class RankRuntime:
                 p.grad = part.clone()
             offset += p.numel()
 
-    def _dp_reduce(self, bucket: int) -> int:
+    def reduce_gradients(self, a) -> int:
+        bucket = a.bucket
         params = self.buckets[bucket]
         sp = [p for p in params if p.sequence_parallel]
         if sp and self.tp.size > 1:  # partial grads of replicated params fed by sequence shards
@@ -299,7 +315,7 @@ class RankRuntime:
             self._unflatten_into(flat / self.dp_size, params, "grad")
         return flat.numel() * flat.element_size()
 
-    def _opt_step(self) -> None:
+    def optimizer_step(self, a) -> None:
         if not self.dist_opt:
             sgd_step([p for m in self.chunks.values() for p in m.parameters()], self.spec.lr)
             return
@@ -308,7 +324,8 @@ class RankRuntime:
             shard = flat.chunk(self.dp_size)[self.dp_rank].clone()
             self.param_shards[bucket] = shard.add_(self.grad_shards[bucket], alpha=-self.spec.lr)
 
-    def _param_gather(self, bucket: int) -> int:
+    def gather_parameters(self, a) -> int:
+        bucket = a.bucket
         dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
         flat = all_gather_dim0(self.param_shards.pop(bucket), dp)
         self._unflatten_into(flat, self.buckets[bucket], "data")
