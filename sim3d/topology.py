@@ -50,7 +50,10 @@ class Topology:
         self.placement = Placement.of(scenario)
         self.gpus_per_node = scenario.gpus_per_node
         self.nodes = scenario.cluster.nodes
-        self.nics = scenario.nics_per_node
+        # A node with more NICs than GPUs (8 NICs, 4 GPUs) gives each GPU several rails; it is
+        # modelled as one NIC per GPU carrying their summed bandwidth.
+        self.nics = min(scenario.nics_per_node, self.gpus_per_node)
+        self._nic_share = scenario.nics_per_node / self.nics
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
 
@@ -60,8 +63,8 @@ class Topology:
         intra, inter = s.cluster.intra_node, s.cluster.inter_node
         g = nx.Graph()
         nvlink = s.nvlink_gbps * GBIT
-        nic = s.nic_gbps * GBIT
-        slow_nodes = {f.link.node: f.link.nic_gbps * GBIT for f in s.faults if f.link}
+        nic = s.nic_gbps * GBIT * self._nic_share
+        slow_nodes = {f.link.node: f.link.nic_gbps * GBIT * self._nic_share for f in s.faults if f.link}
         for n in range(self.nodes):
             g.add_node(("switch", n), kind=intra.fabric)
             for local in range(self.gpus_per_node):
@@ -71,9 +74,10 @@ class Topology:
             for i in range(self.nics):
                 leaf = i if inter.fabric == "rail-optimized" else n // FAT_TREE_NODES_PER_LEAF
                 g.add_edge(("nic", n, i), ("leaf", leaf), bw=node_nic, latency=inter.latency_us * 1e-6 / 4, kind="ib")
-                for local in self._gpus_of_nic(i):
-                    # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
-                    g.add_edge(("gpu", n, local), ("nic", n, i), bw=max(node_nic, 32e9), latency=0.0, kind="pcie")
+            for local in range(self.gpus_per_node):
+                # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
+                g.add_edge(("gpu", n, local), ("nic", n, self._nic_of(local)), bw=max(node_nic, 32e9), latency=0.0,
+                           kind="pcie")
         leaves = sorted(x for x in g.nodes if x[0] == "leaf")
         for leaf in leaves:
             down = sum(g.edges[leaf, port]["bw"] for port in g[leaf] if port[0] == "nic")
@@ -81,16 +85,13 @@ class Topology:
                        kind="uplink")
         return g
 
-    def _gpus_of_nic(self, nic: int) -> range:
-        per = max(1, self.gpus_per_node // self.nics)
-        return range(nic * per, min(self.gpus_per_node, (nic + 1) * per)) if nic * per < self.gpus_per_node else range(0)
-
     def gpu_of(self, rank: int) -> tuple[int, int]:
         """(node, local GPU) of a global rank: ranks fill nodes in order."""
         return divmod(rank, self.gpus_per_node)
 
     def _nic_of(self, local: int) -> int:
-        return min(local * self.nics // self.gpus_per_node, self.nics - 1)
+        """The NIC (rail) a GPU sends through: GPUs are shared out over the NICs in order."""
+        return local * self.nics // self.gpus_per_node
 
     def path(self, a: int, b: int) -> list[tuple]:
         """Edges (u, v) from GPU of rank a to GPU of rank b."""

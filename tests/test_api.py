@@ -141,3 +141,28 @@ def test_overrides_mean_the_same_on_a_path_a_dict_and_a_scenario():
     assert by_path.scenario.tp == 4 and by_path.scenario.training.recompute == "selective"
     assert by_path.step_time == by_dict.step_time == by_scenario.step_time == by_sets.step_time
     assert by_path.step_time != sim3d.simulate(path).step_time
+
+
+def test_costs_are_asked_per_global_rank():
+    """A slow NIC on node 3 of a tp8 pp2 dp2 layout (one TP group per node; dp pairs nodes
+    0-1 for stage 0 and 2-3 for stage 1): exact costs slow only what crosses node 3, folded
+    costs price every rank of a stage as the slowest it stands for."""
+    from sim3d.costs.model import CostModel
+    base = dict(name="nic", model=dict(layers=8, hidden=2048, heads=16, vocab=32000, seq_len=2048),
+                parallel=dict(tp=8, pp=2, dp=2), training=dict(micro_batch=1, global_batch=8),
+                cluster=dict(gpu="a100-80gb", nodes=4, gpus_per_node=8))
+    healthy = CostModel(sim3d.scenario.scenario_from_dict(base), folded=False)
+    faulty = sim3d.scenario.scenario_from_dict({**base, "faults": [dict(link=dict(node=3, nic_gbps=5)),
+                                                                   dict(straggler=dict(rank=5, slowdown=1.5))]})
+    exact, folded = CostModel(faulty, folded=False), CostModel(faulty, folded=True)
+    assert exact.dp_reduce(0, 0, 1) == healthy.dp_reduce(0, 0, 1)  # nodes 0-1
+    assert exact.dp_reduce(16, 1, 1)[0] > healthy.dp_reduce(16, 1, 1)[0]  # nodes 2-3
+    assert exact.transfer(0, 16) == healthy.transfer(0, 16)  # node 0 -> node 2
+    assert exact.transfer(8, 24) > healthy.transfer(8, 24)  # node 1 -> node 3
+    assert folded.transfer(0, 16) == exact.transfer(8, 24)  # the slowest pipeline
+    assert folded.dp_reduce(0, 1, 1) == exact.dp_reduce(16, 1, 1)  # the slowest dp group
+    forward = healthy.compute(5, 0, "F").seconds
+    assert exact.compute(5, 0, "F").seconds == pytest.approx(1.5 * forward)  # the straggler
+    assert exact.compute(4, 0, "F").seconds == forward  # its TP peer computes as fast as ever
+    assert folded.compute(0, 0, "F").seconds == pytest.approx(1.5 * forward)  # stage 0 waits for it
+    assert folded.compute(16, 1, "F").seconds == healthy.compute(16, 1, "F").seconds

@@ -94,7 +94,7 @@ def test_roofline_gemm_time_matches_peak_and_efficiency():
     s = gpt3()
     costs = CostModel(s)
     qkv = next(op for op in layer_ops(s) if op.name == "qkv")
-    t = costs.compute.op_time(qkv)
+    t = costs.compute_model.op_time(qkv)
     # GPT-3 qkv at tp 8: m=2048 tokens, n=3*12288/8=4608, k=12288. 128x256 tiles: 16*18=288
     # tiles over 108 SMs = 2.67 waves; split-K 3 makes 864 = 8 whole waves of depth 4096;
     # k-loop efficiency 4096/(4096+128); A100 best-shape (MAMF) efficiency 0.869.
@@ -116,7 +116,7 @@ def test_gemm_shape_efficiency_wave_quantization():
 def test_fp8_changes_only_the_te_linear_gemms():
     bf16 = gpt3("cluster.gpu=h100-sxm", "training.precision=bf16")
     fp8 = gpt3("cluster.gpu=h100-sxm", "training.precision=fp8")
-    c16, c8 = CostModel(bf16).compute, CostModel(fp8).compute
+    c16, c8 = CostModel(bf16).compute_model, CostModel(fp8).compute_model
     for a, b in zip(layer_ops(bf16) + head_ops(bf16), layer_ops(fp8) + head_ops(fp8)):
         assert a.name == b.name
         t16, t8 = c16.op_time(a), c8.op_time(b)

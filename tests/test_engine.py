@@ -18,19 +18,19 @@ class UnitCosts:
     def __init__(self, pp, forward=1.0, backward=2.0, input_grad=1.0, transfer=0.0):
         self.placement = Placement(pp=pp)
         self.table = {"F": forward, "B": backward, "BI": input_grad, "BW": backward - input_grad}
-        self.transfer = transfer
+        self.transfer_s = transfer
         self.p2p_bytes = 0.0
 
-    def action(self, stage, kind):
+    def compute(self, rank, stage, kind):
         return ActionCost(self.table[kind])
 
-    def p2p(self, src, dst):
-        return self.transfer
+    def transfer(self, src, dst):
+        return self.transfer_s
 
-    def dp_bucket(self, *args):
+    def dp_reduce(self, *args):
         return 0.0, 0.0
 
-    param_gather = dp_bucket
+    param_gather = dp_reduce
 
     def optimizer(self, *args):
         return 0.0
@@ -62,7 +62,7 @@ def test_engine_equals_reference_evaluator(name, pp, groups, data):
     transfer = data.draw(st.sampled_from([0.0, 0.25]))
     schedule = lower(build(name, pp, m, vpp))
     costs = UnitCosts(pp, transfer=transfer)
-    result = Engine(tiny_scenario(pp=1, m=1), schedule, costs).run()
+    result = Engine(schedule, costs).run()
     reference = evaluate(schedule, lambda rank, a: costs.table[a.kind.value], transfer=transfer)
     assert result.step_time == pytest.approx(reference.step_time, abs=1e-9)
     if transfer == 0.0:
@@ -85,7 +85,7 @@ def test_uniform_scenario_bubble_matches_closed_form(schedule, vpp, expected):
     run = simulate(s)
     costs = run.costs
     reference = evaluate(run.schedule, lambda rank, a: costs.action(run.schedule.stage_of(rank, a), a.kind.value).seconds,
-                         transfer=costs.p2p(0, 1))
+                         transfer=costs.transfer(0, 1))
     compute = compute_spans(run.result)
     core = compute[compute.kind.isin(["F", "B"])]
     assert core.end_s.max() == pytest.approx(reference.step_time, rel=1e-9)
@@ -168,7 +168,7 @@ def test_engine_reports_a_deadlock_with_the_waiting_rank():
     rank0 = [a for a in schedule.ranks[0] if not (a.kind is Kind.SEND_F and a.mb == 2)]
     broken = schedule.with_ranks([rank0, schedule.ranks[1]])
     with pytest.raises(DeadlockError, match=r"rank 0 at action \d+ \(B2\); rank 1 at action \d+ \(F2\)"):
-        Engine(tiny_scenario(pp=1, m=1), broken, UnitCosts(2)).run()
+        Engine(broken, UnitCosts(2)).run()
 
 
 @settings(max_examples=40, deadline=None)

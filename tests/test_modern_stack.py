@@ -76,7 +76,7 @@ def test_overlap_switches_off_give_the_serial_times_back_exactly():
     serial = make(tp=4, async_tensor_model_parallel_allreduce=False)
     costs = CostModel(serial)
     ops = layer_ops(serial)
-    times = [costs.compute.op_time(op) for op in ops]
+    times = [costs.compute_model.op_time(op) for op in ops]
     comm = sum(costs._collective(op.comm, op.comm_bytes, op.group) for op in ops if op.comm)
     bwd_comm = sum(costs._collective(op.bwd_comm, op.bwd_comm_bytes, op.group) for op in ops if op.bwd_comm)
     got = _layer_costs(serial)

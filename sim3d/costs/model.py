@@ -80,6 +80,12 @@ class ActionCost:
             exposed[stream] += seconds
         return ActionCost(self.seconds + other.seconds, dict(comm), self.recompute + other.recompute, dict(exposed))
 
+    def slowed(self, factor: float) -> "ActionCost":
+        """On a straggler: its own work and the collective time on its path stretch; the
+        collectives' own durations (`comm`) are the network's."""
+        return ActionCost(self.seconds * factor, self.comm, self.recompute * factor,
+                          {k: v * factor for k, v in self.exposed.items()})
+
 
 def _op_class(op) -> str:
     if op.attention is not None:
@@ -92,34 +98,70 @@ def _op_class(op) -> str:
 
 
 class CostModel:
-    def __init__(self, scenario, topology: Topology | None = None, profile=None):
+    """Costs asked per global rank (`RankCosts`, costs/interface.py).
+
+    Exact (`folded=False`, full fidelity): each rank is priced on its own process groups,
+    paths and slowdown. Folded: the engine replays one pipeline and each of its ranks stands
+    for every rank with the same pipeline coordinate, so it is priced as the slowest of
+    them: with a degraded NIC, on the slowest group of each axis and the slowest pipeline's
+    transfers (the step ends with its slowest replica); with a straggler, at its slowdown.
+    Where ranks are truly alike both give the same answer."""
+
+    def __init__(self, scenario, topology: Topology | None = None, profile=None, folded: bool = True):
         self.s = scenario
         self.topology = topology or Topology(scenario)
         self.placement: Placement = self.topology.placement
-        self.compute = ComputeModel(scenario, profile)
+        self.compute_model = ComputeModel(scenario, profile)
         self.profile = profile
+        self.folded = folded
         self.sources: dict[str, set[str]] = defaultdict(set)
-        self._stage_cache: dict[tuple[int, str], ActionCost] = {}
-        self._layer_cache: dict[tuple[bool, str], ActionCost] = {}
+        self._stage_cache: dict[tuple, ActionCost] = {}
+        self._layer_cache: dict[tuple, ActionCost] = {}
         self._p2p_cache: dict[tuple[int, int], float] = {}
-        self._pipeline = self.placement.pipeline()
+        self._link_cache: dict[tuple[str, int], object] = {}
+        self._rank_links: dict[int, tuple] = {}
         self._block_shape = block_shape(scenario)
+        self._slowdown = {f.straggler.rank: f.straggler.slowdown for f in scenario.faults if f.straggler}
 
-    # ---- collectives inside compute ----------------------------------------------------
+    # ---- who a rank's collectives run with --------------------------------------------
     @cached_property
     def _degraded(self) -> bool:
-        """A slowed NIC breaks the symmetry folding relies on: every rank is then priced with
-        the slowest group of each axis and the slowest pipeline's transfers, since the step
-        ends with its slowest replica (conservative for the ranks the fault does not touch)."""
+        """A slowed NIC breaks the symmetry of groups and paths."""
         return any(f.link for f in self.s.faults)
 
     @cached_property
-    def _links(self):
+    def _folded_links(self):
         link = self.topology.slowest_group_link if self._degraded else self.topology.group_link
         return {axis: link(axis) for axis in ("tp", "cp", "ep", "dp", "pp")}
 
-    def _collective(self, kind: str, nbytes: float, group: str) -> float:
-        link = self._links[group]
+    def _link(self, axis: str, rank: int):
+        """The ring link of `rank`'s group along `axis` (folded: of the slowest group)."""
+        if self.folded or not self._degraded:
+            return self._folded_links[axis]
+        key = (axis, self.placement.group_leader(axis, rank))
+        if key not in self._link_cache:
+            self._link_cache[key] = self.topology.group_link(axis, key[1])
+        return self._link_cache[key]
+
+    def _links_of(self, rank: int) -> tuple:
+        """(tp, cp, ep) links of a rank: what its compute actions' collectives run on."""
+        if rank not in self._rank_links:
+            self._rank_links[rank] = tuple(self._link(axis, rank) for axis in ("tp", "cp", "ep"))
+        return self._rank_links[rank]
+
+    def slowdown(self, rank: int) -> float:
+        """How much slower than its peers a rank computes (a straggler; folded: the slowest
+        rank it stands for)."""
+        if not self._slowdown:
+            return 1.0
+        if not self.folded:
+            return self._slowdown.get(rank, 1.0)
+        pp = self.placement.coords(rank)["pp"]
+        return max([1.0] + [f for r, f in self._slowdown.items() if self.placement.coords(r)["pp"] == pp])
+
+    # ---- collectives inside compute ----------------------------------------------------
+    def _collective(self, kind: str, nbytes: float, group: str, links: dict | None = None) -> float:
+        link = (links or self._folded_links)[group]
         if link.size < 2 or not kind:
             return 0.0
         if kind == "ring":  # context-parallel ring: cp-1 neighbour exchanges
@@ -134,37 +176,46 @@ class CostModel:
         return collective_time(op, nbytes, link).seconds
 
     # ---- compute actions ----------------------------------------------------------------
-    def action(self, stage: int, kind: str) -> ActionCost:
-        """Cost of F, B, BI or BW of one micro-batch on a global stage."""
-        key = (stage, kind)
+    def compute(self, rank: int, stage: int, kind: str) -> ActionCost:
+        """F, B, BI or BW of one micro-batch of a global stage on a global rank."""
+        cost = self.action(stage, kind, rank)
+        slow = self.slowdown(rank)
+        return cost.slowed(slow) if slow != 1.0 else cost
+
+    def action(self, stage: int, kind: str, rank: int = 0) -> ActionCost:
+        """F, B, BI or BW of one micro-batch on a global stage, priced on `rank`'s process
+        groups (no straggler slowdown)."""
+        links = self._links_of(rank)
+        key = (stage, kind, links)
         if key not in self._stage_cache:
-            self._stage_cache[key] = self._action(stage, kind)
+            self._stage_cache[key] = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
         return self._stage_cache[key]
 
-    def _action(self, stage: int, kind: str) -> ActionCost:
+    def _action(self, stage: int, kind: str, links: dict) -> ActionCost:
         s = self.s
         total = ActionCost(0.0)
         if stage == 0:
-            total = total + self._block_cost("embedding_block", embedding_ops(s), kind)
+            total = total + self._block_cost("embedding_block", embedding_ops(s), kind, links)
         for layer in stage_layer_range(s, stage):
             moe = is_moe_layer(s, layer)
-            if (moe, kind) not in self._layer_cache:  # every dense (every MoE) layer costs the same
-                self._layer_cache[(moe, kind)] = self._block_cost("block", layer_ops(s, moe), kind)
-            total = total + self._layer_cache[(moe, kind)]
+            key = (moe, kind, tuple(links.values()))
+            if key not in self._layer_cache:  # every dense (every MoE) layer costs the same
+                self._layer_cache[key] = self._block_cost("block", layer_ops(s, moe), kind, links)
+            total = total + self._layer_cache[key]
         if stage == s.num_stages - 1:
-            total = total + self._block_cost("head_block", head_ops(s), kind)
+            total = total + self._block_cost("head_block", head_ops(s), kind, links)
         return total
 
-    def _block_cost(self, block: str, ops, kind: str) -> ActionCost:
-        return self._measured_block(block, ops, kind) or self.ops_cost(ops, kind)
+    def _block_cost(self, block: str, ops, kind: str, links: dict) -> ActionCost:
+        return self._measured_block(block, ops, kind, links) or self.ops_cost(ops, kind, links)
 
-    def _measured_block(self, block: str, ops, kind: str) -> ActionCost | None:
+    def _measured_block(self, block: str, ops, kind: str, links: dict) -> ActionCost | None:
         """A whole embedding / layer / head measured by the calibration harness at exactly
         this shape: it includes the glue ops and dispatch that per-op rows miss. Only for
         blocks without collectives (the harness measures tp = cp = 1)."""
         if self.profile is None or any(op.comm or op.bwd_comm for op in ops):
             return None
-        dtype = self.compute.dtype
+        dtype = self.compute_model.dtype
         fwd = self.profile.block_seconds(block, self._block_shape, dtype, "fwd")
         bwd = self.profile.block_seconds(block, self._block_shape, dtype, "bwd")
         if fwd is None or bwd is None:
@@ -179,7 +230,7 @@ class CostModel:
             return ActionCost(bwd * (1 - share))
         redo = fwd if recompute == "full" else 0.0
         if recompute == "selective":
-            redo = self.ops_cost([op for op in ops if op.recompute_selective], "F").seconds
+            redo = self.ops_cost([op for op in ops if op.recompute_selective], "F", links).seconds
         return ActionCost(redo + bwd * (share if kind == "BI" else 1.0), recompute=redo)
 
     def _overlap_plan(self, ops) -> dict[tuple[int, str], tuple[int, str, Overlap]]:
@@ -226,12 +277,13 @@ class CostModel:
                     plan[(i, "bwd")] = (i, "bwd_input", ring)
         return plan
 
-    def ops_cost(self, ops, kind: str) -> ActionCost:
-        """F, B, BI or BW of a list of ops (one micro-batch), collectives included; those the
-        overlap switches hide are charged with the GEMM they share the GPU with."""
+    def ops_cost(self, ops, kind: str, links: dict | None = None) -> ActionCost:
+        """F, B, BI or BW of a list of ops (one micro-batch), collectives included (on
+        `links`, axis -> GroupLink; default: the folded ones); those the overlap switches
+        hide are charged with the GEMM they share the GPU with."""
         recompute = self.s.training.recompute
         sms = self.s.gpu.sms
-        times = [self.compute.op_time(op) for op in ops]
+        times = [self.compute_model.op_time(op) for op in ops]
         plan = self._overlap_plan(ops)
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
         hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}
@@ -245,13 +297,13 @@ class CostModel:
                 j, part, how = plan[key]
                 wanted = ("F",) if direction == "fwd" else (("B",) if part == "bwd_weight" else ("B", "BI"))
                 if kind in wanted:
-                    hidden[(j, part)] = (self._collective(name, nbytes, op.group), how)
+                    hidden[(j, part)] = (self._collective(name, nbytes, op.group, links), how)
                     self.sources[f"tp overlap: {how.method}"].add("analytical")
         total, comm, exposed_comm, recomputed = 0.0, defaultdict(float), defaultdict(float), 0.0
         for i, op in enumerate(ops):
             t = times[i]
-            fwd_comm = self._collective(op.comm, op.comm_bytes, op.group) if op.comm else 0.0
-            bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group) if op.bwd_comm else 0.0
+            fwd_comm = self._collective(op.comm, op.comm_bytes, op.group, links) if op.comm else 0.0
+            bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group, links) if op.bwd_comm else 0.0
             if (i, "fwd") in plan and kind == "F":
                 fwd_comm = 0.0  # charged with its GEMM below
             if (i, "bwd") in plan and kind in ("B", "BI") and (plan[(i, "bwd")][1] != "bwd_weight" or kind == "B"):
@@ -263,7 +315,7 @@ class CostModel:
                 if (i, part) in hidden:
                     c, how = hidden[(i, part)]
                     if how.splits and times[i].source == "analytical":
-                        seconds = self.compute.gemm_part_seconds(op, part, how.splits)
+                        seconds = self.compute_model.gemm_part_seconds(op, part, how.splits)
                     together = overlapped_seconds(seconds, c, how, sms)
                     exposed += together - seconds
                     parts[part] = together
@@ -274,7 +326,7 @@ class CostModel:
             else:
                 work = parts["bwd_input"] + (parts["bwd_weight"] if kind == "B" else 0.0) + (t.fwd if redo else 0.0)
                 recomputed += t.fwd if redo else 0.0
-                c = bwd_comm + (self._collective(op.comm, op.comm_bytes, op.group) if op.comm and redo
+                c = bwd_comm + (self._collective(op.comm, op.comm_bytes, op.group, links) if op.comm and redo
                                 and recompute == "full" else 0.0)
             if op.group == "cp":  # the ring exchange hides behind the attention it feeds
                 total += max(work, c)
@@ -300,57 +352,59 @@ class CostModel:
         shard = s.tp if s.parallel.sequence_parallel else 1
         return tokens * s.model.hidden * ACT_BYTES[s.training.precision] / shard
 
-    def p2p(self, src_pp: int, dst_pp: int) -> float:
-        key = (src_pp, dst_pp)
+    def transfer(self, src: int, dst: int) -> float:
+        """Seconds to move one micro-batch's activation (or gradient) from global rank `src`
+        to `dst` (folded: between those pipeline stages on the slowest pipeline)."""
+        key = (src, dst)
         if key not in self._p2p_cache:
-            self._p2p_cache[key] = self._p2p(src_pp, dst_pp)
+            self._p2p_cache[key] = self._p2p(src, dst)
         return self._p2p_cache[key]
 
-    def _p2p(self, src_pp: int, dst_pp: int) -> float:
+    def _p2p(self, src: int, dst: int) -> float:
         if self.profile is not None:
             measured = self.profile.collective_seconds("send_recv", self.p2p_bytes, 2)
             if measured is not None:
                 self.sources["pipeline p2p"].add("profile")
                 return measured
         self.sources["pipeline p2p"].add("analytical")
+        if not (self.folded and self._degraded):
+            return self._transfer(src, dst)
         p = self.placement
-        pipes = ([p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
-                 if self._degraded else [self._pipeline])
-        return max(self._transfer(pipe[src_pp], pipe[dst_pp]) for pipe in pipes)
+        a, b = p.coords(src)["pp"], p.coords(dst)["pp"]
+        pipes = [p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
+        return max(self._transfer(pipe[a], pipe[b]) for pipe in pipes)
 
     def _transfer(self, a: int, b: int) -> float:
         bw, lat = self.topology.path_cost(a, b)
         crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
-        return p2p_time(self.p2p_bytes, bw, lat, crosses, self._links["pp"].intra_efficiency)
+        return p2p_time(self.p2p_bytes, bw, lat, crosses, self._folded_links["pp"].intra_efficiency)
 
-    # ---- data parallel --------------------------------------------------------------------
-    def chunk_params(self, pp_rank: int, chunk: int, stages):
-        """Parameters one rank holds for one chunk: `.dense` (replicated over dp) and
-        `.expert` (replicated over the dp/ep expert-data-parallel ranks)."""
-        return stage_params(self.s, (stages.stage(pp_rank, chunk),))
-
-    def _dp_collective(self, op: str, params, buckets: int) -> tuple[float, float]:
+    # ---- data parallel ----------------------------------------------------------------------
+    def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
+        params = stage_params(self.s, (stage,))
         width = ACT_BYTES[self.s.training.precision]
         dense, expert = params.dense / buckets * width, params.expert / buckets * width
-        seconds = self._collective(op, dense, "dp")
-        if expert:
-            edp = replace(self._links["dp"], size=max(1, self.s.dp // self.s.ep))
+        link = self._link("dp", rank)
+        seconds = self._collective(op, dense, "dp", {"dp": link})
+        if expert:  # expert parameters are replicated over the dp/ep expert-data-parallel ranks
+            edp = replace(link, size=max(1, self.s.dp // self.s.ep))
             seconds += collective_time(COLLECTIVE[op], expert, edp).seconds
         return seconds, dense + expert
 
-    def dp_bucket(self, pp_rank: int, chunk: int, stages, buckets: int) -> tuple[float, float]:
-        """(seconds, bytes) to reduce one gradient bucket over the data-parallel group:
-        all-reduce, or reduce-scatter with the distributed optimizer."""
+    def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
+        """(seconds, bytes) for `rank` to reduce one gradient bucket of a stage over its
+        data-parallel group: all-reduce, or reduce-scatter with the distributed optimizer."""
         op = "reduce-scatter" if self.s.parallel.distributed_optimizer else "all-reduce"
-        return self._dp_collective(op, self.chunk_params(pp_rank, chunk, stages), buckets)
+        return self._dp_collective(op, rank, stage, buckets)
 
-    def param_gather(self, pp_rank: int, chunk: int, stages, buckets: int) -> tuple[float, float]:
-        return self._dp_collective("all-gather", self.chunk_params(pp_rank, chunk, stages), buckets)
+    def param_gather(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
+        """(seconds, bytes) to all-gather one bucket of updated parameters."""
+        return self._dp_collective("all-gather", rank, stage, buckets)
 
-    def optimizer(self, pp_rank: int, stages) -> float:
-        """The optimizer step of one rank, from the bytes each of its kernels moves (see
-        the constants above): memory-bound, so priced at the HBM roofline."""
-        held = [self.chunk_params(pp_rank, c, stages) for c in range(self.s.vpp)]
+    def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
+        """The optimizer step of a rank holding `stages`, from the bytes each of its kernels
+        moves (see the constants above): memory-bound, so priced at the HBM roofline."""
+        held = [stage_params(self.s, (stage,)) for stage in stages]
         local = sum(p.total for p in held)
         shard = local
         if self.s.parallel.distributed_optimizer:
@@ -358,7 +412,8 @@ class CostModel:
         precision = self.s.training.precision
         per_shard = GRAD_NORM_BYTES + ADAM_BYTES + (UNSCALE_BYTES if precision == "fp16" else 0) \
             + (MASTER_COPY_BYTES if precision != "fp32" else 0)
-        return self.compute.memory_time(shard * per_shard) + self.compute.memory_time(local * ZERO_GRAD_BYTES)
+        seconds = self.compute_model.memory_time(shard * per_shard) + self.compute_model.memory_time(local * ZERO_GRAD_BYTES)
+        return seconds * self.slowdown(rank)
 
     def explain(self) -> list[tuple[str, str]]:
         compute = sorted(k for k in self.sources if k.startswith("compute"))
@@ -378,7 +433,7 @@ class CostModel:
             parts.append(self.profile.describe("compute" if kind.startswith("compute") else "collective"))
         if "analytical" in sources:
             if kind.startswith("compute"):
-                parts.append(self.compute.describe(kind))
+                parts.append(self.compute_model.describe(kind))
             elif kind == "pipeline p2p":
                 parts.append(f"analytical: latency + {self.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path")
             elif kind.startswith("tp overlap"):

@@ -25,7 +25,6 @@ class RankReplay(Interpreter):
         self.me = pipe_ranks[pp_rank]
         self.pipe_id = tuple(sorted(pipe.items()))
         self.parts = engine.parts[self.me]
-        self.slow = engine.slowdown[self.me]
         self.last_backward: dict[int, tuple[float, float]] = {}  # chunk -> (start, duration)
         self.dp_free = self.gather_free = 0.0  # when the data-parallel stream is free again
         self.dp_seq = 0  # data-parallel collectives issued (rendezvous name at full fidelity)
@@ -61,15 +60,14 @@ class RankReplay(Interpreter):
                 transfer = max(0.0, env.now - max(ready_at, event.value))
                 parts["pipeline_p2p"] += transfer
                 parts["pipeline_wait"] += env.now - ready_at - transfer
-        cost = self.costs.action(stage, a.kind.value)
+        cost = self.costs.compute(me, stage, a.kind.value)
         begin = env.now
-        slow = self.slow
-        yield env.timeout(cost.seconds * slow)
+        yield env.timeout(cost.seconds)
         exposed = sum(cost.exposed.values())
-        parts["compute"] += (cost.seconds - cost.recompute - exposed) * slow
-        parts["recompute"] += cost.recompute * slow
+        parts["compute"] += cost.seconds - cost.recompute - exposed
+        parts["recompute"] += cost.recompute
         for stream, seconds in cost.exposed.items():
-            parts[stream] += seconds * slow
+            parts[stream] += seconds
         if engine.full and engine.placement.tp > 1:
             computed = env.now
             yield engine.gather((*engine.group_key("tp", me), self.index), engine.placement.tp).arrive(env.now)
@@ -112,7 +110,7 @@ class RankReplay(Interpreter):
         with engine.channel((self.pipe_id, self.pp_rank, a.peer, forward)).request() as slot:
             yield slot
             begin = env.now
-            yield env.timeout(self.costs.p2p(self.pp_rank, a.peer))
+            yield env.timeout(self.costs.transfer(self.me, self.pipe_ranks[a.peer]))
         src, dst = self.me, self.pipe_ranks[a.peer]
         nbytes = self.costs.p2p_bytes
         engine.rows.append((src, stage, a.chunk, a.mb, a.kind.value, "pp", begin, env.now, nbytes, dst))
@@ -126,7 +124,7 @@ class RankReplay(Interpreter):
         env, engine = self.env, self.engine
         chunk, buckets = a.chunk, engine.buckets
         k = a.bucket - chunk * buckets  # the k-th bucket of its chunk
-        seconds, nbytes = engine.dp_cost("reduce", self.pp_rank, chunk)
+        seconds, nbytes = engine.dp_cost("reduce", self.me, self.stages.stage(self.pp_rank, chunk))
         ready = env.now
         if engine.overlap_dp and chunk in self.last_backward:
             b_start, b_dur = self.last_backward[chunk]
@@ -149,7 +147,8 @@ class RankReplay(Interpreter):
             self._dp_wait(self.dp_free - env.now)
             yield env.timeout(self.dp_free - env.now)
         begin = env.now
-        yield env.timeout(self.costs.optimizer(self.pp_rank, self.stages) * self.slow)
+        held = tuple(self.stages.stage(self.pp_rank, chunk) for chunk in range(self.stages.vpp))
+        yield env.timeout(self.costs.optimizer(self.me, held))
         self.parts["optimizer"] += env.now - begin
         engine.busy[self.me] += env.now - begin
         engine.rows.append((self.me, self.stages.stage(self.pp_rank, 0), -1, -1, "OPT_STEP", "compute",
@@ -157,7 +156,7 @@ class RankReplay(Interpreter):
 
     def gather_parameters(self, a: Action):
         engine = self.engine
-        seconds, nbytes = engine.dp_cost("gather", self.pp_rank, a.chunk)
+        seconds, nbytes = engine.dp_cost("gather", self.me, self.stages.stage(self.pp_rank, a.chunk))
         begin = max(self.env.now, self.dp_free, self.gather_free)
         self.gather_free = begin + seconds
         if not engine.overlap_param_gather:  # the step ends when the parameters are back

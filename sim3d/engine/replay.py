@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from ..costs.interface import RankCosts
 from ..schedule.ir import TRACE_COLUMNS, Schedule
 from .rank_replay import RankReplay
 
@@ -95,27 +96,41 @@ class _Gather:
         return self.event
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How the step overlaps its communication (Megatron's switches; defaults as in the
+    scenario format). overlap_param_gather (Megatron --overlap-param-gather): the all-gather
+    of the updated parameters runs under the next step's forwards, bucket by bucket as they
+    are needed, so this step ends with the optimizer; the gathers still occupy the
+    data-parallel stream."""
+    overlap_grad_reduce: bool = True
+    overlap_p2p: bool = True
+    overlap_param_gather: bool = False
+
+    @classmethod
+    def of(cls, scenario) -> "ReplayOptions":
+        t = scenario.training
+        return cls(t.overlap_grad_reduce, t.overlap_p2p, t.overlap_param_gather)
+
+
 class Engine:
-    def __init__(self, scenario, schedule: Schedule, costs, full_fidelity: bool = False):
+    """Replays `schedule` with costs asked per global rank (`sim3d.costs.RankCosts`); it
+    never sees the scenario."""
+
+    def __init__(self, schedule: Schedule, costs: RankCosts, options: ReplayOptions = ReplayOptions(),
+                 full_fidelity: bool = False):
         if not schedule.lowered:
             raise ValueError("the engine replays lowered schedules: call sim3d.schedule.lower() first")
-        self.s, self.schedule, self.costs = scenario, schedule, costs
+        self.schedule, self.costs = schedule, costs
         self.full = full_fidelity
         self.placement = costs.placement
         self._group_keys: dict[tuple[str, int], tuple] = {}
         self.env = simpy.Environment()
         self.rows: list[tuple] = []
         self.buckets = schedule.buckets_per_chunk
-        self.overlap_dp = scenario.training.overlap_grad_reduce
-        self.overlap_p2p = scenario.training.overlap_p2p
-        # Megatron --overlap-param-gather: the all-gather of the updated parameters runs under
-        # the next step's forwards (bucket by bucket as they are needed), so this step ends
-        # with the optimizer; the gathers still occupy the data-parallel stream.
-        self.overlap_param_gather = scenario.training.overlap_param_gather
-        self.slowdown = defaultdict(lambda: 1.0)
-        for fault in scenario.faults:
-            if fault.straggler:
-                self.slowdown[fault.straggler.rank] = fault.straggler.slowdown
+        self.overlap_dp = options.overlap_grad_reduce
+        self.overlap_p2p = options.overlap_p2p
+        self.overlap_param_gather = options.overlap_param_gather
         self.arrivals: dict[tuple, simpy.Event] = {}
         self.channels: dict[tuple, simpy.Resource] = {}
         self.gathers: dict[tuple, _Gather] = {}
@@ -202,9 +217,10 @@ class Engine:
             self.channels[key] = simpy.Resource(self.env, capacity=1)
         return self.channels[key]
 
-    def dp_cost(self, what: str, pp_rank: int, chunk: int) -> tuple[float, float]:
-        key = (what, pp_rank, chunk)
+    def dp_cost(self, what: str, rank: int, stage: int) -> tuple[float, float]:
+        """(seconds, bytes) of one bucket of a stage: "reduce" (gradients) or "gather" (parameters)."""
+        key = (what, rank, stage)
         if key not in self._bucket_cost:
-            fn = self.costs.dp_bucket if what == "reduce" else self.costs.param_gather
-            self._bucket_cost[key] = fn(pp_rank, chunk, self.schedule.stages, self.buckets)
+            fn = self.costs.dp_reduce if what == "reduce" else self.costs.param_gather
+            self._bucket_cost[key] = fn(rank, stage, self.buckets)
         return self._bucket_cost[key]

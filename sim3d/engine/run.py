@@ -10,7 +10,7 @@ from ..scenario import ScenarioError
 from ..schedule import Schedule
 from ..step import step_schedule
 from ..topology import Topology
-from .replay import Engine, SimResult
+from .replay import Engine, ReplayOptions, SimResult
 
 
 @dataclass
@@ -38,10 +38,15 @@ def simulate(scenario, full_fidelity: bool = False, profile=None, costs: CostMod
     The scenario's `costs.profile` is loaded unless `profile` or `costs` is given.
     `progress(fraction)` is called during a full-fidelity run, against the folded step time
     (simulated first, in a fraction of the time) as the expected end."""
-    if costs is None:
-        costs = CostModel(scenario, Topology(scenario), profile if profile is not None else load_profile(scenario))
-    schedule = step_schedule(scenario)
     full = full_fidelity or any(f.straggler for f in scenario.faults)
-    horizon = Engine(scenario, schedule, costs).run().step_time if full and progress else None
-    result = Engine(scenario, schedule, costs, full).run(progress=progress, horizon=horizon)
+    if costs is None:
+        profile = profile if profile is not None else load_profile(scenario)
+        costs = CostModel(scenario, Topology(scenario), profile, folded=not full)
+    schedule = step_schedule(scenario)
+    options = ReplayOptions.of(scenario)
+    horizon = None
+    if full and progress:
+        folded = CostModel(scenario, costs.topology, costs.profile, folded=True)
+        horizon = Engine(schedule, folded, options).run().step_time
+    result = Engine(schedule, costs, options, full).run(progress=progress, horizon=horizon)
     return SimRun(scenario, schedule, costs, result)

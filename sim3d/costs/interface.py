@@ -1,0 +1,34 @@
+"""What the engine may ask about costs: questions about global ranks, never the Scenario.
+
+`CostModel` answers them from the topology, the compute model and a calibration profile;
+the engine's tests answer them with unit costs. A fault anywhere (a slow NIC, a straggler)
+reaches the engine only through these answers, for the ranks it touches.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..placement import Placement
+from .model import ActionCost
+
+
+class RankCosts(Protocol):
+    placement: Placement
+    p2p_bytes: float  # one micro-batch's activation (or gradient) crossing a stage boundary
+
+    def compute(self, rank: int, stage: int, kind: str) -> ActionCost:
+        """F, B, BI or BW of one micro-batch of a global stage on a global rank, with the
+        collectives inside it."""
+
+    def transfer(self, src: int, dst: int) -> float:
+        """Seconds to send `p2p_bytes` from one global rank to another."""
+
+    def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
+        """(seconds, bytes) of one gradient bucket of a stage over the rank's data-parallel group."""
+
+    def param_gather(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
+        """(seconds, bytes) of gathering one bucket of updated parameters."""
+
+    def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
+        """Seconds of the optimizer step of a rank holding these stages."""
