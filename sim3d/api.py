@@ -31,6 +31,7 @@ class Result:
     sim: SimResult
     memory: MemoryReport
     summary: dict = field(repr=False)
+    full_fidelity: bool = False  # every GPU replayed (else one pipeline stands for all)
 
     @property
     def step_time(self) -> float:
@@ -47,15 +48,16 @@ class Result:
         """One row per simulated action (pandas DataFrame, DESIGN.md trace columns)."""
         return self.sim.trace()
 
+    @cached_property
+    def links(self):
+        """Bytes and busy fraction per direction of every graph edge over the step (pandas
+        DataFrame, busiest first; `sim3d.engine.traffic` says how traffic is laid on links)."""
+        from .engine.traffic import link_traffic
+        return link_traffic(self.sim.rows, self.costs.topology, self.step_time, folded=not self.full_fidelity)
+
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it came from) for every cost the prediction used."""
         return self.costs.explain()
-
-    # the CLI's report writers take the engine's run record
-    @property
-    def run(self):
-        from .engine import SimRun
-        return SimRun(self.scenario, self.schedule, self.costs, self.sim)
 
 
 def _scenario(scenario, sets: tuple[str, ...], values: dict[str, Any]) -> Scenario:
@@ -78,7 +80,8 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     typed) applied. The scenario's calibration profile is loaded here; stragglers imply full
     fidelity. Raises ScenarioError (bad input, missing profile) and ScheduleError."""
     s = _scenario(scenario, tuple(sets), overrides)
-    if full_fidelity or any(f.straggler for f in s.faults):
+    full_fidelity = full_fidelity or any(f.straggler for f in s.faults)
+    if full_fidelity:
         try:
             check_schedule_size(s.pp, s.num_microbatches, s.vpp, ranks_replayed=s.num_gpus)
         except WorkLimitExceeded as e:
@@ -90,4 +93,4 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     if profile is not None and profile.unstable:
         summary["warnings"].append(f"costs.profile {s.costs.profile} was flagged unstable when measured: "
                                    + "; ".join(profile.unstable))
-    return Result(s, run.schedule, run.costs, run.result, memory, summary)
+    return Result(s, run.schedule, run.costs, run.result, memory, summary, full_fidelity)

@@ -141,7 +141,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
             say("memory:", summary["memory_note"], "yellow")
         if explain:
             _print_explain(result)
-    written = _write_outputs(result.run, summary, folder, plots, quiet=as_json)
+    written = _write_outputs(result, folder, plots, quiet=as_json)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
     if strict and not summary["fits_in_memory"]:
@@ -163,12 +163,12 @@ def _print_explain(result) -> None:
     out.print(table)
 
 
-def _write_outputs(sim, summary: dict, folder: Path, plots: bool, quiet: bool) -> list[Path]:
+def _write_outputs(result, folder: Path, plots: bool, quiet: bool) -> list[Path]:
     from .report.outputs import write_run_outputs
     if quiet:
-        return write_run_outputs(sim, summary, folder, plots)
+        return write_run_outputs(result, folder, plots)
     with err.status(f"writing trace and plots to {folder}/ ..."):
-        return write_run_outputs(sim, summary, folder, plots)
+        return write_run_outputs(result, folder, plots)
 
 
 @app.command()
@@ -385,7 +385,7 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv of a simulated
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Align two traces action by action; print per-kind and step-time error."""
     from .report.compare import compare_traces
-    from .report.trace import read_trace_csv
+    from .trace import read_trace_csv
 
     def load(path: Path):
         path = path / "trace.csv" if path.is_dir() else path

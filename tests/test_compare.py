@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 
 from sim3d.report.compare import compare_traces
-from sim3d.schedule.ir import TRACE_COLUMNS
+from sim3d.trace import TRACE_COLUMNS
 
 
 def row(rank, stage, kind, mb, start, end, chunk=0, stream="compute"):

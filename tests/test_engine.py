@@ -181,3 +181,19 @@ def test_group_leader_is_the_first_rank_of_the_group(tp, pp, dp, cp, order, data
     for axis in ("tp", "cp", "dp", "pp", "ep"):
         for rank in range(tp * pp * dp * cp):
             assert placement.group_leader(axis, rank) == placement.group(axis, rank)[0]
+
+
+def test_recv_rows_mean_what_the_trace_contract_says():
+    """A RECV row runs from the later of its post and the transfer's start until the message
+    is there (sim3d.trace): never before its SEND started, never ending before it arrived."""
+    run = simulate(tiny_scenario(pp=4, m=8, schedule="interleaved-1f1b", vpp=2))
+    trace = run.result.trace()
+    sends = trace[trace.kind.str.startswith("SEND")]
+    recvs = trace[trace.kind.str.startswith("RECV")]
+    assert len(sends) == len(recvs) > 0
+    arrival = {(r["rank"], r.peer, r.kind[-1], r.microbatch, r.stage + (1 if r.kind == "SEND_F" else -1)):
+               (r.start_s, r.end_s) for _, r in sends.iterrows()}
+    for _, r in recvs.iterrows():
+        start, end = arrival[(r.peer, r["rank"], r.kind[-1], r.microbatch, r.stage)]
+        assert r.start_s >= start and r.end_s >= end and r.end_s >= r.start_s
+        assert r.end_s == end or r.start_s == r.end_s  # arrived after the post, or was there already

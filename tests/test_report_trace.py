@@ -13,8 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from sim3d.report.trace import (TRACE_COLUMNS, action_token, bubble_by_rank, check_trace, empty_trace,
-                                read_trace_csv, write_chrome_trace, write_trace_csv)
+from sim3d.report.trace import action_token, bubble_by_rank, write_chrome_trace
+from sim3d.trace import TRACE_COLUMNS, check_trace, empty_trace, read_trace_csv, write_trace_csv
 from sim3d.schedule import build
 from sim3d.schedule.evaluate import evaluate, uniform_costs
 

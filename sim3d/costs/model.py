@@ -18,7 +18,7 @@ from ..model.memory import stage_params
 from ..model.ops import ACT_BYTES, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..placement import Placement
 from ..topology import Topology
-from .collectives import collective_time, p2p_time
+from .collectives import bus_factor, collective_time, p2p_time
 from .compute import ComputeModel, block_shape
 
 COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
@@ -71,20 +71,27 @@ class ActionCost:
     # of `seconds`: collective time on the action's critical path, per stream (a CP ring step
     # hidden behind its attention is in `comm` but not here)
     exposed: dict[str, float] = field(default_factory=dict)
+    # stream -> bytes this rank puts on the wire for those collectives, counted as a ring
+    # moves them (nccl-tests' bus bytes: 2(n-1)/n of the buffer for an all-reduce, (n-1)/n for
+    # an all-gather, reduce-scatter or all-to-all; the whole of a context-parallel ring's exchanges)
+    wire: dict[str, float] = field(default_factory=dict)
 
     def __add__(self, other: "ActionCost") -> "ActionCost":
-        comm, exposed = defaultdict(float, self.comm), defaultdict(float, self.exposed)
-        for stream, seconds in other.comm.items():
-            comm[stream] += seconds
-        for stream, seconds in other.exposed.items():
-            exposed[stream] += seconds
-        return ActionCost(self.seconds + other.seconds, dict(comm), self.recompute + other.recompute, dict(exposed))
+        return ActionCost(self.seconds + other.seconds, _sum(self.comm, other.comm), self.recompute + other.recompute,
+                          _sum(self.exposed, other.exposed), _sum(self.wire, other.wire))
 
     def slowed(self, factor: float) -> "ActionCost":
         """On a straggler: its own work and the collective time on its path stretch; the
-        collectives' own durations (`comm`) are the network's."""
+        collectives' own durations (`comm`) and bytes are the network's."""
         return ActionCost(self.seconds * factor, self.comm, self.recompute * factor,
-                          {k: v * factor for k, v in self.exposed.items()})
+                          {k: v * factor for k, v in self.exposed.items()}, self.wire)
+
+
+def _sum(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    out = defaultdict(float, a)
+    for key, value in b.items():
+        out[key] += value
+    return dict(out)
 
 
 def _op_class(op) -> str:
@@ -174,6 +181,15 @@ class CostModel:
                 return measured
         self.sources[f"{group} collectives"].add("analytical")
         return collective_time(op, nbytes, link).seconds
+
+    def _wire(self, kind: str, nbytes: float, group: str, links: dict | None) -> float:
+        """Bytes one member sends for a collective (see ActionCost.wire)."""
+        if not kind:
+            return 0.0
+        n = (links or self._folded_links)[group].size
+        if n < 2:
+            return 0.0
+        return nbytes if kind == "ring" else bus_factor(COLLECTIVE[kind], n) * nbytes
 
     # ---- compute actions ----------------------------------------------------------------
     def compute(self, rank: int, stage: int, kind: str) -> ActionCost:
@@ -300,8 +316,15 @@ class CostModel:
                     hidden[(j, part)] = (self._collective(name, nbytes, op.group, links), how)
                     self.sources[f"tp overlap: {how.method}"].add("analytical")
         total, comm, exposed_comm, recomputed = 0.0, defaultdict(float), defaultdict(float), 0.0
+        wire = defaultdict(float)
         for i, op in enumerate(ops):
             t = times[i]
+            if kind == "F":
+                wire[op.group] += self._wire(op.comm, op.comm_bytes, op.group, links)
+            elif kind in ("B", "BI"):
+                wire[op.group] += self._wire(op.bwd_comm, op.bwd_comm_bytes, op.group, links)
+                if (i, "regather") in plan or recompute == "full":  # the forward's collective again
+                    wire[op.group] += self._wire(op.comm, op.comm_bytes, op.group, links)
             fwd_comm = self._collective(op.comm, op.comm_bytes, op.group, links) if op.comm else 0.0
             bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group, links) if op.bwd_comm else 0.0
             if (i, "fwd") in plan and kind == "F":
@@ -340,7 +363,8 @@ class CostModel:
             if exposed:  # what overlapped collectives add on top of their GEMMs
                 comm["tp"] += exposed
                 exposed_comm["tp"] += exposed
-        return ActionCost(total, dict(comm), recomputed, {k: v for k, v in exposed_comm.items() if v})
+        return ActionCost(total, dict(comm), recomputed, {k: v for k, v in exposed_comm.items() if v},
+                          {k: v for k, v in wire.items() if v})
 
     # ---- pipeline point-to-point ----------------------------------------------------------
     @cached_property
@@ -386,19 +410,21 @@ class CostModel:
         dense, expert = params.dense / buckets * width, params.expert / buckets * width
         link = self._link("dp", rank)
         seconds = self._collective(op, dense, "dp", {"dp": link})
+        wire = self._wire(op, dense, "dp", {"dp": link})
         if expert:  # expert parameters are replicated over the dp/ep expert-data-parallel ranks
             edp = replace(link, size=max(1, self.s.dp // self.s.ep))
             seconds += collective_time(COLLECTIVE[op], expert, edp).seconds
-        return seconds, dense + expert
+            wire += self._wire(op, expert, "dp", {"dp": edp})
+        return seconds, wire
 
     def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        """(seconds, bytes) for `rank` to reduce one gradient bucket of a stage over its
+        """(seconds, bytes on the wire) for `rank` to reduce one gradient bucket of a stage over its
         data-parallel group: all-reduce, or reduce-scatter with the distributed optimizer."""
         op = "reduce-scatter" if self.s.parallel.distributed_optimizer else "all-reduce"
         return self._dp_collective(op, rank, stage, buckets)
 
     def param_gather(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        """(seconds, bytes) to all-gather one bucket of updated parameters."""
+        """(seconds, bytes on the wire) to all-gather one bucket of updated parameters."""
         return self._dp_collective("all-gather", rank, stage, buckets)
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:

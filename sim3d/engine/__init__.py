@@ -1,6 +1,6 @@
 """simpy replay of lowered schedules over the topology (replay.py); run.py prices and replays one step."""
 
 from .run import SimRun, load_profile, simulate
-from .replay import TRACE_COLUMNS, DeadlockError, Engine, SimResult
+from .replay import DeadlockError, Engine, SimResult
 
-__all__ = ["simulate", "load_profile", "SimRun", "Engine", "SimResult", "DeadlockError", "TRACE_COLUMNS"]
+__all__ = ["simulate", "load_profile", "SimRun", "Engine", "SimResult", "DeadlockError"]

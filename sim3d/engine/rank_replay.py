@@ -78,7 +78,7 @@ class RankReplay(Interpreter):
         for stream, seconds in cost.comm.items():
             if seconds:
                 engine.rows.append((me, stage, a.chunk, a.mb, f"{stream.upper()}_COMM", stream,
-                                    env.now - seconds, env.now, 0, -1))
+                                    env.now - seconds, env.now, round(cost.wire.get(stream, 0.0)), -1))
         if a.kind in (Kind.B, Kind.BW):
             self.last_backward[a.chunk] = (begin, env.now - begin)
         # a consumer on this rank (V turnaround) finds the output here
@@ -100,7 +100,13 @@ class RankReplay(Interpreter):
         self.parts["pipeline_p2p"] += self.env.now - begin
 
     def recv(self, a: Action):
-        return NOTHING  # a post: the sender's transfer records the arrival
+        """A post: it costs nothing; its trace row waits for the message (sim3d.trace)."""
+        key = (self.pipe_id, self.stages.stage(self.pp_rank, a.chunk), a.mb, a.kind)
+        self.engine.posted[key] = self.env.now
+        if key in self.engine.delivered:  # the message came before the post
+            row = self.engine.delivered.pop(key)
+            self.engine.rows.append(row[:6] + (self.env.now, self.env.now) + row[8:])
+        return NOTHING
 
     def _transfer(self, a: Action):
         env, engine = self.env, self.engine
@@ -112,11 +118,16 @@ class RankReplay(Interpreter):
             begin = env.now
             yield env.timeout(self.costs.transfer(self.me, self.pipe_ranks[a.peer]))
         src, dst = self.me, self.pipe_ranks[a.peer]
-        nbytes = self.costs.p2p_bytes
+        nbytes = round(self.costs.p2p_bytes)
         engine.rows.append((src, stage, a.chunk, a.mb, a.kind.value, "pp", begin, env.now, nbytes, dst))
         consumer = output_to(self.stages, self.pp_rank, a)
-        engine.rows.append((dst, consumer.stage, consumer.chunk, a.mb, "RECV_F" if forward else "RECV_B", "pp",
-                            begin, env.now, nbytes, src))
+        recv = "RECV_F" if forward else "RECV_B"
+        row = (dst, consumer.stage, consumer.chunk, a.mb, recv, "pp", begin, env.now, nbytes, src)
+        post = engine.posted.pop((self.pipe_id, consumer.stage, a.mb, Kind(recv)), None)
+        if post is None:  # not posted yet: the receiver's RECV writes the row
+            engine.delivered[(self.pipe_id, consumer.stage, a.mb, Kind(recv))] = row
+        else:
+            engine.rows.append(row[:6] + (max(post, begin), env.now) + row[8:])
         engine.arrival((self.pipe_id, stage, consumer.family, a.mb, "remote")).succeed(issued)
 
     # ---- data parallel and optimizer -----------------------------------------------------------
@@ -139,7 +150,7 @@ class RankReplay(Interpreter):
         begin = max(ready, self.dp_free)
         self.dp_free = begin + seconds
         engine.rows.append((self.me, self.stages.stage(self.pp_rank, chunk), chunk, a.bucket, "DP_REDUCE", "dp",
-                            begin, self.dp_free, nbytes, -1))
+                            begin, self.dp_free, round(nbytes), -1))
 
     def optimizer_step(self, a: Action):
         env, engine = self.env, self.engine
@@ -162,5 +173,5 @@ class RankReplay(Interpreter):
         if not engine.overlap_param_gather:  # the step ends when the parameters are back
             self.dp_free = self.gather_free
         engine.rows.append((self.me, self.stages.stage(self.pp_rank, a.chunk), a.chunk, a.bucket, "PARAM_GATHER",
-                            "dp", begin, self.gather_free, nbytes, -1))
+                            "dp", begin, self.gather_free, round(nbytes), -1))
         return NOTHING

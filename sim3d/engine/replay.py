@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import simpy
 
 from ..costs.interface import RankCosts
-from ..schedule.ir import TRACE_COLUMNS, Schedule
+from ..schedule.ir import Schedule
+from ..trace import rows_to_frame
 from .rank_replay import RankReplay
 
 # Where a rank's step time goes, in the order a reader thinks of it. compute: its own work
@@ -69,8 +70,7 @@ class SimResult:
         return {part: got.get(part, 0.0) for part in BREAKDOWN_PARTS}
 
     def trace(self):
-        import pandas as pd
-        return pd.DataFrame(self.rows, columns=list(TRACE_COLUMNS))
+        return rows_to_frame(self.rows)
 
     @property
     def bubble_fraction(self) -> float:
@@ -133,6 +133,9 @@ class Engine:
         self.overlap_param_gather = options.overlap_param_gather
         self.arrivals: dict[tuple, simpy.Event] = {}
         self.channels: dict[tuple, simpy.Resource] = {}
+        # RECV rows: (pipeline, stage, mb, kind) -> when posted / the row of a message that came first
+        self.posted: dict[tuple, float] = {}
+        self.delivered: dict[tuple, tuple] = {}
         self.gathers: dict[tuple, _Gather] = {}
         self.busy = defaultdict(float)
         self.tp_busy = defaultdict(float)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..schedule.ir import TRACE_COLUMNS
+from ..trace import rows_to_frame, write_trace_csv
 
 SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe",
              "econnreset", "socket closed", "read error", "connection refused", "peer")
@@ -338,13 +338,13 @@ def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
     losses = [statistics.fmean(p["losses"][i] for p in holders) for i in range(spec.steps)]
     step_times = [max(p["step_times"][i] for p in payloads) for i in range(spec.steps)]
     timed = step_times[1:] if len(step_times) > 1 else step_times
-    trace = pd.DataFrame([row for p in payloads for row in p["trace"]], columns=list(TRACE_COLUMNS))
+    trace = rows_to_frame([row for p in payloads for row in p["trace"]])
     trace = trace.sort_values(["rank", "start_s"], kind="stable").reset_index(drop=True)
     trace_path = None
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         trace_path = Path(out_dir) / "trace.csv"
-        trace.to_csv(trace_path, index=False)
+        write_trace_csv(trace, trace_path)
     check = ref_losses = None
     if spec.check:
         from .reference import compare_with_reference, run_reference

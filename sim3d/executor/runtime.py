@@ -36,18 +36,17 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..costs.collectives import bus_factor
 from ..placement import Placement
 from ..schedule import Kind
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import BUCKETED, P2P
 from ..schedule.dependencies import input_of
 from ..step import step_schedule
+from ..trace import STREAM_OF_KIND
 from .gpt import GPTChunk, GPTConfig, activation_shape, sgd_step, token_batch
 from .tensor_parallel import TPContext, all_gather_dim0, reduce_scatter_dim0
 
-COMPUTE = {Kind.F, Kind.B, Kind.BI, Kind.BW, Kind.OPT_STEP}
-STREAM = {**{k: "compute" for k in COMPUTE}, Kind.SEND_F: "pp", Kind.RECV_F: "pp", Kind.SEND_B: "pp",
-          Kind.RECV_B: "pp", Kind.DP_REDUCE: "dp", Kind.PARAM_GATHER: "dp"}
 
 
 @dataclass
@@ -69,6 +68,12 @@ class RunSpec:
 def make_schedule(spec: RunSpec):
     """The step schedule `sim3d run` replays and `sim3d validate` proves (sim3d.step)."""
     return step_schedule(spec.scenario, spec.buckets_per_chunk)
+
+
+def wire_bytes(op: str, buffer: torch.Tensor, group_size: int) -> int:
+    """What the trace's `bytes` means for a collective row: the bytes one member sends in a
+    ring over the whole buffer (sim3d.costs.collectives.bus_factor), as the simulator counts."""
+    return round(bus_factor(op, group_size) * buffer.numel() * buffer.element_size()) if group_size > 1 else 0
 
 
 def _dist_opt(s) -> bool:
@@ -171,7 +176,8 @@ class RankRuntime(Interpreter):
 
     def _row(self, action, stage, chunk, mb, nbytes=0, peer=-1) -> int:
         kind = action.kind
-        self.rows.append([self.rank, stage, chunk, mb, kind.value, STREAM[kind], self.now(), None, nbytes, peer])
+        self.rows.append([self.rank, stage, chunk, mb, kind.value, STREAM_OF_KIND[kind.value], self.now(), None, nbytes,
+                          peer])
         return len(self.rows) - 1
 
     def _run(self, a) -> None:
@@ -313,7 +319,7 @@ class RankRuntime(Interpreter):
         elif self.dp_size > 1 and self.spec.sabotage != "dp_reduce":
             dist.all_reduce(flat, group=self.groups["dp"])
             self._unflatten_into(flat / self.dp_size, params, "grad")
-        return flat.numel() * flat.element_size()
+        return wire_bytes("reduce_scatter" if self.dist_opt else "all_reduce", flat, self.dp_size)
 
     def optimizer_step(self, a) -> None:
         if not self.dist_opt:
@@ -329,7 +335,7 @@ class RankRuntime(Interpreter):
         dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
         flat = all_gather_dim0(self.param_shards.pop(bucket), dp)
         self._unflatten_into(flat, self.buckets[bucket], "data")
-        return flat.numel() * flat.element_size()
+        return wire_bytes("all_gather", flat, self.dp_size)
 
     # ---- check -------------------------------------------------------------------------------
     def shards_for_check(self) -> dict:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..schedule.ir import Kind
-from .trace import check_trace
+from ..trace import check_trace
 
 KEY = ["pp_rank", "kind", "microbatch", "chunk"]
 KIND_ORDER = [k.value for k in Kind]  # the IR's order: compute, point-to-point, data parallel

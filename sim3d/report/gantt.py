@@ -25,7 +25,8 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from .trace import _coerce, bubble_by_rank  # noqa: E402
+from ..trace import canonical  # noqa: E402
+from .trace import bubble_by_rank  # noqa: E402
 
 # Colour-blind-safe (Okabe-Ito blue/orange, Tol "muted" teal/green): teal and green differ
 # strongly in lightness, so BI and BW stay apart even in greyscale.
@@ -56,7 +57,7 @@ def timeline_to_trace(schedule, timeline) -> pd.DataFrame:
                      -1 if action.mb is None else action.mb, str(action.kind), "compute",
                      float(start), float(end), 0, -1))
     columns = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
-    return _coerce(pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame({c: [] for c in columns}))
+    return canonical(pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame({c: [] for c in columns}))
 
 
 def _shade(rgb, chunk: int, num_chunks: int) -> tuple[float, float, float]:
@@ -114,7 +115,7 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
     """
     if color_by not in ("kind", "microbatch"):
         raise ValueError(f"color_by must be 'kind' or 'microbatch', got {color_by!r}")
-    df = _coerce(df)
+    df = canonical(df)
     if df.empty:
         raise ValueError("plot_gantt: the trace has no rows")
     bubbles = bubble_by_rank(df)

@@ -25,18 +25,21 @@ def rank_labels(s, ranks) -> dict[int, str]:
     return labels
 
 
-def write_run_outputs(sim, summary: dict, folder: Path, plots: bool = True) -> list[Path]:
-    from ..model.memory import memory_report
-    from .trace import write_chrome_trace, write_trace_csv
+def write_run_outputs(result, folder: Path, plots: bool = True) -> list[Path]:
+    """summary.json, links.csv, trace.csv, trace.json (Perfetto), schedule.csv and, with
+    `plots`, the Gantt chart and the memory plot of a `sim3d.Result`."""
+    from ..trace import write_trace_csv
+    from .trace import write_chrome_trace
 
-    s = sim.scenario
-    trace = sim.result.trace()
-    labels = rank_labels(s, sorted(set(sim.result.ranks)))
-    written = [folder / "summary.json", folder / "trace.csv", folder / "trace.json", folder / "schedule.csv"]
+    s, summary, trace = result.scenario, result.summary, result.trace
+    labels = rank_labels(s, sorted(set(result.sim.ranks)))
+    written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "trace.json",
+               folder / "schedule.csv"]
     write_summary(summary, written[0])
-    write_trace_csv(trace, written[1])
-    write_chrome_trace(trace, written[2], rank_labels=labels)
-    written[3].write_text(sim.schedule.to_csv())
+    result.links.to_csv(written[1], index=False, float_format="%.6g")
+    write_trace_csv(trace, written[2])
+    write_chrome_trace(trace, written[3], rank_labels=labels)
+    written[4].write_text(result.schedule.to_csv())
     if plots:
         from .gantt import plot_gantt
         from .memory_plot import plot_memory
@@ -45,6 +48,6 @@ def write_run_outputs(sim, summary: dict, folder: Path, plots: bool = True) -> l
                  f"step {summary['step_time_s']:.2f} s")
         plot_gantt(trace, gantt, title=title, rank_labels=labels)
         memory = folder / "memory.png"
-        plot_memory(memory_report(s, check_schedule=False), memory, title=f"{s.name}: memory per pipeline stage")
+        plot_memory(result.memory, memory, title=f"{s.name}: memory per pipeline stage")
         written += gantt + [memory]
     return written

@@ -1,15 +1,7 @@
-"""The trace table (DESIGN.md section 4) and its file forms: CSV and Chrome Trace Event JSON.
-
-A trace has one row per executed action, simulated and executed alike, so that `sim3d
-compare` can align the two. Only pandas and the standard library are imported here:
-`import sim3d` must stay free of matplotlib and torch (the Gantt chart lives in `gantt.py`).
-
-Conventions chosen here (the column contract itself is DESIGN.md's):
-
-* `microbatch` and `peer` are -1 where they do not apply; `bytes` is 0 for compute.
-* For the bucketed data-parallel kinds (DP_REDUCE, PARAM_GATHER) the bucket index is carried
-  in the `microbatch` column, so the action token `DP_REDUCE#3` can be rebuilt from a row.
-* `peer` is a global rank (rows carry global ranks), so SEND -> RECV flows join rows directly.
+"""Reading a trace (the contract, its columns and CSV form are `sim3d.trace`): action tokens,
+SEND/RECV pairs, busy time and bubble per rank, and the Chrome Trace Event JSON that Perfetto
+opens. Only pandas and the standard library are imported here: `import sim3d` must stay free
+of matplotlib and torch (the Gantt chart lives in `gantt.py`).
 """
 
 from __future__ import annotations
@@ -22,88 +14,12 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ..schedule.ir import TRACE_COLUMNS
-
-_INT_COLUMNS = ("rank", "stage", "chunk", "microbatch", "bytes", "peer")
-_FLOAT_COLUMNS = ("start_s", "end_s")
-_STR_COLUMNS = ("kind", "stream")
+from ..trace import canonical, check_trace
 
 # Fixed thread id per stream so every rank shows its lanes in the same order in Perfetto.
 STREAM_TIDS = {"compute": 0, "tp": 1, "cp": 2, "ep": 3, "pp": 4, "dp": 5}
 _BUCKETED = frozenset({"DP_REDUCE", "PARAM_GATHER"})
 _P2P_SENDS = {"SEND_F": "RECV_F", "SEND_B": "RECV_B"}
-
-
-def empty_trace() -> pd.DataFrame:
-    """A trace with no rows but the right columns and dtypes (so concat keeps the dtypes)."""
-    return _coerce(pd.DataFrame({c: [] for c in TRACE_COLUMNS}))
-
-
-def check_trace(df: pd.DataFrame) -> pd.DataFrame:
-    """Raise ValueError unless `df` has exactly the trace columns; return it in column order."""
-    if not isinstance(df, pd.DataFrame):
-        raise ValueError(f"a trace must be a pandas DataFrame, got {type(df).__name__}")
-    present = [str(c) for c in df.columns]
-    missing = [c for c in TRACE_COLUMNS if c not in present]
-    extra = [c for c in present if c not in TRACE_COLUMNS]
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing column(s) " + ", ".join(missing))
-        if extra:
-            parts.append("unexpected column(s) " + ", ".join(extra))
-        raise ValueError("trace: " + "; ".join(parts) + f" (expected exactly {', '.join(TRACE_COLUMNS)})")
-    if len(set(present)) != len(present):
-        raise ValueError("trace: duplicated column names")
-    return df.loc[:, list(TRACE_COLUMNS)]
-
-
-def check_trace_values(df: pd.DataFrame) -> pd.DataFrame:
-    """Raise ValueError naming the first row whose times or ids no run could produce."""
-    problems = [("start_s", ~np.isfinite(df["start_s"]) | (df["start_s"] < 0), "a finite time >= 0"),
-                ("end_s", ~np.isfinite(df["end_s"]) | (df["end_s"] < df["start_s"]), "a finite time >= start_s"),
-                ("rank", df["rank"] < 0, "a rank >= 0"),
-                ("bytes", df["bytes"] < 0, "bytes >= 0")]
-    for column, bad, expected in problems:
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ValueError(f"data row {row + 1}: {column}={df[column].iloc[row]!r}, expected {expected}")
-    return df
-
-
-def _coerce(df: pd.DataFrame) -> pd.DataFrame:
-    """Cast to the canonical dtypes: int64 for ids/bytes, float64 for times, str for labels."""
-    out = check_trace(df).copy()
-    for c in _INT_COLUMNS:
-        out[c] = out[c].astype("int64")
-    for c in _FLOAT_COLUMNS:
-        out[c] = out[c].astype("float64")
-    for c in _STR_COLUMNS:
-        out[c] = out[c].astype(str)
-    return out.reset_index(drop=True)
-
-
-# ---- CSV ------------------------------------------------------------------------------
-
-def write_trace_csv(df: pd.DataFrame, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # repr-exact floats: the CSV is also the input of `sim3d compare`, which must not drift.
-    _coerce(df).to_csv(path, index=False, float_format="%.17g")
-    return path
-
-
-def read_trace_csv(path: str | Path) -> pd.DataFrame:
-    dtypes = {**{c: "int64" for c in _INT_COLUMNS}, **{c: "float64" for c in _FLOAT_COLUMNS},
-              **{c: str for c in _STR_COLUMNS}}
-    # pandas < 3 needs "round_trip" for bit-exact floats; pandas 3 does that by default and
-    # deprecates the argument.
-    exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
-    try:
-        df = pd.read_csv(path, dtype=dtypes, keep_default_na=False, **exact)
-    except (ValueError, OverflowError) as exc:  # a blank in an integer column, an id beyond int64
-        raise ValueError(f"{path}: not a valid trace CSV ({str(exc).splitlines()[0]})") from None
-    return check_trace_values(_coerce(df))
 
 
 # ---- action tokens -----------------------------------------------------------------------
@@ -181,7 +97,7 @@ def _lanes(df: pd.DataFrame) -> list[int]:
 
 
 def chrome_trace_events(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None) -> list[dict]:
-    df = _coerce(df)
+    df = canonical(df)
     labels = dict(rank_labels or {})
     tids = _tids(df["stream"].unique())
     lanes = _lanes(df)

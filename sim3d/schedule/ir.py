@@ -35,8 +35,6 @@ COMPUTE = frozenset({Kind.F, Kind.B, Kind.BI, Kind.BW})
 P2P = frozenset({Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B})
 BUCKETED = frozenset({Kind.DP_REDUCE, Kind.PARAM_GATHER})
 ALIASES = {"I": Kind.BI, "W": Kind.BW}
-# One row per executed action, simulated and executed alike (DESIGN.md section 4).
-TRACE_COLUMNS = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,126 @@
+"""The trace contract (DESIGN.md section 4), below the engine and the executor, which both
+build rows for it, and the report, which reads and writes it.
+
+One row per executed action, simulated and executed alike, columns TRACE_COLUMNS:
+
+* `rank` and `peer` are global ranks; `peer` is -1 where no single peer applies, so
+  SEND -> RECV flows join rows directly.
+* `stage` is the global pipeline stage of the action's chunk; `chunk` is -1 for OPT_STEP.
+* `microbatch` is -1 where it does not apply; for the bucketed data-parallel kinds
+  (DP_REDUCE, PARAM_GATHER) it carries the bucket index, so `DP_REDUCE#3` can be rebuilt.
+* `stream` is the kind's stream (STREAM_OF_KIND); the simulator adds TP_COMM / CP_COMM /
+  EP_COMM rows on the tp / cp / ep streams for the collectives inside a compute action,
+  ending with it.
+* A SEND row spans the transfer on the wire (simulated) or the isend until it is seen
+  complete (executed). A RECV row is the same message seen from the receiver: from the
+  moment it could start arriving (the later of the post and the transfer's start) until it
+  is there; a RECV never makes its rank wait (the consuming compute does).
+* `bytes`: what this rank puts on the wire for the action. SEND and RECV: the message.
+  Collective rows (DP_REDUCE, PARAM_GATHER, *_COMM): the ring's bus bytes, i.e. the buffer
+  times nccl-tests' bus factor (2(n-1)/n for an all-reduce, (n-1)/n for an all-gather,
+  reduce-scatter or all-to-all); 0 for a group of one and for compute.
+
+Only the standard library is imported at module level: the engine imports this module, and
+`import sim3d` stays free of pandas until a table is asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .schedule.ir import Kind
+
+TRACE_COLUMNS = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
+STREAM_OF_KIND = {**{k.value: "compute" for k in (Kind.F, Kind.B, Kind.BI, Kind.BW, Kind.OPT_STEP)},
+                  **{k.value: "pp" for k in (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)},
+                  Kind.DP_REDUCE.value: "dp", Kind.PARAM_GATHER.value: "dp",
+                  "TP_COMM": "tp", "CP_COMM": "cp", "EP_COMM": "ep"}
+
+_INT_COLUMNS = ("rank", "stage", "chunk", "microbatch", "bytes", "peer")
+_FLOAT_COLUMNS = ("start_s", "end_s")
+_STR_COLUMNS = ("kind", "stream")
+
+
+
+def empty_trace():
+    """A trace with no rows but the right columns and dtypes (so concat keeps the dtypes)."""
+    import pandas as pd
+    return canonical(pd.DataFrame({c: [] for c in TRACE_COLUMNS}))
+
+
+def check_trace(df):
+    """Raise ValueError unless `df` has exactly the trace columns; return it in column order."""
+    import pandas as pd
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"a trace must be a pandas DataFrame, got {type(df).__name__}")
+    present = [str(c) for c in df.columns]
+    missing = [c for c in TRACE_COLUMNS if c not in present]
+    extra = [c for c in present if c not in TRACE_COLUMNS]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing column(s) " + ", ".join(missing))
+        if extra:
+            parts.append("unexpected column(s) " + ", ".join(extra))
+        raise ValueError("trace: " + "; ".join(parts) + f" (expected exactly {', '.join(TRACE_COLUMNS)})")
+    if len(set(present)) != len(present):
+        raise ValueError("trace: duplicated column names")
+    return df.loc[:, list(TRACE_COLUMNS)]
+
+
+def check_trace_values(df):
+    """Raise ValueError naming the first row whose times or ids no run could produce."""
+    import numpy as np
+    problems = [("start_s", ~np.isfinite(df["start_s"]) | (df["start_s"] < 0), "a finite time >= 0"),
+                ("end_s", ~np.isfinite(df["end_s"]) | (df["end_s"] < df["start_s"]), "a finite time >= start_s"),
+                ("rank", df["rank"] < 0, "a rank >= 0"),
+                ("bytes", df["bytes"] < 0, "bytes >= 0")]
+    for column, bad, expected in problems:
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"data row {row + 1}: {column}={df[column].iloc[row]!r}, expected {expected}")
+    return df
+
+
+def canonical(df):
+    """Cast to the canonical dtypes: int64 for ids/bytes, float64 for times, str for labels."""
+    out = check_trace(df).copy()
+    for c in _INT_COLUMNS:
+        out[c] = out[c].astype("int64")
+    for c in _FLOAT_COLUMNS:
+        out[c] = out[c].astype("float64")
+    for c in _STR_COLUMNS:
+        out[c] = out[c].astype(str)
+    return out.reset_index(drop=True)
+
+
+
+def rows_to_frame(rows):
+    """A trace DataFrame from row tuples in TRACE_COLUMNS order (the engine's and executor's rows)."""
+    import pandas as pd
+    return pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+
+
+# ---- CSV ------------------------------------------------------------------------------
+
+def write_trace_csv(df, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # repr-exact floats: the CSV is also the input of `sim3d compare`, which must not drift.
+    canonical(df).to_csv(path, index=False, float_format="%.17g")
+    return path
+
+
+def read_trace_csv(path: str | Path):
+    import pandas as pd
+
+    dtypes = {**{c: "int64" for c in _INT_COLUMNS}, **{c: "float64" for c in _FLOAT_COLUMNS},
+              **{c: str for c in _STR_COLUMNS}}
+    # pandas < 3 needs "round_trip" for bit-exact floats; pandas 3 does that by default and
+    # deprecates the argument.
+    exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+    try:
+        df = pd.read_csv(path, dtype=dtypes, keep_default_na=False, **exact)
+    except (ValueError, OverflowError) as exc:  # a blank in an integer column, an id beyond int64
+        raise ValueError(f"{path}: not a valid trace CSV ({str(exc).splitlines()[0]})") from None
+    return check_trace_values(canonical(df))

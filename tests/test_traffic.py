@@ -1,0 +1,72 @@
+"""Traffic per link: laid on the graph from the trace, against closed forms and itself."""
+
+import pytest
+
+import sim3d
+from sim3d.engine.traffic import LINK_COLUMNS
+
+
+def layout(tp, pp, dp, nodes, gpus_per_node, **training):
+    return dict(name="links", model=dict(layers=4, hidden=1024, heads=16, vocab=32000, seq_len=1024),
+                parallel=dict(tp=tp, pp=pp, dp=dp, sequence_parallel=tp > 1),
+                training=dict(micro_batch=1, global_batch=4 * dp, recompute="none", **training),
+                cluster=dict(gpu="h100-sxm", nodes=nodes, gpus_per_node=gpus_per_node))
+
+
+def edge(links, src, dst):
+    row = links[(links.src == src) & (links.dst == dst)]
+    assert len(row) == 1, (src, dst)
+    return row.iloc[0]
+
+
+def test_pipeline_messages_cross_the_network_once_each_way():
+    """pp2 over two one-GPU nodes: the activation of each of m micro-batches goes out over
+    node 0's NIC, its gradient comes back: m * b*s*h*2 bytes per direction."""
+    r = sim3d.simulate(layout(1, 2, 1, 2, 1))
+    m, message = 4, 1 * 1024 * 1024 * 2
+    out, back = edge(r.links, "gpu0.0", "nic0.0"), edge(r.links, "nic0.0", "gpu0.0")
+    assert out.bytes == m * message and back.bytes == m * message
+    assert out.busy_fraction == pytest.approx(out.bytes / (out.bandwidth_Bps * r.step_time))
+    assert list(r.links.columns) == list(LINK_COLUMNS)
+
+
+def test_tensor_parallel_bytes_follow_megatron_and_the_trace():
+    """tp8 with sequence parallelism: a layer's forward all-gathers twice and reduce-scatters
+    twice b*s*h*2 bytes; in a ring each rank sends 7/8 of each (2 x 7/8 for an all-reduce). Every byte a rank's trace
+    says it sent leaves its GPU on its NVLink."""
+    r = sim3d.simulate(layout(8, 1, 1, 1, 8))
+    trace = r.trace
+    forward = trace[(trace.kind == "TP_COMM") & (trace["rank"] == 0)]
+    first = forward.iloc[0]  # the first forward of rank 0
+    activation = 1 * 1024 * 1024 * 2
+    per_layer = 4 * 7 / 8 * activation
+    # + the embedding's reduce-scatter and the LM head's all-gather, + Megatron's vocab-parallel
+    # cross entropy: three all-reduces (max, target logit, sum of exp) of b*s fp32 values
+    loss = 3 * 2 * 7 / 8 * 1024 * 4
+    assert first.bytes == pytest.approx(4 * per_layer + 2 * 7 / 8 * activation + loss)
+    sent = trace[(trace["rank"] == 0) & (trace.stream == "tp")].bytes.sum()
+    assert edge(r.links, "gpu0.0", "switch0").bytes == pytest.approx(sent)
+
+
+@pytest.mark.parametrize("tp,pp,dp,nodes", [(2, 2, 4, 2), (4, 2, 2, 2), (1, 4, 8, 4)])
+def test_folded_links_equal_every_gpu_replayed(tp, pp, dp, nodes):
+    """Folding lays one pipeline's bytes on every rank it stands for: on a symmetric layout
+    that is exactly what replaying every GPU gives."""
+    s = layout(tp, pp, dp, nodes, 8)
+    folded, full = sim3d.simulate(s), sim3d.simulate(s, full_fidelity=True)
+    assert folded.step_time == pytest.approx(full.step_time, rel=1e-9)
+    a, b = folded.links.sort_values(["src", "dst"]), full.links.sort_values(["src", "dst"])
+    assert a.src.tolist() == b.src.tolist() and a.dst.tolist() == b.dst.tolist()
+    assert a.bytes.to_numpy() == pytest.approx(b.bytes.to_numpy(), rel=1e-9)
+    assert (a.bytes > 0).sum() > 0
+
+
+def test_a_rail_optimized_fabric_keeps_data_parallel_traffic_off_the_spine():
+    """dp rings join GPU k of every node, which share rail k: leaf k switches them. On a
+    fat tree with 16 nodes per leaf, 32 nodes need the spine."""
+    s = layout(8, 1, 32, 32, 8)
+    rail = sim3d.simulate(s).links
+    tree = sim3d.simulate(s, **{"cluster.inter_node.fabric": "fat-tree"}).links
+    assert rail[rail.kind == "uplink"].bytes.sum() == 0
+    assert tree[tree.kind == "uplink"].bytes.sum() > 0
+    assert rail[rail.kind == "ib"].bytes.sum() == pytest.approx(tree[tree.kind == "ib"].bytes.sum())
