@@ -163,3 +163,18 @@ def test_committed_cpu_profile_drives_the_tiny_scenario():
     sources = dict(costs.explain())
     assert all("profile" in source for what, source in sources.items() if what.startswith("compute")), sources
     assert sum(len(op.kernels) + (op.gemm is not None) for op in embedding_ops(s) + head_ops(s)) > 0
+
+
+@pytest.mark.parametrize("gpus_per_node,nics", [(4, 8), (8, 3), (8, 8), (8, 4)])
+def test_every_gpu_reaches_the_network_through_one_nic(gpus_per_node, nics):
+    """8 NICs on a 4-GPU node (and 3 NICs for 8 GPUs) used to leave GPUs without a NIC edge
+    and crash path finding; the node's network bandwidth is kept whatever the split."""
+    s = gpt3(f"cluster.gpus_per_node={gpus_per_node}", f"cluster.inter_node.nics_per_node={nics}",
+             f"cluster.nodes={1024 // gpus_per_node}")
+    topo = Topology(s)
+    for local in range(gpus_per_node):
+        path = topo.path(local, gpus_per_node + local)  # gpu-nic-leaf(-spine-leaf)-nic-gpu
+        assert path[0][1][0] == "nic" and len(path) in (4, 6)
+    node_bw = sum(topo.graph.edges[("nic", 0, i), next(v for v in topo.graph[("nic", 0, i)] if v[0] == "leaf")]["bw"]
+                  for i in range(topo.nics))
+    assert node_bw == pytest.approx(nics * s.nic_gbps * GBIT)
