@@ -127,6 +127,7 @@ class CostModel:
         self._p2p_cache: dict[tuple[int, int], float] = {}
         self._link_cache: dict[tuple[str, int], object] = {}
         self._rank_links: dict[int, tuple] = {}
+        self._rank_cache: dict[tuple[int, int, str], ActionCost] = {}
         self._block_shape = block_shape(scenario)
         self._slowdown = {f.straggler.rank: f.straggler.slowdown for f in scenario.faults if f.straggler}
 
@@ -194,9 +195,13 @@ class CostModel:
     # ---- compute actions ----------------------------------------------------------------
     def compute(self, rank: int, stage: int, kind: str) -> ActionCost:
         """F, B, BI or BW of one micro-batch of a global stage on a global rank."""
-        cost = self.action(stage, kind, rank)
-        slow = self.slowdown(rank)
-        return cost.slowed(slow) if slow != 1.0 else cost
+        key = (rank, stage, kind)
+        cost = self._rank_cache.get(key)
+        if cost is None:  # the engine asks this once per action: hashing links each time showed
+            cost = self.action(stage, kind, rank)
+            slow = self.slowdown(rank)
+            cost = self._rank_cache[key] = cost.slowed(slow) if slow != 1.0 else cost
+        return cost
 
     def action(self, stage: int, kind: str, rank: int = 0) -> ActionCost:
         """F, B, BI or BW of one micro-batch on a global stage, priced on `rank`'s process
