@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from sim3d.costs.profile import Profile
-from sim3d.engine import simulate
+from sim3d.engine import replay_step
 from sim3d.executor import execute
 from sim3d.scenario import load_scenario
 
@@ -35,7 +35,7 @@ def main() -> None:
     for tp, pp, dp in LAYOUTS:
         sets = [f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}", f"cluster.gpus_per_node={tp * pp * dp}"]
         scenario = load_scenario("scenarios/tiny.yaml", sets)
-        sim = simulate(scenario, profile=profile).result.step_time
+        sim = replay_step(scenario, profile=profile).result.step_time
         real = sorted(execute(scenario, steps=args.steps).median_step_s for _ in range(args.runs))
         errors = [(sim - r) / r for r in real]
         print(f"{tp},{pp},{dp:<6} {sim * 1e3:>13.1f} {statistics.median(real) * 1e3:>19.1f} "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from sim3d.engine import simulate
+from sim3d.engine import replay_step
 from sim3d.scenario import load_scenario
 
 CASES = [
@@ -27,7 +27,7 @@ def main() -> None:
     for name, path, sets, full in CASES:
         scenario = load_scenario(path, sets)
         start = time.perf_counter()
-        run = simulate(scenario, full_fidelity=full)
+        run = replay_step(scenario, full_fidelity=full)
         wall = time.perf_counter() - start
         r = run.result
         print(f"{name:32} {'full' if full else 'folded':8} {scenario.num_gpus:>6} {r.events:>9,} "

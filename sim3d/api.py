@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .costs.model import CostModel
 from .engine import SimResult
-from .engine import simulate as _replay
+from .engine import replay_step
 from .limits import WorkLimitExceeded, check_schedule_size
 from .model.memory import MemoryReport, memory_report
 from .report.summary import summarize
@@ -86,7 +86,7 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
             check_schedule_size(s.pp, s.num_microbatches, s.vpp, ranks_replayed=s.num_gpus)
         except WorkLimitExceeded as e:
             raise ScenarioError(f"full fidelity (every GPU replayed): {e}") from None
-    run = _replay(s, full_fidelity=full_fidelity, progress=progress)
+    run = replay_step(s, full_fidelity=full_fidelity, progress=progress)
     memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
     summary = summarize(run, memory)
     profile = run.costs.profile

@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim3d.costs.model import ActionCost, CostModel
-from sim3d.engine import Engine, simulate
+from sim3d.engine import Engine
+from sim3d.engine import replay_step as simulate
 from sim3d.placement import Placement
 from sim3d.scenario import scenario_from_dict
 from sim3d.schedule import build, lower

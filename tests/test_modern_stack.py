@@ -119,7 +119,7 @@ def test_tp_comm_overlap_needs_sequence_parallelism():
 
 def test_overlap_param_gather_takes_the_gather_off_the_step():
     base = ["parallel.distributed_optimizer=true", "parallel.sequence_parallel=true", "cluster.gpu=h100-sxm"]
-    from sim3d.engine import simulate
+    from sim3d.engine import replay_step as simulate
     exposed = simulate(load_scenario(ROOT / "scenarios" / "gpt3.yaml", base)).result
     hidden = simulate(load_scenario(ROOT / "scenarios" / "gpt3.yaml", base + ["training.overlap_param_gather=true"])).result
     assert hidden.step_time < exposed.step_time

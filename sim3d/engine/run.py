@@ -32,7 +32,7 @@ def load_profile(scenario):
         raise ScenarioError(f"costs.profile: {e}") from None
 
 
-def simulate(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None,
+def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None,
              progress: Callable[[float], None] | None = None) -> SimRun:
     """One step. Stragglers need every GPU simulated, so they imply full fidelity.
     The scenario's `costs.profile` is loaded unless `profile` or `costs` is given.
