@@ -91,13 +91,13 @@ def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
 
 def test_a_point_that_crashes_becomes_an_error_row(tmp_path, monkeypatch):
     import sim3d.api
-    replay = sim3d.api._replay
+    replay = sim3d.api.replay_step
 
     def broken_for_micro_batch_2(s, **kwargs):  # a bug that only some points reach
         if s.training.micro_batch == 2:
             raise ZeroDivisionError("division by zero")
         return replay(s, **kwargs)
-    monkeypatch.setattr(sim3d.api, "_replay", broken_for_micro_batch_2)
+    monkeypatch.setattr(sim3d.api, "replay_step", broken_for_micro_batch_2)
     result = sweep(tmp_path)
     assert result.exit_code == 0, result.output
     table = rows(tmp_path)
