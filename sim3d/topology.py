@@ -42,6 +42,10 @@ class GroupLink:
     inter_latency: float
     intra_efficiency: float = 0.77  # measured ring busbw / NVLink line rate (GpuSpec.nvlink_ring_busbw)
     nvls_busbw: float | None = None  # NVLink SHARP all-reduce busbw of a whole node, bytes/s (None: no NVLS)
+    # of `bw`: the slowest hop inside a node, and the rate at which the ring crosses between
+    # nodes (all the NICs its members on a node drive, shared with concurrent groups)
+    ring_intra_bw: float = float("inf")
+    ring_inter_bw: float = float("inf")
 
 
 class Topology:
@@ -129,6 +133,71 @@ class Topology:
             self._link_load[axis] = load
         return self._link_load[axis]
 
+    def _crossing_load(self, axis: str) -> Counter:
+        """Share of concurrent `axis` groups' node crossings on each NIC ((node, nic) keys) and
+        each leaf uplink (edge keys).
+
+        NCCL runs a collective over several channels (rings with different orders), and with
+        PXN a GPU hands data for another rail to that rail's GPU over NVLink (NCCL docs,
+        NCCL_PXN_DISABLE, NCCL_CROSS_NIC), so a group's traffic into and out of a node spreads
+        over the NICs of all its members there and stays on its rail where it can. A group
+        with members behind m NICs on a node puts 1/m of its crossing on each of them."""
+        key = f"crossings:{axis}"
+        if key not in self._link_load:
+            load: Counter = Counter()
+            for group in self.placement.groups(axis):
+                for edge, share in self._crossings(group):
+                    load[edge] += share
+            self._link_load[key] = load
+        return self._link_load[key]
+
+    def _crossings(self, group: list[int]) -> list[tuple[tuple, float]]:
+        """(NIC or uplink, share of the group's crossing it carries) for one group."""
+        nics: dict[int, list[int]] = {}
+        for rank in group:
+            node, local = self.gpu_of(rank)
+            nics.setdefault(node, [])
+            if self._nic_of(local) not in nics[node]:
+                nics[node].append(self._nic_of(local))
+        if len(nics) < 2:
+            return []
+        out = [((node, nic), 1 / len(used)) for node, used in nics.items() for nic in used]
+        order = list(dict.fromkeys(self.gpu_of(r)[0] for r in group))  # nodes in ring order
+        for a, b in zip(order, order[1:] + order[:1]):
+            for nic in nics[a]:
+                dst = nic if nic in nics[b] else nics[b][0]
+                leaf_a, leaf_b = self._leaf(a, nic), self._leaf(b, dst)
+                if leaf_a != leaf_b:
+                    out += [((leaf_a, ("spine", 0)), 1 / len(nics[a])), ((("spine", 0), leaf_b), 1 / len(nics[a]))]
+        return out
+
+    def _leaf(self, node: int, nic: int) -> tuple:
+        return next(v for v in self.graph[("nic", node, nic)] if v[0] == "leaf")
+
+    def _crossing_rate(self, group: list[int], axis: str) -> tuple[float, float]:
+        """(rate at which the group's ring crosses between nodes, the slowest node's rate per
+        member), bytes/s per direction: the NICs and uplinks its crossings use, each shared
+        with the concurrent groups that use it too."""
+        load = self._crossing_load(axis)
+        members = Counter(self.gpu_of(r)[0] for r in group)
+        ring, per_member = float("inf"), float("inf")
+        for edge, share in self._crossings(group):
+            if isinstance(edge[0], int):  # (node, nic)
+                capacity = self._nic_bw(*edge)
+            else:
+                capacity = self.graph.edges[edge]["bw"]
+            rate = capacity / load[edge]  # the group's rate if this link were its bottleneck
+            ring = min(ring, rate)
+            if isinstance(edge[0], int):
+                per_member = min(per_member, rate / members[edge[0]])
+            else:
+                per_member = min(per_member, rate / max(members.values()))
+        return ring, per_member
+
+    def _nic_bw(self, node: int, nic: int) -> float:
+        port = ("nic", node, nic)
+        return min(self.graph.edges[port, v]["bw"] for v in self.graph[port] if v[0] == "leaf")
+
     def group_link(self, axis: str, rank: int = 0) -> GroupLink:
         """Bottleneck of `rank`'s ring along `axis` while every group of that axis runs the
         same collective concurrently (they do: symmetric ranks reach it together)."""
@@ -146,17 +215,16 @@ class Topology:
         if n < 2:
             return GroupLink(1, float("inf"), 0.0, 1, 1, intra, float("inf"), intra_lat, inter_lat, efficiency, nvls)
         load = self._ring_load(axis)
-        bw, lat, inter_bw = float("inf"), 0.0, float("inf")
+        ring_intra, lat = float("inf"), 0.0
         for i, a in enumerate(group):
             b = group[(i + 1) % n]
             edges = self.path(a, b)
-            hop_bw = min(self.graph.edges[e]["bw"] / load[e] for e in edges)
-            bw = min(bw, hop_bw)
             lat = max(lat, sum(self.graph.edges[e]["latency"] for e in edges))
-            if self.gpu_of(a)[0] != self.gpu_of(b)[0]:
-                inter_bw = min(inter_bw, hop_bw)
-        return GroupLink(n, bw, lat, len(nodes), max(nodes.values()), intra, inter_bw, intra_lat, inter_lat,
-                         efficiency, nvls)
+            if self.gpu_of(a)[0] == self.gpu_of(b)[0]:
+                ring_intra = min(ring_intra, min(self.graph.edges[e]["bw"] / load[e] for e in edges))
+        ring_inter, inter_bw = self._crossing_rate(group, axis) if len(nodes) > 1 else (float("inf"), float("inf"))
+        return GroupLink(n, min(ring_intra, ring_inter), lat, len(nodes), max(nodes.values()), intra, inter_bw,
+                         intra_lat, inter_lat, efficiency, nvls, ring_intra, ring_inter)
 
     def slowest_group_link(self, axis: str) -> GroupLink:
         """The slowest of all groups along `axis` (lowest ring bandwidth, then the lowest

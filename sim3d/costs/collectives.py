@@ -56,8 +56,11 @@ class CollectiveTime:
 
 
 def _effective_bw(link: GroupLink) -> float:
-    eff = NETWORK_EFFICIENCY if link.nodes > 1 else link.intra_efficiency
-    return link.bw * eff
+    """Ring bus bandwidth: the slower of its NVLink hops and its node crossings, each at the
+    efficiency measured for that kind of link."""
+    if link.nodes == 1:
+        return link.bw * link.intra_efficiency
+    return min(link.ring_intra_bw * link.intra_efficiency, link.ring_inter_bw * NETWORK_EFFICIENCY)
 
 
 def _size_penalty(nbytes: float, link: GroupLink) -> float:
