@@ -171,6 +171,25 @@ class Topology:
                     out += [((leaf_a, ("spine", 0)), 1 / len(nics[a])), ((("spine", 0), leaf_b), 1 / len(nics[a]))]
         return out
 
+    def ring_hop_edges(self, group: list[int], i: int) -> list[tuple[tuple, float]]:
+        """(directed edge, share) of what member i sends to member i+1 in a ring over `group`:
+        its path inside a node; across nodes, spread over the NICs the group drives on the
+        sending node, each share staying on its rail (the crossing model of `_crossings`)."""
+        a, b = group[i], group[(i + 1) % len(group)]
+        node_a, node_b = self.gpu_of(a)[0], self.gpu_of(b)[0]
+        if node_a == node_b:
+            return [(edge, 1.0) for edge in self.path(a, b)]
+        by_nic: dict[int, dict[int, int]] = {}  # node -> NIC -> first member behind it
+        for rank in group:
+            node, local = self.gpu_of(rank)
+            by_nic.setdefault(node, {}).setdefault(self._nic_of(local), rank)
+        senders, receivers = by_nic[node_a], by_nic[node_b]
+        out = []
+        for nic, src in senders.items():
+            dst = receivers.get(nic, next(iter(receivers.values())))
+            out += [(edge, 1 / len(senders)) for edge in self.path(src, dst)]
+        return out
+
     def _leaf(self, node: int, nic: int) -> tuple:
         return next(v for v in self.graph[("nic", node, nic)] if v[0] == "leaf")
 

@@ -45,7 +45,8 @@ def test_run_writes_trace_and_plots(tmp_path):
     result = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path, "--set", "parallel.vpp=2",
                     "--set", "schedule=interleaved-1f1b")
     assert result.exit_code == 0, result.stderr
-    for name in ("summary.json", "links.csv", "trace.csv", "trace.json", "gantt.png", "gantt.pdf", "memory.png", "schedule.csv"):
+    for name in ("summary.json", "links.csv", "trace.csv", "trace.json", "gantt.png", "gantt.pdf", "memory.png", "links.png",
+                 "schedule.csv"):
         assert (tmp_path / name).stat().st_size > 0, name
     trace = pd.read_csv(tmp_path / "trace.csv")
     assert list(trace.columns) == ["rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s",

@@ -5,7 +5,8 @@ Every trace row that moves data is laid on the graph (topology.py's routed paths
 * a SEND on the path from its rank to its peer (the matching RECV row is the same message);
 * a collective row (TP / CP / EP_COMM inside compute, DP_REDUCE, PARAM_GATHER) as a ring: the
   rank sends its `bytes` (the ring's bus bytes, see `ActionCost.wire`) to the next member of
-  its group along that axis. Tree, NVLS and hierarchical algorithms move the same bus bytes
+  its group along that axis; a hop between nodes is spread over the NICs the group drives
+  there, on their own rails, as the cost model prices it (`Topology.ring_hop_edges`). Tree, NVLS and hierarchical algorithms move the same bus bytes
   over other hops; the ring placement is the accounting, not a claim about the algorithm.
   Expert-parameter reductions ride the data-parallel ring too.
 
@@ -54,8 +55,8 @@ def link_traffic(rows, topology, step_time: float, folded: bool):
             for i, rank in enumerate(group):
                 nbytes = bytes_of(rank, axis)
                 if nbytes and len(group) > 1:
-                    for edge in topology.path(rank, group[(i + 1) % len(group)]):
-                        load[edge] += nbytes
+                    for edge, share in topology.ring_hop_edges(group, i):
+                        load[edge] += nbytes * share
     for (a, b), nbytes in p2p.items():
         for edge in topology.path(a, b):
             load[edge] += nbytes

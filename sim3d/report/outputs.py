@@ -27,7 +27,7 @@ def rank_labels(s, ranks) -> dict[int, str]:
 
 def write_run_outputs(result, folder: Path, plots: bool = True) -> list[Path]:
     """summary.json, links.csv, trace.csv, trace.json (Perfetto), schedule.csv and, with
-    `plots`, the Gantt chart and the memory plot of a `sim3d.Result`."""
+    `plots`, the Gantt chart, the memory plot and the link traffic plot of a `sim3d.Result`."""
     from ..trace import write_trace_csv
     from .trace import write_chrome_trace
 
@@ -42,6 +42,7 @@ def write_run_outputs(result, folder: Path, plots: bool = True) -> list[Path]:
     written[4].write_text(result.schedule.to_csv())
     if plots:
         from .gantt import plot_gantt
+        from .links_plot import plot_links
         from .memory_plot import plot_memory
         gantt = [folder / "gantt.png", folder / "gantt.pdf"]
         title = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
@@ -49,5 +50,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True) -> list[Path]:
         plot_gantt(trace, gantt, title=title, rank_labels=labels)
         memory = folder / "memory.png"
         plot_memory(result.memory, memory, title=f"{s.name}: memory per pipeline stage")
-        written += gantt + [memory]
+        links = folder / "links.png"
+        plot_links(result.links, links, title=f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
+                   f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
+        written += gantt + [memory, links]
     return written
