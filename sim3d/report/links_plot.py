@@ -31,7 +31,7 @@ def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) 
     left.tick_params(axis="y", labelsize=7)
     kinds = [k for k in kinds if k in KIND_NAMES]
     data = [links.busy_fraction[links.kind == k] * 100 for k in kinds]
-    box = right.boxplot(data, vert=True, patch_artist=True, showfliers=True)
+    box = right.boxplot(data, patch_artist=True, showfliers=True)
     for patch, kind in zip(box["boxes"], kinds):
         patch.set_facecolor(KIND_COLORS[kind])
     right.set_xticks(range(1, len(kinds) + 1), [KIND_NAMES[k] for k in kinds], rotation=15, fontsize=8)
