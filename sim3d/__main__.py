@@ -1,0 +1,5 @@
+"""`python -m sim3d ...` is the `sim3d` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,85 @@
+"""`sim3d import megatron -- ARGS...` and `sim3d import nemo RECIPE.yaml`: write a scenario
+from the configuration a user already has (sim3d/importers.py), and say what was not mapped
+and what was assumed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .cli_support import JSON_HELP, BadInput, _print_json, _writable_file, guarded, say
+
+import_app = typer.Typer(no_args_is_help=True, help="Write a scenario from a Megatron-LM command line or a NeMo "
+                                                    "training YAML.")
+
+GPU_HELP = "GPU preset of the cluster (a100-40gb, a100-80gb, h100-sxm, h200, ...)."
+GPUS_HELP = "GPUs of the run (default: tp x pp x cp, i.e. one data-parallel replica)."
+
+
+def _emit(imported, out: Optional[Path], as_json: bool) -> None:
+    import yaml
+
+    from .scenario import scenario_from_dict
+    scenario_from_dict(imported.scenario)  # refuse (exit 2) what would not load as written
+    text = yaml.safe_dump(imported.scenario, sort_keys=False)
+    notes = [f"not mapped: {u}" for u in imported.unmapped] + [f"assumed: {a}" for a in imported.assumed]
+    if as_json:
+        _print_json({"scenario": imported.scenario, "not_mapped": imported.unmapped, "assumed": imported.assumed,
+                     "path": str(out) if out else None})
+    if out is not None:
+        _writable_file(out, "--out", (".yaml", ".yml"))
+        out.write_text("# written by `sim3d import`\n" + "".join(f"# {n}\n" for n in notes) + text)
+    elif not as_json:
+        print(text, end="")
+    if not as_json:
+        for note in notes:
+            say(note.split(":")[0] + ":", note.split(": ", 1)[1], "yellow")
+        if out is not None:
+            say("wrote", f"{out} (sim3d run {out})", "green")
+
+
+def _check_gpu(gpu: str) -> None:
+    from .hardware import PRESETS
+    if gpu not in PRESETS:
+        raise BadInput(f"--gpu {gpu!r}: expected one of {', '.join(sorted(PRESETS))}")
+
+
+@import_app.command()
+@guarded
+def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py arguments, after `--`."),
+             gpu: str = typer.Option("a100-80gb", "--gpu", help=GPU_HELP),
+             gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help=GPUS_HELP),
+             gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
+             name: str = typer.Option("megatron-import", "--name", help="Scenario name."),
+             out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """A scenario from a Megatron-LM command line: `sim3d import megatron --gpus 1024 -- --num-layers 96 ...`."""
+    from .importers import from_megatron
+    _check_gpu(gpu)
+    try:
+        imported = from_megatron(args, name=name, gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node)
+    except ValueError as e:
+        raise BadInput(f"megatron arguments: {e}") from None
+    _emit(imported, out, as_json)
+
+
+@import_app.command()
+@guarded
+def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: and model: sections)."),
+         gpu: str = typer.Option("h100-sxm", "--gpu", help=GPU_HELP),
+         gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs (default: trainer.num_nodes x devices)."),
+         name: Optional[str] = typer.Option(None, "--name", help="Scenario name (default: the file's stem)."),
+         out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
+         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """A scenario from a NeMo training config (the megatron_gpt_config.yaml layout)."""
+    from .importers import from_nemo
+    from .scenario import read_scenario_yaml
+    _check_gpu(gpu)
+    config = read_scenario_yaml(recipe)  # the same strict reading as a scenario file
+    try:
+        imported = from_nemo(config, name=name or recipe.stem, gpu=gpu, gpus=gpus)
+    except ValueError as e:
+        raise BadInput(f"{recipe}: {e}") from None
+    _emit(imported, out, as_json)

@@ -1,0 +1,102 @@
+"""What every `sim3d` command shares: the consoles, one-line messages, exit codes for bad
+input, JSON output and checked output paths (cli.py and cli_import.py both use them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import wraps
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from .scenario import ScenarioError, load_scenario
+
+# markup=False: every message is literal text; a `[/...]` in a gloo error or `[default]` in a
+# pip hint must print as written, so styling is applied through Text spans, never markup.
+out = Console(width=None if sys.stdout.isatty() else 120, markup=False)  # readable tables in logs and pipes
+err = Console(stderr=True, soft_wrap=True, markup=False)  # messages stay one line each, greppable
+
+SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
+
+
+def say(label: str, message: object, style: str = "bold red") -> None:
+    """One line on stderr: a styled label, then the message exactly as written."""
+    err.print(Text.assemble((label, style), " ", str(message)), highlight=False)
+
+
+class BadInput(Exception):
+    """A user error found outside scenario loading (bad flag combination, missing file)."""
+
+
+def _bad_input_types():
+    from .limits import WorkLimitExceeded
+    from .schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
+    # OSError: an unreadable input or unwritable output named by the OS (permission, full disk)
+    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded, OSError)
+
+
+def guarded(fn):
+    """Readable messages instead of tracebacks: exit 2 for bad input, 1 for our own bugs."""
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except _bad_input_types() as e:
+            say("error:", e)
+            raise typer.Exit(2)
+        except Exception as e:  # noqa: BLE001 - last line of defence for users
+            if os.environ.get("SIM3D_DEBUG"):
+                raise
+            say("internal error:", f"{type(e).__name__}: {e}\n"
+                "(set SIM3D_DEBUG=1 for the traceback, and please report it)")
+            raise typer.Exit(1)
+    return wrapper
+
+
+JSON_HELP = "Print only JSON on stdout (messages stay on stderr)."
+
+
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
+def _load(path: Path, sets: list[str]):
+    return load_scenario(path, sets)
+
+
+def _default_folder(name: str, suffix: str = "") -> Path:
+    """reports/<name><suffix>, the name reduced to one safe path component: a scenario named
+    `../../x` or `/etc` still writes under reports/."""
+    from .report.outputs import folder_name
+    return Path("reports") / (folder_name(name) + suffix)
+
+
+def _writable_folder(folder: Path, option: str = "--out", cwd_ok: bool = False) -> Path:
+    """Create `folder` (before any work, so nothing computed is lost to a bad path)."""
+    if not cwd_ok and (not str(folder).strip() or str(folder) == "."):
+        raise BadInput(f"{option} {str(folder)!r}: name a folder (an empty path would write into the working "
+                       "directory)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise BadInput(f"{option} {folder}: exists and is not a folder") from None
+    except OSError as e:
+        raise BadInput(f"{option} {folder}: cannot be created ({e.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"{option} {folder}: not writable")
+    return folder
+
+
+def _writable_file(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> Path:
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise BadInput(f"{option} {path}: expected a file ending in {', '.join(suffixes)}")
+    if path.is_dir():
+        raise BadInput(f"{option} {path}: is a folder, expected a file")
+    _writable_folder(path.parent, option, cwd_ok=True)  # x.csv in the working directory is fine
+    return path

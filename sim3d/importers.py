@@ -1,0 +1,275 @@
+"""Scenarios from the configurations people already have: a Megatron-LM command line
+(`pretrain_gpt.py` arguments) or a NeMo training YAML (the `trainer:` / `model:` layout of
+NeMo's megatron_gpt_config.yaml and NeMo-Framework-Launcher's training configs).
+
+Neither names the cluster, so the caller gives the GPU preset and the GPU count (or
+nodes); what is not in the arguments takes Megatron-LM's documented default. Every import
+says what it could not map and what it assumed, so nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+# Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
+VALUE_FLAGS = {
+    "num_layers": "model.layers", "hidden_size": "model.hidden", "num_attention_heads": "model.heads",
+    "num_query_groups": "model.kv_heads", "ffn_hidden_size": "model.ffn_hidden", "seq_length": "model.seq_len",
+    "kv_channels": "model.kv_channels", "hidden_dropout": "model.hidden_dropout",
+    "attention_dropout": "model.attention_dropout", "vocab_size": "model.vocab",
+    "num_experts": "model.moe.experts", "moe_router_topk": "model.moe.top_k",
+    "moe_ffn_hidden_size": "model.moe.expert_ffn_hidden",
+    "tensor_model_parallel_size": "parallel.tp", "pipeline_model_parallel_size": "parallel.pp",
+    "context_parallel_size": "parallel.cp", "expert_model_parallel_size": "parallel.ep",
+    "decoder_first_pipeline_num_layers": "parallel.decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers": "parallel.decoder_last_pipeline_num_layers",
+    "num_layers_in_first_pipeline_stage": "parallel.decoder_first_pipeline_num_layers",
+    "num_layers_in_last_pipeline_stage": "parallel.decoder_last_pipeline_num_layers",
+    "micro_batch_size": "training.micro_batch", "global_batch_size": "training.global_batch",
+    "attention_backend": "training.attention_backend",
+}
+SWITCH_FLAGS = {  # flags without a value
+    "sequence_parallel": ("parallel.sequence_parallel", True),
+    "use_distributed_optimizer": ("parallel.distributed_optimizer", True),
+    "swiglu": ("model.activation", "swiglu"), "squared_relu": ("model.activation", "squared-relu"),
+    "bf16": ("training.precision", "bf16"), "fp16": ("training.precision", "fp16"),
+    "overlap_grad_reduce": ("training.overlap_grad_reduce", True),
+    "overlap_param_gather": ("training.overlap_param_gather", True),
+    "tp_comm_overlap": ("training.tp_comm_overlap", True),
+    "use_flash_attn": ("training.attention_backend", "flash"),
+    "recompute_activations": ("training.recompute", "selective"),  # Megatron: selective recomputation
+    "checkpoint_activations": ("training.recompute", "full"),  # 2021 name of full recomputation
+    "no_async_tensor_model_parallel_allreduce": ("training.async_tensor_model_parallel_allreduce", False),
+    "overlap_p2p_comm": ("training.overlap_p2p", True),
+}
+# Arguments that do not change a step's time or memory: accepted without a note.
+IRRELEVANT = {
+    "lr", "min_lr", "lr_decay_style", "lr_decay_iters", "lr_decay_samples", "lr_warmup_fraction",
+    "lr_warmup_iters", "lr_warmup_samples", "weight_decay", "clip_grad", "adam_beta1", "adam_beta2", "adam_eps",
+    "init_method_std", "train_iters", "train_samples", "log_interval", "eval_iters", "eval_interval",
+    "save_interval", "save", "load", "data_path", "split", "vocab_file", "merge_file", "tokenizer_type",
+    "tokenizer_model", "seed", "tensorboard_dir", "wandb_project", "exit_interval", "distributed_backend",
+    "max_position_embeddings", "position_embedding_type", "normalization", "untie_embeddings_and_output_weights",
+    "disable_bias_linear", "no_masked_softmax_fusion", "no_bias_gelu_fusion", "no_bias_dropout_fusion",
+    "use_mcore_models", "transformer_impl", "rotary_base", "rotary_percent", "use_rotary_position_embeddings",
+    "rampup_batch_size", "data_cache_path", "num_workers", "log_throughput", "timing_log_level",
+    "log_timers_to_tensorboard", "tensorboard_log_interval", "make_vocab_size_divisible_by",
+    "group_query_attention", "recompute_num_layers", "accumulate_allreduce_grads_in_fp32",
+    # NeMo model keys of the same kind (numerics, fusions, checkpointing, data)
+    "mcore_gpt", "bias", "layernorm_epsilon", "share_embeddings_and_output_weights", "persist_layer_norm",
+    "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_add_fusion", "apply_query_key_layer_scaling",
+    "gradient_as_bucket_view", "use_cpu_initialization", "onnx_safe", "apply_rope_fusion", "seq_len_interpolation_factor",
+    "pre_process", "post_process", "headscale", "transformer_block_type", "openai_gelu", "normalize_attention_scores",
+    "resume_from_checkpoint", "native_amp_init_scale", "native_amp_growth_interval", "hysteresis", "fp32_residual_connection",
+    "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
+    "get_attention_mask_from_fusion", "sync_batch_comm", "use_flash_attention", "deterministic_mode", "cross_entropy_loss_fusion",
+    "nsys_profile", "seed", "precision", "num_micro_batches_with_partial_activation_checkpoints",
+    "activations_checkpoint_num_layers", "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval",
+    "fp8_amax_history_len", "fp8_amax_compute_algo", "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg",
+    "tp_comm_overlap_ag", "tp_comm_overlap_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
+    "batch_p2p_comm",
+}
+# Vocabulary of well-known tokenizers, by a name fragment of NeMo's `tokenizer.type` / `.model`:
+# Llama 3 / 3.1: 128,256 (arXiv:2407.21783 sec. 3.1.1 "128K tokens"; the HF config's vocab_size),
+# Llama 2: 32,000 (arXiv:2307.09288), Nemotron-4: 256,000 (arXiv:2402.16819), GPT-2 BPE: 50,257.
+TOKENIZER_VOCAB = {"llama-3": 128256, "llama3": 128256, "meta-llama-3": 128256, "llama-2": 32000,
+                   "nemotron": 256000, "gpt2": 50257}
+# GPT-2 BPE (50,257 tokens) padded as Megatron pads it (--make-vocab-size-divisible-by 128 x tp).
+GPT2_VOCAB = 50257
+
+
+@dataclass
+class Imported:
+    scenario: dict
+    unmapped: list[str] = field(default_factory=list)  # arguments read but not represented
+    assumed: list[str] = field(default_factory=list)  # values the arguments did not give
+
+
+def _set(tree: dict, path: str, value) -> None:
+    *parents, leaf = path.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[leaf] = value
+
+
+def _get(tree: dict, path: str):
+    for part in path.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def _number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_megatron_args(args: list[str] | str) -> tuple[dict[str, object], list[str]]:
+    """`--flag value` / `--switch` tokens -> {flag_with_underscores: value or True}, and the
+    tokens that are not arguments (a script name, stray values)."""
+    tokens = shlex.split(args) if isinstance(args, str) else list(args)
+    flags: dict[str, object] = {}
+    stray = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--"):
+            stray.append(token)
+            i += 1
+            continue
+        name, _, inline = token[2:].partition("=")
+        name = name.replace("-", "_")
+        values = [inline] if inline else []
+        while not inline and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            values.append(tokens[i + 1])
+            i += 1
+        flags[name] = True if not values else (values[0] if len(values) == 1 else values)
+        i += 1
+    return flags, stray
+
+
+def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | None = None,
+                  gpus_per_node: int = 8) -> Imported:
+    """A scenario from Megatron-LM `pretrain_gpt.py` arguments on `gpus` GPUs of type `gpu`."""
+    flags, stray = parse_megatron_args(args)
+    out = Imported({"name": name, "schedule": "1f1b"})
+    tree = out.scenario
+    out.unmapped += [f"{token} (not an argument)" for token in stray if not token.endswith(".py")]
+    for flag, value in flags.items():
+        if flag in VALUE_FLAGS:
+            if value is True or isinstance(value, list):
+                raise ValueError(f"--{flag.replace('_', '-')} needs one value, got {value!r}")
+            _set(tree, VALUE_FLAGS[flag], value if flag == "attention_backend" else _number(value))
+        elif flag in SWITCH_FLAGS:
+            path, meaning = SWITCH_FLAGS[flag]
+            _set(tree, path, meaning)
+        elif flag == "recompute_granularity":
+            _set(tree, "training.recompute", str(value))
+        elif flag == "fp8_format":
+            _set(tree, "training.precision", "fp8")
+        elif flag == "num_layers_per_virtual_pipeline_stage":
+            out.scenario.setdefault("_virtual_layers", int(value))
+        elif flag == "recompute_method":
+            out.assumed.append(f"--recompute-method {value}: every layer of a stage recomputed (sim3d has no "
+                               "per-layer recompute count)")
+        elif flag not in IRRELEVANT:
+            out.unmapped.append(f"--{flag.replace('_', '-')}" + ("" if value is True else f" {value}"))
+    return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags)
+
+
+def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> Imported:
+    """A scenario from a NeMo training config (`trainer:` and `model:` sections)."""
+    if not isinstance(config, dict) or "model" not in config:
+        raise ValueError("a NeMo config has a `model:` section (and usually `trainer:`); this one has neither")
+    model, trainer = config["model"], config.get("trainer") or {}
+    args: list[str] = []
+    unmapped = []
+    nemo_names = {"encoder_seq_length": "seq_length", "virtual_pipeline_model_parallel_size": None,
+                  "activations_checkpoint_granularity": "recompute_granularity",
+                  "activations_checkpoint_method": "recompute_method", "ub_tp_comm_overlap": "tp_comm_overlap"}
+    for key, value in _flatten(model):
+        flag = nemo_names.get(key, key)
+        if key == "virtual_pipeline_model_parallel_size" or (key == "use_flash_attention" and value is True):
+            continue
+        if key == "activation":
+            value = str(value).replace("fast-", "")
+            if value in ("swiglu", "squared-relu"):
+                args.append(f"--{'swiglu' if value == 'swiglu' else 'squared-relu'}")
+            elif value != "gelu":
+                unmapped.append(f"model.activation: {value}")
+            continue
+        if key == "optim" or key.startswith("optim."):
+            if key == "optim.name" and "distributed" in str(value):
+                args.append("--use-distributed-optimizer")
+            elif key in ("optim.overlap_grad_sync", "optim.overlap_param_sync") and value is True:
+                args.append("--overlap-grad-reduce" if key.endswith("grad_sync") else "--overlap-param-gather")
+            continue
+        if key in ("fp8", "fp8_hybrid", "fp8_e4m3"):
+            if value is True:
+                args.append("--fp8-format=hybrid")
+            continue
+        if value is True:
+            args.append(f"--{flag}")
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, (int, float, str)) and (flag in VALUE_FLAGS or flag in ("recompute_granularity",
+                                                                                        "recompute_method")):
+            args += [f"--{flag}", str(value)]
+        elif flag not in IRRELEVANT and flag not in SWITCH_FLAGS:
+            unmapped.append(f"model.{key}: {value}")
+    precision = str(trainer.get("precision", "bf16"))
+    args.append("--fp16" if precision.startswith("16") or precision == "fp16" else "--bf16")
+    nodes, devices = trainer.get("num_nodes"), trainer.get("devices")
+    if gpus is None and isinstance(nodes, int) and isinstance(devices, int):
+        gpus = nodes * devices
+    out = from_megatron(args, name=name, gpu=gpu, gpus=gpus, gpus_per_node=devices if isinstance(devices, int) else 8)
+    tokenizer = model.get("tokenizer") or {}
+    name_text = " ".join(str(tokenizer[k]) for k in ("type", "model") if tokenizer.get(k)).lower().replace("_", "-")
+    known = next((v for k, v in TOKENIZER_VOCAB.items() if k in name_text), None)
+    if known and any(a.startswith("model.vocab") for a in out.assumed):  # no vocabulary size was given
+        tp = out.scenario["parallel"].get("tp", 1)
+        pad = int(model.get("make_vocab_size_divisible_by", 128)) * tp
+        _set(out.scenario, "model.vocab", -(-known // pad) * pad)
+        out.assumed = [a for a in out.assumed if not a.startswith("model.vocab")]
+        out.assumed.append(f"model.vocab {out.scenario['model']['vocab']}: the tokenizer {name_text!r} "
+                           f"({known} tokens) padded to a multiple of {pad}")
+    vpp = model.get("virtual_pipeline_model_parallel_size")
+    if vpp:
+        _set(out.scenario, "parallel.vpp", int(vpp))
+        out.scenario["schedule"] = "interleaved-1f1b"
+    out.unmapped = unmapped + out.unmapped
+    return out
+
+
+def _flatten(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            if key == "optim":
+                for sub, inner in value.items():
+                    if not isinstance(inner, dict):
+                        yield f"optim.{sub}", inner
+            continue  # nested sections (data, tokenizer, nsys_profile ...) do not time a step
+        yield prefix + key, value
+
+
+def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab_from_gpt2: bool) -> Imported:
+    tree = out.scenario
+    parallel = tree.setdefault("parallel", {})
+    tp, pp, cp = parallel.get("tp", 1), parallel.get("pp", 1), parallel.get("cp", 1)
+    layers = _get(tree, "model.layers")
+    virtual = tree.pop("_virtual_layers", None)
+    if virtual and layers and pp > 1:
+        parallel["vpp"] = layers // (pp * virtual)
+        tree["schedule"] = "interleaved-1f1b"
+    if _get(tree, "model.vocab") is None:
+        tp_pad = 128 * tp
+        vocab = -(-GPT2_VOCAB // tp_pad) * tp_pad
+        _set(tree, "model.vocab", vocab)
+        out.assumed.append(f"model.vocab {vocab}: GPT-2 BPE ({GPT2_VOCAB}) padded to a multiple of 128 x tp"
+                           + ("" if vocab_from_gpt2 else " (no --vocab-size or --vocab-file given)"))
+    if gpus is None:
+        gpus = tp * pp * cp
+        out.assumed.append(f"{gpus} GPUs (tp x pp x cp, data-parallel size 1): give --gpus for the real run")
+    per_node = min(gpus_per_node, gpus)
+    if gpus % per_node:
+        raise ValueError(f"{gpus} GPUs do not fill nodes of {per_node}")
+    tree["cluster"] = {"gpu": gpu, "nodes": gpus // per_node, "gpus_per_node": per_node}
+    if _get(tree, "training.attention_backend") is None:
+        out.assumed.append("training.attention_backend flash: Megatron-Core's default (--attention-backend auto); "
+                           "Megatron of 2020-22 wrote attention scores to memory: add --attention-backend local")
+    for path, default, source in (("training.precision", "fp32", "Megatron trains in fp32 without --bf16 / --fp16"),
+                                  ("training.micro_batch", 1, "Megatron's default --micro-batch-size"),
+                                  ("model.seq_len", None, None), ("training.global_batch", None, None)):
+        if _get(tree, path) is None:
+            if default is None:
+                raise ValueError(f"the arguments give no {path.split('.')[-1].replace('_', ' ')} "
+                                 f"(--{'seq-length' if 'seq' in path else 'global-batch-size'})")
+            _set(tree, path, default)
+            out.assumed.append(f"{path} {default}: {source}")
+    out.scenario = {key: tree[key] for key in ("name", "schedule", "model", "parallel", "training", "cluster")
+                    if key in tree}
+    return out

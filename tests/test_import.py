@@ -1,0 +1,74 @@
+"""Scenarios imported from a Megatron-LM command line and a NeMo config (fixtures written from
+public argument lists) simulate with no edits, and match the hand-written scenarios."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import sim3d
+from sim3d.cli import app
+from sim3d.importers import from_megatron, from_nemo, parse_megatron_args
+from sim3d.scenario import read_scenario_yaml, scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def gpt3_args() -> list[str]:
+    text = (FIXTURES / "megatron_gpt3_175b.args").read_text()
+    return " ".join(line for line in text.splitlines() if not line.startswith("#")).split()
+
+
+def test_megatron_gpt3_imports_to_the_hand_written_scenario():
+    """The 2021 command line plus the two switches that name its era (attention scores in
+    memory, serial TP all-reduce) is scenarios/gpt3.yaml: the same prediction to the bit."""
+    imported = from_megatron(gpt3_args() + ["--attention-backend", "local",
+                                            "--no-async-tensor-model-parallel-allreduce"],
+                             name="gpt3-175b", gpu="a100-80gb", gpus=1024)
+    assert imported.unmapped == []
+    assert any("vocab 51200" in a for a in imported.assumed)
+    ours = sim3d.simulate(imported.scenario)
+    theirs = sim3d.simulate(ROOT / "scenarios" / "gpt3.yaml")
+    assert ours.step_time == theirs.step_time
+    assert ours.scenario.dp == 8
+
+
+def test_nemo_llama_imports_to_the_hand_written_scenario():
+    imported = from_nemo(read_scenario_yaml(FIXTURES / "nemo_llama31_70b.yaml"), name="llama3.1-70b", gpu="h100-sxm")
+    assert imported.unmapped == []
+    s = scenario_from_dict(imported.scenario)
+    hand = sim3d.load_scenario(ROOT / "scenarios" / "llama3.1-70b.yaml")
+    assert s.training == hand.training
+    assert s.parallel.model_dump(exclude={"dp"}) == hand.parallel.model_dump(exclude={"dp"}) and s.dp == hand.dp == 2
+    assert s.model.model_dump(exclude={"vocab"}) == hand.model.model_dump(exclude={"vocab"})
+    assert s.model.vocab == 128512  # Llama 3.1's 128,256 padded as Megatron pads it (128 x tp)
+    ours, theirs = sim3d.simulate(s).step_time, sim3d.simulate(hand).step_time
+    assert ours == pytest.approx(theirs, rel=0.005)
+
+
+def test_what_is_not_mapped_or_assumed_is_said():
+    imported = from_megatron("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+                             "--global-batch-size 8 --moe-grouped-gemm --frobnicate 3", name="x", gpu="h100-sxm")
+    assert imported.unmapped == ["--moe-grouped-gemm", "--frobnicate 3"]
+    assert any(a.startswith("training.precision fp32") for a in imported.assumed)
+    assert any(a.startswith("4 GPUs") or a.startswith("1 GPUs") for a in imported.assumed)
+    flags, stray = parse_megatron_args(["pretrain_gpt.py", "--lr=1e-4", "--rampup-batch-size", "16", "16", "100"])
+    assert flags == {"lr": "1e-4", "rampup_batch_size": ["16", "16", "100"]} and stray == ["pretrain_gpt.py"]
+
+
+def test_import_commands(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "gpt3.yaml"
+    result = runner.invoke(app, ["import", "megatron", "--gpus", "1024", "--out", str(out), "--", *gpt3_args()])
+    assert result.exit_code == 0, result.output
+    assert sim3d.load_scenario(out).num_gpus == 1024
+    result = runner.invoke(app, ["import", "nemo", str(FIXTURES / "nemo_llama31_70b.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["scenario"]["parallel"]["vpp"] == 5 and data["not_mapped"] == []
+    bad = runner.invoke(app, ["import", "megatron", "--gpu", "z100", "--", "--num-layers", "2"])
+    assert bad.exit_code == 2 and "z100" in bad.output
+    missing = runner.invoke(app, ["import", "megatron", "--", "--num-layers", "2", "--hidden-size", "64"])
+    assert missing.exit_code == 2 and "--seq-length" in missing.output
