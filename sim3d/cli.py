@@ -29,7 +29,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         explain: bool = typer.Option(False, "--explain", help="Name the source of every cost."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write gantt and memory plots."),
         strict: bool = typer.Option(False, "--strict", help="Exit 2 when the layout does not fit in memory "
-                                    "(the outputs are still written).")):
+                                    "(the outputs are still written)."),
+        megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron-LM "
+                                           "arguments.")):
     """Simulate one training step and write summary, trace and plots."""
     from .api import simulate
     from .report.summary import breakdown_table, summary_table
@@ -44,8 +46,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     else:
         result = simulate(s, full_fidelity=every_gpu)
     summary = result.summary
+    flags = _megatron_line(s) if megatron_args else None
     if as_json:
-        print(json.dumps(summary, indent=2, allow_nan=False))
+        print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2, allow_nan=False))
     else:
         out.print(summary_table(summary))
         out.print(breakdown_table(summary))
@@ -56,11 +59,20 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
             say("memory:", summary["memory_note"], "yellow")
         if explain:
             _print_explain(result)
+        if flags:
+            out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
     written = _write_outputs(result, folder, plots, quiet=as_json)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
     if strict and not summary["fits_in_memory"]:
         raise BadInput(f"--strict: the layout does not fit in memory: {summary['memory_note']}")
+
+
+def _megatron_line(scenario) -> str:
+    import shlex
+
+    from .importers import to_megatron_args
+    return shlex.join(to_megatron_args(scenario))
 
 
 def _print_memory(report, hbm_gib: float) -> None:
@@ -185,6 +197,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          gpus: int = typer.Option(..., "--gpus", min=1, help="GPUs to lay the run out on."),
          top: int = typer.Option(10, "--top", min=1),
          workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: cores)."),
+         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each layout as Megatron-LM "
+                                            "arguments."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Search layouts; rank those that fit in memory by predicted step time."""
     from .limits import GPUS
@@ -199,12 +213,16 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         task = progress.add_task(f"simulating {len(fitting)} layouts", total=len(fitting))
         ranked, _ = search(scenario, gpus, top, workers, found=found,
                            progress=lambda done, total: progress.update(task, completed=done))
+    flags = [_megatron_line(load_scenario(scenario, list(c.overrides))) for c in ranked]
     if as_json:
         _print_json({"considered": considered, "fitting": len(fitting), "invalid": found.invalid,
-                     "ranked": [{"overrides": list(c.overrides), "peak_memory_gib": c.peak_gib, **c.summary}
-                                for c in ranked]})
+                     "ranked": [{"overrides": list(c.overrides), "peak_memory_gib": c.peak_gib, **c.summary,
+                                 "megatron_args": f} for c, f in zip(ranked, flags)]})
     else:
         out.print(plan_table(ranked, considered, len(fitting)))
+        if megatron_args:
+            for rank, line in enumerate(flags, 1):
+                out.print(f"#{rank}: {line}", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -20,6 +20,7 @@ VALUE_FLAGS = {
     "attention_dropout": "model.attention_dropout", "vocab_size": "model.vocab",
     "num_experts": "model.moe.experts", "moe_router_topk": "model.moe.top_k",
     "moe_ffn_hidden_size": "model.moe.expert_ffn_hidden",
+    "moe_expert_capacity_factor": "model.moe.capacity_factor", "moe_layer_freq": "model.moe.every",
     "tensor_model_parallel_size": "parallel.tp", "pipeline_model_parallel_size": "parallel.pp",
     "context_parallel_size": "parallel.cp", "expert_model_parallel_size": "parallel.ep",
     "decoder_first_pipeline_num_layers": "parallel.decoder_first_pipeline_num_layers",
@@ -42,6 +43,8 @@ SWITCH_FLAGS = {  # flags without a value
     "checkpoint_activations": ("training.recompute", "full"),  # 2021 name of full recomputation
     "no_async_tensor_model_parallel_allreduce": ("training.async_tensor_model_parallel_allreduce", False),
     "overlap_p2p_comm": ("training.overlap_p2p", True),
+    "account_for_embedding_in_pipeline_split": ("parallel.account_for_embedding_in_pipeline_split", True),
+    "account_for_loss_in_pipeline_split": ("parallel.account_for_loss_in_pipeline_split", True),
 }
 # Arguments that do not change a step's time or memory: accepted without a note.
 IRRELEVANT = {
@@ -242,8 +245,10 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
     tp, pp, cp = parallel.get("tp", 1), parallel.get("pp", 1), parallel.get("cp", 1)
     layers = _get(tree, "model.layers")
     virtual = tree.pop("_virtual_layers", None)
-    if virtual and layers and pp > 1:
-        parallel["vpp"] = layers // (pp * virtual)
+    if virtual and layers and pp > 1:  # Megatron counts the accounted embedding / loss as layers here
+        accounted = bool(parallel.get("account_for_embedding_in_pipeline_split")) + bool(
+            parallel.get("account_for_loss_in_pipeline_split"))
+        parallel["vpp"] = (layers + accounted) // (pp * virtual)
         tree["schedule"] = "interleaved-1f1b"
     if _get(tree, "model.vocab") is None:
         tp_pad = 128 * tp
@@ -273,3 +278,57 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
     out.scenario = {key: tree[key] for key in ("name", "schedule", "model", "parallel", "training", "cluster")
                     if key in tree}
     return out
+
+
+def to_megatron_args(s) -> list[str]:
+    """The Megatron-LM arguments of a scenario's model, layout and training settings (the
+    inverse of `from_megatron` for everything a scenario holds; data, optimizer and logging
+    arguments are the user's own)."""
+    m, p, t = s.model, s.parallel, s.training
+    args = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--num-attention-heads", m.heads,
+            "--seq-length", m.seq_len, "--max-position-embeddings", m.seq_len,
+            "--vocab-size", m.vocab, "--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
+    if m.ffn_hidden:
+        args += ["--ffn-hidden-size", m.ffn_hidden]
+    if m.kv_heads and m.kv_heads != m.heads:
+        args += ["--group-query-attention", "--num-query-groups", m.kv_heads]
+    if m.kv_channels:
+        args += ["--kv-channels", m.kv_channels]
+    if m.activation != "gelu":
+        args.append(f"--{m.activation}")
+    if m.moe:
+        args += ["--num-experts", m.moe.experts, "--moe-router-topk", m.moe.top_k]
+        for flag, value in (("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden),
+                            ("--moe-expert-capacity-factor", m.moe.capacity_factor),
+                            ("--moe-layer-freq", m.moe.every if m.moe.every != 1 else None)):
+            if value is not None:
+                args += [flag, value]
+    args += ["--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp]
+    if s.cp > 1:
+        args += ["--context-parallel-size", s.cp]
+    if s.ep > 1:
+        args += ["--expert-model-parallel-size", s.ep]
+    accounted = p.account_for_embedding_in_pipeline_split + p.account_for_loss_in_pipeline_split
+    if s.vpp > 1:
+        args += ["--num-layers-per-virtual-pipeline-stage", (m.layers + accounted) // (s.pp * s.vpp)]
+    for flag, value in (("--decoder-first-pipeline-num-layers", p.decoder_first_pipeline_num_layers),
+                        ("--decoder-last-pipeline-num-layers", p.decoder_last_pipeline_num_layers)):
+        if value:
+            args += [flag, value]
+    args += [flag for flag, on in (("--sequence-parallel", p.sequence_parallel),
+                                   ("--use-distributed-optimizer", p.distributed_optimizer),
+                                   ("--account-for-embedding-in-pipeline-split", p.account_for_embedding_in_pipeline_split),
+                                   ("--account-for-loss-in-pipeline-split", p.account_for_loss_in_pipeline_split)) if on]
+    args += ["--micro-batch-size", t.micro_batch, "--global-batch-size", t.global_batch]
+    args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[t.precision]
+    if t.recompute != "none":
+        args += ["--recompute-granularity", t.recompute]
+        if t.recompute == "full":
+            args += ["--recompute-method", "uniform", "--recompute-num-layers", 1]
+    args += ["--attention-backend", "flash" if t.attention_backend == "flash" else "local"]
+    args += [flag for flag, on in (("--overlap-grad-reduce", t.overlap_grad_reduce),
+                                   ("--overlap-param-gather", t.overlap_param_gather),
+                                   ("--tp-comm-overlap", t.tp_comm_overlap),
+                                   ("--no-async-tensor-model-parallel-allreduce",
+                                    not t.async_tensor_model_parallel_allreduce)) if on]
+    return [str(a) for a in args]

@@ -72,3 +72,32 @@ def test_import_commands(tmp_path):
     assert bad.exit_code == 2 and "z100" in bad.output
     missing = runner.invoke(app, ["import", "megatron", "--", "--num-layers", "2", "--hidden-size", "64"])
     assert missing.exit_code == 2 and "--seq-length" in missing.output
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").glob("*.yaml")))
+def test_megatron_arguments_round_trip(path):
+    """Export a shipped scenario's Megatron arguments, import them on the same cluster: the
+    same model, layout and training settings come back, and nothing is left unmapped."""
+    from sim3d.importers import to_megatron_args
+    s = sim3d.load_scenario(ROOT / path)
+    imported = from_megatron(to_megatron_args(s), name=s.name, gpu=s.cluster.gpu, gpus=s.num_gpus,
+                             gpus_per_node=s.gpus_per_node)
+    assert imported.unmapped == []
+    back = scenario_from_dict({**imported.scenario, "schedule": s.schedule})
+    assert back.model == s.model and back.training == s.training and back.dp == s.dp
+    assert back.parallel.model_dump(exclude={"dp"}) == s.parallel.model_dump(exclude={"dp"})
+
+
+def test_run_and_plan_print_megatron_arguments(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(ROOT / "scenarios" / "tiny.yaml"), "--json", "--no-plots",
+                                 "--megatron-args", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    flags = json.loads(result.stdout)["megatron_args"].split()
+    assert flags[flags.index("--global-batch-size") + 1] == "8"
+    result = runner.invoke(app, ["plan", str(ROOT / "scenarios" / "tiny.yaml"), "--gpus", "8", "--top", "2",
+                                 "--json", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    for entry in json.loads(result.stdout)["ranked"]:
+        flags = entry["megatron_args"].split()
+        assert int(flags[flags.index("--tensor-model-parallel-size") + 1]) == entry["tp"]
