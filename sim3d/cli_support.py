@@ -51,6 +51,10 @@ def guarded(fn):
             say("error:", e)
             raise typer.Exit(2)
         except Exception as e:  # noqa: BLE001 - last line of defence for users
+            if isinstance(e, ModuleNotFoundError) and e.name == "torch":
+                say("error:", "this command runs torch, which is not installed: pip install 'sim3d[executor]' "
+                    "(the simulator itself does not need it)")
+                raise typer.Exit(2)
             if os.environ.get("SIM3D_DEBUG"):
                 raise
             say("internal error:", f"{type(e).__name__}: {e}\n"

@@ -1,6 +1,8 @@
 """The command line as a user meets it: outputs, JSON keys, exit codes, studies."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -126,3 +128,13 @@ def test_every_result_command_prints_only_json_with_json(tmp_path):
     assert parsed["plan"]["ranked"][0]["step_time_s"] > 0
     assert len(parsed["sweep"]) == 2 and parsed["compare"]["step_rel_err"] == 0
     assert len(parsed["execute"]["losses"]) == 1
+
+
+def test_commands_that_need_torch_say_how_to_get_it():
+    """torch is an extra (sim3d[executor]): without it, execute says what to install (exit 2)
+    while the simulator keeps working."""
+    code = ("import sys; sys.modules['torch'] = None; from sim3d.cli import app; "
+            "import sim3d; sim3d.simulate('scenarios/tiny.yaml'); app(['execute', 'scenarios/tiny.yaml'])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'sim3d[executor]'" in result.stderr
