@@ -31,11 +31,16 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         strict: bool = typer.Option(False, "--strict", help="Exit 2 when the layout does not fit in memory "
                                     "(the outputs are still written)."),
         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron-LM "
-                                           "arguments.")):
+                                           "arguments."),
+        trace: str = typer.Option("json", "--trace", help="Perfetto trace: json, json.gz or none."),
+        pdf: bool = typer.Option(False, "--pdf", help="Also write the Gantt chart as PDF (for papers).")):
     """Simulate one training step and write summary, trace and plots."""
     from .api import simulate
     from .report.summary import breakdown_table, summary_table
 
+    from .report.outputs import TRACE_FORMATS
+    if trace not in TRACE_FORMATS:
+        raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
     s = _load(scenario, set_)
     folder = _writable_folder(out_dir or _default_folder(s.name))
     every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -61,7 +66,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
             _print_explain(result)
         if flags:
             out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
-    written = _write_outputs(result, folder, plots, quiet=as_json)
+    written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
     if strict and not summary["fits_in_memory"]:
@@ -90,12 +95,12 @@ def _print_explain(result) -> None:
     out.print(table)
 
 
-def _write_outputs(result, folder: Path, plots: bool, quiet: bool) -> list[Path]:
+def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool) -> list[Path]:
     from .report.outputs import write_run_outputs
     if quiet:
-        return write_run_outputs(result, folder, plots)
+        return write_run_outputs(result, folder, plots, trace, pdf)
     with err.status(f"writing trace and plots to {folder}/ ..."):
-        return write_run_outputs(result, folder, plots)
+        return write_run_outputs(result, folder, plots, trace, pdf)
 
 
 @app.command()

@@ -47,15 +47,31 @@ def test_run_writes_trace_and_plots(tmp_path):
     result = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path, "--set", "parallel.vpp=2",
                     "--set", "schedule=interleaved-1f1b")
     assert result.exit_code == 0, result.stderr
-    for name in ("summary.json", "links.csv", "trace.csv", "trace.json", "gantt.png", "gantt.pdf", "memory.png", "links.png",
+    for name in ("summary.json", "links.csv", "trace.csv", "trace.json", "gantt.png", "memory.png", "links.png",
                  "schedule.csv"):
         assert (tmp_path / name).stat().st_size > 0, name
+    assert not (tmp_path / "gantt.pdf").exists()  # PDF on request (--pdf): it doubles the plotting time
     trace = pd.read_csv(tmp_path / "trace.csv")
     assert list(trace.columns) == ["rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s",
                                    "bytes", "peer"]
     assert set(trace.chunk[trace.kind == "F"]) == {0, 1}
     chrome = json.loads((tmp_path / "trace.json").read_text())
     assert any(e.get("ph") == "X" for e in chrome["traceEvents"])
+
+
+def test_run_trace_formats_and_pdf(tmp_path):
+    import gzip
+    result = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "gz", "--trace", "json.gz", "--pdf")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(gzip.open(tmp_path / "gz" / "trace.json.gz", "rt").read())
+    assert any(e.get("ph") == "X" for e in doc["traceEvents"])
+    assert (tmp_path / "gz" / "gantt.pdf").stat().st_size > 0 and not (tmp_path / "gz" / "trace.json").exists()
+    result = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "none", "--trace", "none",
+                    "--no-plots")
+    assert result.exit_code == 0 and not list((tmp_path / "none").glob("trace.json*"))
+    assert (tmp_path / "none" / "trace.csv").exists()
+    bad = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "bad", "--trace", "xml")
+    assert bad.exit_code == 2 and "json.gz" in bad.stderr
 
 
 def test_run_explain_names_sources(tmp_path):

@@ -25,26 +25,33 @@ def rank_labels(s, ranks) -> dict[int, str]:
     return labels
 
 
-def write_run_outputs(result, folder: Path, plots: bool = True) -> list[Path]:
-    """summary.json, links.csv, trace.csv, trace.json (Perfetto), schedule.csv and, with
-    `plots`, the Gantt chart, the memory plot and the link traffic plot of a `sim3d.Result`."""
+TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
+
+
+def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: str = "json",
+                      pdf: bool = False) -> list[Path]:
+    """summary.json, links.csv, trace.csv, schedule.csv, the Perfetto trace (`trace_format`:
+    json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
+    memory plot and the link traffic plot of a `sim3d.Result`."""
     from ..trace import write_trace_csv
     from .trace import write_chrome_trace
 
+    if trace_format not in TRACE_FORMATS:
+        raise ValueError(f"--trace {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
     s, summary, trace = result.scenario, result.summary, result.trace
     labels = rank_labels(s, sorted(set(result.sim.ranks)))
-    written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "trace.json",
-               folder / "schedule.csv"]
+    written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
     write_summary(summary, written[0])
     result.links.to_csv(written[1], index=False, float_format="%.6g")
     write_trace_csv(trace, written[2])
-    write_chrome_trace(trace, written[3], rank_labels=labels)
-    written[4].write_text(result.schedule.to_csv())
+    written[3].write_text(result.schedule.to_csv())
+    if TRACE_FORMATS[trace_format]:
+        written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels))
     if plots:
         from .gantt import plot_gantt
         from .links_plot import plot_links
         from .memory_plot import plot_memory
-        gantt = [folder / "gantt.png", folder / "gantt.pdf"]
+        gantt = [folder / "gantt.png"] + ([folder / "gantt.pdf"] if pdf else [])
         title = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                  f"step {summary['step_time_s']:.2f} s")
         plot_gantt(trace, gantt, title=title, rank_labels=labels)

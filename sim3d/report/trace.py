@@ -134,8 +134,9 @@ def chrome_trace_events(df: pd.DataFrame, rank_labels: Mapping[int, str] | None 
 
 
 def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[int, str] | None = None) -> Path:
-    """Write a Perfetto / chrome://tracing JSON file: one process per rank, one thread per
-    stream, `X` slices in microseconds named by action token, and SEND -> RECV flow arrows.
+    """Write a Perfetto / chrome://tracing JSON file (gzipped when `path` ends in .gz): one
+    process per rank, one thread per stream, `X` slices in microseconds named by action
+    token, and SEND -> RECV flow arrows.
 
     `rank_labels[r]` (e.g. "pp1 tp0 dp0") is shown as "rank r (pp1 tp0 dp0)".
     """
@@ -143,7 +144,13 @@ def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"traceEvents": chrome_trace_events(df, rank_labels), "displayTimeUnit": "ms"}
     # dumps (C encoder) rather than dump (pure-Python iterencode): ~5x faster on big traces.
-    path.write_text(json.dumps(doc, separators=(",", ":"), allow_nan=False))
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    if path.suffix == ".gz":  # Perfetto opens trace.json.gz as it is
+        import gzip
+        with gzip.open(path, "wt", compresslevel=6) as f:
+            f.write(text)
+    else:
+        path.write_text(text)
     return path
 
 
