@@ -15,7 +15,7 @@ from .cli_support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load,
                           _writable_folder, err, guarded, out, say)
 from .scenario import load_scenario
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
 
 

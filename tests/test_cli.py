@@ -154,3 +154,16 @@ def test_commands_that_need_torch_say_how_to_get_it():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 2, result.stderr
     assert "pip install 'sim3d[executor]'" in result.stderr
+
+
+def test_shell_completion_completes_commands():
+    """`sim3d --install-completion` installs what this exercises: the shell asks the command
+    itself (click's protocol) and gets the matching commands back."""
+    import os
+    script = Path(sys.executable).parent / "sim3d"
+    env = dict(os.environ, _SIM3D_COMPLETE="complete_bash", COMP_WORDS="sim3d imp", COMP_CWORD="1")
+    result = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.split() == ["import"]
+    env.update(COMP_WORDS="sim3d import ", COMP_CWORD="2")
+    result = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert set(result.stdout.split()) == {"megatron", "nemo"}
