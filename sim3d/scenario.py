@@ -116,7 +116,7 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
     if not isinstance(raw, dict):
         raise ScenarioError(f"(top level): a scenario is a mapping of sections, got {type(raw).__name__}")
     try:
-        raw = _canonical(_deep_copy(raw), Scenario, "")
+        raw = _canonical(_flat_megatron(_deep_copy(raw)), Scenario, "")
     except RecursionError:
         raise ScenarioError("(top level): the scenario contains itself (a self-referential dict or list)") from None
     for key, value in [parse_override(text) for text in overrides] + list((values or {}).items()):
@@ -155,8 +155,44 @@ def _canonical(raw, model_cls, path: str):
     return out
 
 
+def _flat_megatron(raw: dict) -> dict:
+    """Megatron-LM argument names at the top level (a flat argument dict, as Megatron's own
+    args namespace or a NeMo model section has them) moved into their sections:
+    `tensor_model_parallel_size: 8` is `parallel.tp: 8`, `swiglu: true` is
+    `model.activation: swiglu` (sim3d.importers holds the table)."""
+    from .importers import SWITCH_FLAGS, VALUE_FLAGS
+    out = {key: value for key, value in raw.items() if key in Scenario.model_fields or
+           (key not in VALUE_FLAGS and key not in SWITCH_FLAGS)}  # unknown keys: validation names them
+    for key, value in raw.items():
+        if key in out:
+            continue
+        if key in VALUE_FLAGS:
+            path = VALUE_FLAGS[key]
+        elif isinstance(value, bool):
+            path, meaning = SWITCH_FLAGS[key]
+            if not value and not isinstance(meaning, bool):
+                continue  # `swiglu: false` leaves the default
+            value = meaning if value else not meaning
+        else:
+            raise ScenarioError(f"{key}: a Megatron switch, expected true or false, got {value!r}")
+        node = out
+        *parents, leaf = path.split(".")
+        for part in parents:
+            if not isinstance(node.setdefault(part, {}), dict):
+                raise ScenarioError(f"{part}: expected a section (a mapping) to hold {key}")
+            node = node[part]
+        if leaf in node:
+            raise ScenarioError(f"{path}: given twice (as {path} and as the Megatron name {key})")
+        node[leaf] = value
+    return out
+
+
 def canonical_key(dotted: str) -> str:
-    """A dotted override key with Megatron aliases resolved (e.g. parallel.tensor_model_parallel_size -> parallel.tp)."""
+    """A dotted override key with Megatron aliases resolved (e.g. parallel.tensor_model_parallel_size -> parallel.tp;
+    a top-level Megatron name, tensor_model_parallel_size -> parallel.tp)."""
+    from .importers import VALUE_FLAGS
+    if "." not in dotted and dotted not in Scenario.model_fields and dotted in VALUE_FLAGS:
+        dotted = VALUE_FLAGS[dotted]
     parts, cls = [], Scenario
     for part in dotted.split("."):
         name = _aliases(cls).get(part, part) if cls is not None else part

@@ -101,3 +101,21 @@ def test_run_and_plan_print_megatron_arguments(tmp_path):
     for entry in json.loads(result.stdout)["ranked"]:
         flags = entry["megatron_args"].split()
         assert int(flags[flags.index("--tensor-model-parallel-size") + 1]) == entry["tp"]
+
+
+def test_a_flat_megatron_argument_dict_is_a_scenario():
+    """Megatron's argument names at the top level (as its args namespace or a NeMo model
+    section has them) load like the sectioned file; a top-level --set with a Megatron name
+    overrides the same value; one value given both ways is refused."""
+    flat = {"name": "flat", "num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
+            "vocab_size": 51200, "tensor_model_parallel_size": 8, "pipeline_model_parallel_size": 16,
+            "micro_batch_size": 1, "global_batch_size": 1536, "fp16": True, "attention_backend": "local",
+            "no_async_tensor_model_parallel_allreduce": True, "swiglu": False,
+            "training": {"recompute": "full"},
+            "cluster": {"gpu": "a100-80gb", "nodes": 128, "gpus_per_node": 8}}
+    assert sim3d.simulate(flat).step_time == sim3d.simulate(ROOT / "scenarios" / "gpt3.yaml").step_time
+    assert sim3d.simulate(flat, sets=("tensor_model_parallel_size=4",)).scenario.dp == 16
+    with pytest.raises(sim3d.ScenarioError, match="given twice"):
+        scenario_from_dict({**flat, "parallel": {"tp": 8}})
+    with pytest.raises(sim3d.ScenarioError, match="true or false"):
+        scenario_from_dict({**flat, "sequence_parallel": "yes"})
