@@ -183,7 +183,8 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
     if gantt:
         from .report.gantt import plot_gantt, timeline_to_trace
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
-                   title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)")
+                   title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)",
+                   time_unit="units of one forward")
         if not as_json:
             out.print(f"wrote {gantt}")
 
@@ -318,19 +319,19 @@ def _local_cluster(path: Path, sets: list[str]) -> list[str]:
 
 @app.command()
 @guarded
-def compare(sim_trace: Path = typer.Argument(..., help="trace.csv of a simulated run (or a folder)."),
-            real_trace: Path = typer.Argument(..., help="trace.csv of an executed run (or a folder)."),
+def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of a simulated run (or a folder)."),
+            real_trace: Path = typer.Argument(..., help="trace.csv / .parquet of an executed run (or a folder)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Align two traces action by action; print per-kind and step-time error."""
     from .report.compare import compare_traces
-    from .trace import read_trace_csv
+    from .trace import read_trace
 
     def load(path: Path):
         path = path / "trace.csv" if path.is_dir() else path
         if not path.is_file():
             raise BadInput(f"{path}: no such trace file")
         try:
-            return read_trace_csv(path)
+            return read_trace(path)
         except ValueError as e:  # also undecodable bytes (UnicodeDecodeError is a ValueError)
             raise BadInput(f"{path}: not a trace CSV with the columns of DESIGN.md section 4 ({e})") from None
 

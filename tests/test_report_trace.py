@@ -205,8 +205,12 @@ def test_gantt_microbatch_colours_split_backward_and_many_ranks(tmp_path):
     big = pd.concat([unit_trace("1f1b", 4, 4).assign(rank=lambda d, k=k: d["rank"] + 4 * k) for k in range(20)],
                     ignore_index=True)
     plot_gantt(big, [tmp_path / "big.svg"], "80 ranks", max_ranks=16)
-    svg = (tmp_path / "big.svg").read_text()
-    assert "showing 16 of 80 ranks" in svg and "rank 79" in svg and "rank 40" not in svg
+    svg = (tmp_path / "big.svg").read_text()  # 20 replicas of a 4-stage pipeline: one row per stage
+    assert "one rank per pipeline stage of 80" in svg and "rank 3" in svg and "rank 79" not in svg
+    deep = unit_trace("1f1b", 40, 1)  # 40 stages: more than fit, first and last rows kept
+    plot_gantt(deep, [tmp_path / "deep.svg"], "40 stages", max_ranks=16)
+    svg = (tmp_path / "deep.svg").read_text()
+    assert "showing 16 of 40 ranks" in svg and "rank 39" in svg and "rank 20" not in svg
     with pytest.raises(ValueError, match="color_by"):
         plot_gantt(zb, [tmp_path / "x.png"], "bad", color_by="stage")
 
@@ -242,3 +246,50 @@ def test_perfetto_slices_on_one_thread_never_overlap_and_flows_land_on_slices(tm
     assert len(flows) == 2 * (result.trace.kind.str.startswith("SEND")).sum()  # none without a pipeline
     for e in flows:  # every arrow end sits inside a slice of its own thread
         assert any(a - 1e-6 <= e["ts"] <= b + 1e-6 for a, b in slices[(e["pid"], e["tid"])])
+
+
+def test_gantt_of_every_gpu_shows_one_rank_per_stage(tmp_path, monkeypatch):
+    """At full fidelity the Gantt draws one row per pipeline stage (it drew the first and last
+    32 GPUs: two stages); `ranks` picks rows explicitly."""
+    import sim3d
+    from sim3d.report import gantt
+    result = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", full_fidelity=True)
+    drawn = []
+    real = gantt._pick_ranks
+    monkeypatch.setattr(gantt, "_pick_ranks", lambda ranks, n: drawn.append(ranks) or real(ranks, n))
+    gantt.plot_gantt(result.trace, [tmp_path / "g.png"], title="t", max_ranks=8)
+    stages = result.trace[result.trace.stream == "compute"].groupby("rank")["stage"].min()
+    assert len(drawn[0]) == result.scenario.pp == len({stages[r] for r in drawn[0]})
+    gantt.plot_gantt(result.trace, [tmp_path / "h.png"], title="t", ranks=[0, 5])
+    with pytest.raises(ValueError, match="not in the trace"):
+        gantt.plot_gantt(result.trace, [tmp_path / "i.png"], title="t", ranks=[10**6])
+
+
+def test_unit_cost_gantt_axis_says_units(tmp_path, monkeypatch):
+    """`sim3d schedule --gantt` times are in units of one forward, not seconds."""
+    import matplotlib.axes
+    from typer.testing import CliRunner
+    from sim3d.cli import app
+    labels = []
+    real = matplotlib.axes.Axes.set_xlabel
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", lambda self, text, *a, **k: labels.append(text)
+                        or real(self, text, *a, **k))
+    result = CliRunner().invoke(app, ["schedule", "1f1b", "--pp", "4", "-m", "8", "--gantt", str(tmp_path / "g.png")])
+    assert result.exit_code == 0, result.output
+    assert labels == ["time (units of one forward)"]
+
+
+def test_parquet_trace_round_trips_and_compares(tmp_path):
+    """With pyarrow (in the dev extra) a run also writes trace.parquet, the same table with
+    its dtypes, which `sim3d compare` reads like the CSV."""
+    pytest.importorskip("pyarrow")
+    from typer.testing import CliRunner
+    from sim3d.cli import app
+    from sim3d.trace import read_trace, read_trace_csv
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(ROOT / "scenarios" / "tiny.yaml"), "--no-plots", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    parquet, csv = read_trace(tmp_path / "trace.parquet"), read_trace_csv(tmp_path / "trace.csv")
+    pd.testing.assert_frame_equal(parquet, csv)
+    result = runner.invoke(app, ["compare", str(tmp_path / "trace.parquet"), str(tmp_path / "trace.csv"), "--json"])
+    assert result.exit_code == 0, result.output

@@ -92,6 +92,18 @@ def _time_unit(span: float) -> tuple[float, str]:
     return 1e6, "µs"
 
 
+def _one_per_stage(df: pd.DataFrame, ranks: list[int]) -> list[int]:
+    """The lowest rank of each pipeline position (ranks grouped by the stages they compute):
+    at full fidelity the tensor- and data-parallel peers of a stage draw near-identical rows,
+    so a paper figure wants one row per stage, not the first and last 32 GPUs."""
+    compute = df[df["stream"] == "compute"]
+    stages = compute.groupby("rank")["stage"].apply(lambda s: tuple(sorted(set(s))))
+    first: dict[tuple, int] = {}
+    for rank in ranks:
+        first.setdefault(stages.get(rank, ()), rank)
+    return sorted(first.values())
+
+
 def _pick_ranks(ranks: list[int], max_ranks: int) -> tuple[list[int], int]:
     if len(ranks) <= max_ranks:
         return ranks, 0
@@ -106,8 +118,12 @@ def _boxes(x0, x1, y0, y1) -> np.ndarray:
 
 def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
                color_by: Literal["kind", "microbatch"] = "kind",
-               rank_labels: Mapping[int, str] | None = None, max_ranks: int = 64) -> list[Path]:
+               rank_labels: Mapping[int, str] | None = None, max_ranks: int = 64,
+               ranks: Sequence[int] | None = None, time_unit: str | None = None) -> list[Path]:
     """Draw one row per rank (rank 0 on top) and write it to every path (.png/.pdf/.svg).
+    `ranks` picks the rows; by default every rank, or, past `max_ranks`, one rank per
+    pipeline stage. `time_unit` names a time axis that is not in seconds (e.g. "F = 1" for
+    unit-cost schedules), drawn unscaled.
 
     Compute actions are boxes labelled with their micro-batch; communication streams, when
     the trace has them, are thin grey lanes under each rank; idle time stays white; the
@@ -121,10 +137,19 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
     bubbles = bubble_by_rank(df)
     t0 = float(df["start_s"].min())
     span = float(df["end_s"].max()) - t0
-    scale, unit = _time_unit(span)
+    scale, unit = (1.0, time_unit) if time_unit else _time_unit(span)
     all_ranks = sorted(df["rank"].unique().tolist())
     max_ranks = max(2, int(max_ranks))
-    shown, omitted = _pick_ranks(all_ranks, max_ranks)
+    if ranks is not None:
+        missing = sorted(set(ranks) - set(all_ranks))
+        if missing:
+            raise ValueError(f"plot_gantt: rank(s) {missing[:8]} are not in the trace")
+        shown, omitted = sorted(set(ranks)), 0
+    else:
+        candidates = _one_per_stage(df, all_ranks) if len(all_ranks) > max_ranks else all_ranks
+        shown, omitted = _pick_ranks(candidates, max_ranks)
+        if len(candidates) < len(all_ranks):
+            title = f"{title}\none rank per pipeline stage of {len(all_ranks)} simulated"
     df = df[df["rank"].isin(shown)]
 
     lanes = [s for s in LANE_ORDER if (df["stream"] == s).any()]
