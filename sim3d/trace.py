@@ -124,3 +124,32 @@ def read_trace_csv(path: str | Path):
     except (ValueError, OverflowError) as exc:  # a blank in an integer column, an id beyond int64
         raise ValueError(f"{path}: not a valid trace CSV ({str(exc).splitlines()[0]})") from None
     return check_trace_values(canonical(df))
+
+
+# ---- Parquet (when pyarrow is installed: pip install 'sim3d[parquet]') ---------------------
+
+def parquet_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def write_trace_parquet(df, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    canonical(df).to_parquet(path, index=False)
+    return path
+
+
+def read_trace(path: str | Path):
+    """A trace from its CSV or Parquet file (by suffix), checked against the contract."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pandas as pd
+        if not parquet_available():
+            raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install 'sim3d[parquet]')")
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises its own types for bad files
+            raise ValueError(f"{path}: not a valid Parquet trace ({str(exc).splitlines()[0]})") from None
+        return check_trace_values(canonical(df))
+    return read_trace_csv(path)

@@ -30,10 +30,11 @@ TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
 
 def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: str = "json",
                       pdf: bool = False) -> list[Path]:
-    """summary.json, links.csv, trace.csv, schedule.csv, the Perfetto trace (`trace_format`:
+    """summary.json, links.csv, trace.csv (and trace.parquet when pyarrow is installed),
+    schedule.csv, the Perfetto trace (`trace_format`:
     json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
     memory plot and the link traffic plot of a `sim3d.Result`."""
-    from ..trace import write_trace_csv
+    from ..trace import parquet_available, write_trace_csv, write_trace_parquet
     from .trace import write_chrome_trace
 
     if trace_format not in TRACE_FORMATS:
@@ -45,6 +46,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     result.links.to_csv(written[1], index=False, float_format="%.6g")
     write_trace_csv(trace, written[2])
     written[3].write_text(result.schedule.to_csv())
+    if parquet_available():  # the same table, typed and compressed, for pandas / Arrow users
+        written.append(write_trace_parquet(trace, folder / "trace.parquet"))
     if TRACE_FORMATS[trace_format]:
         written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels))
     if plots:
