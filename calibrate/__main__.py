@@ -1,4 +1,4 @@
-"""``python -m calibrate [--device cpu|cuda] [--quick] [--scenario S]... [--out PATH] [--dtype D]``"""
+"""``python -m sim3d_calibrate [--device cpu|cuda] [--quick] [--scenario S]... [--out PATH] [--dtype D]``"""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m calibrate",
+    p = argparse.ArgumentParser(prog="python -m sim3d_calibrate",
                                 description="Measure kernels and collectives; write a sim3d profile.")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="default: cuda if available, else cpu")

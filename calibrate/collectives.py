@@ -4,7 +4,7 @@ One worker process per rank (``torch.multiprocessing`` spawn on 127.0.0.1 and a 
 under torchrun the caller's processes are used). Every group size is a sub-group of ranks
 ``0..g-1``. For each (op, size): warm-up, then repeats of [barrier, op, synchronize], each
 rank times its calls, the per-call maximum over ranks is taken and the profile stores the
-median. Sizes and bandwidths follow nccl-tests (see :mod:`calibrate.profile_io`).
+median. Sizes and bandwidths follow nccl-tests (see :mod:`sim3d_calibrate.profile_io`).
 
 Send/recv is a ping-pong between ranks 0 and 1 of the group; one-way time = round trip / 2.
 Ops the backend does not support are skipped and listed in the provenance; tensor APIs

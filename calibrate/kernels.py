@@ -6,7 +6,7 @@ GEMMs use the ``nn.Linear`` layout (y = x W^T with x (m, k), W (n, k)); their ba
 two GEMMs autograd runs (dx = dy W, dW = dy^T x), called directly. Every other op's backward
 is ``torch.autograd.grad`` on a graph built once per input set (``retain_graph=True``), so
 only the backward kernels are timed. Inputs are random normal (indices: uniform), one set
-per rotation slot (see :mod:`calibrate.timing`).
+per rotation slot (see :mod:`sim3d_calibrate.timing`).
 
 The whole plan is measured ``rounds`` times (quick: 2, full: 3), one round after the other;
 each round yields the median of its repeats, and the profile keeps the smallest of these

@@ -1,6 +1,6 @@
 """One transformer layer's shard on one GPU, forward and backward, timed as a whole.
 
-``python -m calibrate.layer_bench SCENARIO... [--out FILE.json]``
+``python -m sim3d_calibrate.layer_bench SCENARIO... [--out FILE.json]``
 
 This is the compute half of a tensor-parallel layer exactly as one rank of the scenario runs
 it (heads, query groups and FFN divided by tp, the sequence by cp), in eager PyTorch with
@@ -126,7 +126,7 @@ def measure_layer(d: dict, reps: int = 10, hot_seconds: float = 20.0, dtype=torc
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m calibrate.layer_bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m sim3d_calibrate.layer_bench", description=__doc__.splitlines()[0])
     p.add_argument("scenarios", nargs="+")
     p.add_argument("--out", default=None)
     p.add_argument("--reps", type=int, default=10)

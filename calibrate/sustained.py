@@ -1,6 +1,6 @@
 """GEMM throughput under sustained load: does the GPU hold its clock?
 
-``python -m calibrate.sustained [--seconds 60] [--shape M,N,K] [--dtype bf16|fp8] [--out FILE.json]``
+``python -m sim3d_calibrate.sustained [--seconds 60] [--shape M,N,K] [--dtype bf16|fp8] [--out FILE.json]``
 
 Kernel benchmarks run for milliseconds at a time, so they see the boost clock; a training
 step keeps the tensor cores busy for seconds, long enough to reach the board's power limit,
@@ -98,7 +98,7 @@ def run(seconds: float, shape: tuple[int, int, int], dtype: str = "bf16") -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m calibrate.sustained", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m sim3d_calibrate.sustained", description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--shape", default="8192,8192,8192", help="M,N,K")
     p.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16")

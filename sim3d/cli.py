@@ -364,7 +364,7 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         load_scenario(scenario)  # fail early on a bad scenario
     if out_path is not None:
         _writable_file(out_path, "--out", (".csv",))  # before the measuring, not after
-    from calibrate import run_calibration
+    from sim3d_calibrate import run_calibration
     with err.status("calibrating ...") as status:
         path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,
                                out=str(out_path) if out_path else None, progress=lambda msg: status.update(msg))

@@ -56,8 +56,8 @@ def test_committed_profile_schema(path):
 
 def test_tiny_calibration_in_process(tmp_path):
     pytest.importorskip("torch")
-    from calibrate import run_calibration
-    from calibrate.shapes import KernelPlan
+    from sim3d_calibrate import run_calibration
+    from sim3d_calibrate.shapes import KernelPlan
     plan = KernelPlan(gemms=[("gemm", 32, 48, 64), ("gemm", 64, 64, 64)], attention=[(1, 2, 2, 32, 16)],
                       rowwise=[(16, 32)], softmax=[(16, 32)], embedding=[(16, 64, 32)], cross_entropy=[(16, 64)])
     msgs = []
@@ -205,7 +205,7 @@ def test_attention_lookup_reads_the_default_dispatch_rows_only(tmp_path):
 
 
 def test_round_spread_and_stability_verdict():
-    from calibrate.noise import noise_summary, stability
+    from sim3d_calibrate.noise import noise_summary, stability
     rows = [{"op": op, "pass": "fwd", "shape": "s", "dtype": "fp32", "seconds": t}
             for op, times in (("quiet", (1.0, 1.02)), ("noisy", (1.0, 1.5))) for t in times]
     noise = noise_summary(rows)
@@ -220,8 +220,8 @@ def test_round_spread_and_stability_verdict():
 def test_a_busy_calibration_is_flagged_in_provenance_and_in_every_prediction(tmp_path, monkeypatch):
     import json
     import sim3d
-    from calibrate import run_calibration
-    from calibrate.shapes import KernelPlan
+    from sim3d_calibrate import run_calibration
+    from sim3d_calibrate.shapes import KernelPlan
     monkeypatch.setattr("os.getloadavg", lambda: (64.0, 64.0, 64.0))  # as if 64 processes competed
     plan = KernelPlan(gemms=[("qkv", 64, 64, 64)], attention=[], rowwise=[], softmax=[], embedding=[],
                       cross_entropy=[])
@@ -235,7 +235,19 @@ def test_a_busy_calibration_is_flagged_in_provenance_and_in_every_prediction(tmp
 
 
 def test_the_calibrations_own_threads_are_not_counted_as_competition():
-    from calibrate.noise import stability
+    from sim3d_calibrate.noise import stability
     quiet = {"p90_round_spread": 0.05}
     assert stability(quiet, [0.2, 0.2, 0.2], [2.1, 1.0, 0.5], cores=2, own_threads=2) == []
     assert stability(quiet, [0.2, 0.2, 0.2], [3.5, 1.0, 0.5], cores=2, own_threads=2)
+
+
+def test_the_package_list_installs_every_package_and_the_harness_under_its_own_name():
+    """pyproject.toml lists packages by hand (the harness folder calibrate/ installs as
+    sim3d_calibrate, so it cannot collide with another `calibrate`): a new subpackage must be
+    listed there, or an installed sim3d would miss it."""
+    import tomllib
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.parent.relative_to(root).parts) for p in (root / "sim3d").rglob("__init__.py")}
+    assert set(config["packages"]) == folders | {"sim3d_calibrate"}
+    assert config["package-dir"] == {"sim3d_calibrate": "calibrate"}
