@@ -235,3 +235,39 @@ def test_outputs_in_the_working_directory_are_fine_for_files(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     result = cli.invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "4", "--csv", "s.csv"], catch_exceptions=False)
     assert result.exit_code == 0 and (tmp_path / "s.csv").exists()
+
+
+def test_ray_jobs_carry_the_scenario_and_respect_workers(monkeypatch):
+    """Ray workers may run on machines without this file system: each task gets the
+    scenario's contents, and no more than --workers tasks are in flight (a stand-in `ray`
+    module runs the tasks in this process and records what it was given)."""
+    import types
+    from sim3d.studies import runner
+    seen, in_flight, peak = [], [], [0]
+
+    class Ref:
+        def __init__(self, job):
+            self.job = job
+
+    def remote_fn(fn):
+        def submit(job):
+            seen.append(job)
+            in_flight.append(1)
+            peak[0] = max(peak[0], len(in_flight))
+            return Ref(job)
+        return types.SimpleNamespace(remote=submit)
+
+    def wait(pending, num_returns=1):
+        in_flight.pop()
+        return pending[:1], pending[1:]
+
+    fake = types.SimpleNamespace(init=lambda **kw: None, remote=remote_fn, wait=wait,
+                                 get=lambda ref: runner.simulate_job(ref.job))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(runner, "check_backend", lambda backend: None)  # Ray itself is not installed here
+    path = str(ROOT / "scenarios" / "tiny.yaml")
+    jobs = [(str(i), path, (f"training.global_batch={8 * (i + 1)}",)) for i in range(5)]
+    results = dict(runner.run_jobs(jobs, workers=2, backend="ray"))
+    assert sorted(results) == ["0", "1", "2", "3", "4"] and all(not r["error"] for r in results.values())
+    assert all(isinstance(job[1], dict) and job[1]["name"] == "tiny" for job in seen)
+    assert peak[0] == 2

@@ -12,6 +12,7 @@ import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..lifetime import die_with_parent
@@ -49,7 +50,7 @@ def run_jobs(jobs: list[tuple[str, str, tuple[str, ...]]], workers: int | None =
     check_backend(backend)
     workers = workers or max(1, (os.cpu_count() or 1))
     if backend == "ray":
-        yield from _run_ray(jobs)
+        yield from _run_ray(jobs, workers)
         return
     if workers == 1 or len(jobs) == 1:
         for job in jobs:
@@ -130,13 +131,28 @@ def _close(pool: ProcessPoolExecutor, finished: bool) -> None:
         process.terminate()
 
 
-def _run_ray(jobs: Iterable) -> Iterator[tuple[str, dict]]:
+def _run_ray(jobs: Iterable, workers: int) -> Iterator[tuple[str, dict]]:
+    """Jobs on a Ray cluster, at most `workers` in flight. Workers on other machines cannot
+    read this machine's files, so each job carries the scenario's contents, not its path
+    (a calibration profile it names must still exist where the workers run)."""
     import ray
+
+    from ..scenario import read_scenario_yaml
     ray.init(ignore_reinit_error=True)
     remote = ray.remote(simulate_job)
-    labels = {remote.remote(job): job[0] for job in jobs}
-    pending = list(labels)
-    while pending:
+    contents: dict[str, dict] = {}
+    queue = []
+    for label, source, overrides in jobs:
+        if isinstance(source, str):
+            source = contents.setdefault(source, read_scenario_yaml(Path(source)))
+        queue.append((label, source, overrides))
+    labels, pending = {}, []
+    while queue or pending:
+        while queue and len(pending) < workers:
+            job = queue.pop(0)
+            ref = remote.remote(job)
+            labels[ref] = job[0]
+            pending.append(ref)
         done, pending = ray.wait(pending, num_returns=1)
         try:
             yield ray.get(done[0])
