@@ -313,8 +313,8 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
 
 
 def _local_cluster(path: Path, sets: list[str]) -> list[str]:
-    from .scenario import local_world_size
-    return ["cluster.nodes=1", f"cluster.gpus_per_node={local_world_size(path, sets)}"]
+    from .executor.sizing import launcher_cluster
+    return launcher_cluster(str(path), sets, {})  # a local run: one node, a process per rank
 
 
 @app.command()

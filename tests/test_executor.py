@@ -175,3 +175,18 @@ def test_simulated_and_executed_traces_of_one_scenario_align_one_to_one():
     assert (result.unmatched_sim, result.unmatched_real) == (0, 0)
     # every action of the lowered schedule (one pipeline: pp ranks) is a key on both sides
     assert len(result.per_action) == sum(len(actions) for actions in simulated.schedule.ranks)
+
+
+def test_torchrun_and_slurm_runs_size_the_cluster_from_the_launcher():
+    """Under torchrun or SLURM the job's nodes and processes per node come from the launcher's
+    environment (as `sim3d execute` sizes a local run), not from the scenario's cluster."""
+    from sim3d.executor.sizing import launcher_cluster
+    tiny = str(ROOT / "scenarios" / "tiny.yaml")
+    assert launcher_cluster(tiny, [], {"RANK": "3", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}) == \
+        ["cluster.nodes=2", "cluster.gpus_per_node=8"]
+    assert launcher_cluster(tiny, [], {"RANK": "0", "WORLD_SIZE": "8", "SLURM_NNODES": "4"}) == \
+        ["cluster.nodes=4", "cluster.gpus_per_node=2"]
+    assert launcher_cluster(tiny, ["parallel.tp=2", "parallel.dp=2"], {}) == \
+        ["cluster.nodes=1", "cluster.gpus_per_node=4"]
+    with pytest.raises(ValueError, match="whole number of nodes"):
+        launcher_cluster(tiny, [], {"RANK": "0", "WORLD_SIZE": "12", "LOCAL_WORLD_SIZE": "8"})

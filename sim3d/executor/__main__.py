@@ -25,9 +25,11 @@ def main(argv=None) -> int:
 
     from ..scenario import ScenarioError, load_scenario
     from .launch import ExecutorError, execute, run_torchrun
+    from .sizing import launcher_cluster
 
     try:
-        scenario = load_scenario(args.scenario, overrides=args.overrides)
+        sizing = launcher_cluster(args.scenario, args.overrides, os.environ)
+        scenario = load_scenario(args.scenario, overrides=[*args.overrides, *sizing])
         options = dict(steps=args.steps, backend=args.backend, check=args.check, out_dir=args.out,
                        seed=args.seed, lr=args.lr, timeout_s=args.timeout)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
