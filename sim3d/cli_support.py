@@ -17,7 +17,7 @@ from .scenario import ScenarioError, load_scenario
 
 # markup=False: every message is literal text; a `[/...]` in a gloo error or `[default]` in a
 # pip hint must print as written, so styling is applied through Text spans, never markup.
-out = Console(width=None if sys.stdout.isatty() else 120, markup=False)  # readable tables in logs and pipes
+out = Console(width=None if sys.stdout.isatty() else 120, markup=False, soft_wrap=True)  # tables fit logs; lines never split
 err = Console(stderr=True, soft_wrap=True, markup=False)  # messages stay one line each, greppable
 
 SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
