@@ -33,7 +33,11 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron-LM "
                                            "arguments."),
         trace: str = typer.Option("json", "--trace", help="Perfetto trace: json, json.gz or none."),
-        pdf: bool = typer.Option(False, "--pdf", help="Also write the Gantt chart as PDF (for papers).")):
+        pdf: bool = typer.Option(False, "--pdf", help="Also write the Gantt chart as PDF (for papers)."),
+        gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column (a paper's text or "
+                                       "column width)."),
+        gantt_window: Optional[str] = typer.Option(None, "--gantt-window", help="START,END: seconds of the step "
+                                                   "to draw (zoom in).")):
     """Simulate one training step and write summary, trace and plots."""
     from .api import simulate
     from .report.summary import breakdown_table, summary_table
@@ -41,6 +45,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
+    gantt = _gantt_options(gantt_size, gantt_window)
     s = _load(scenario, set_)
     folder = _writable_folder(out_dir or _default_folder(s.name))
     every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -66,7 +71,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
             _print_explain(result)
         if flags:
             out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
-    written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf)
+    written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, **gantt)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
     if strict and not summary["fits_in_memory"]:
@@ -95,12 +100,29 @@ def _print_explain(result) -> None:
     out.print(table)
 
 
-def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool) -> list[Path]:
+def _gantt_options(size: str, window: Optional[str]) -> dict:
+    """--gantt-size and --gantt-window, checked before any work."""
+    from .report.gantt_sizes import SIZES
+    if size not in SIZES:
+        raise BadInput(f"--gantt-size {size!r}: expected one of {', '.join(SIZES)}")
+    span = None
+    if window is not None:
+        try:
+            start, end = (float(part) for part in window.split(","))
+        except ValueError:
+            raise BadInput(f"--gantt-window {window!r}: expected START,END in seconds, e.g. 0,4") from None
+        if not 0 <= start < end:
+            raise BadInput(f"--gantt-window {window!r}: expected 0 <= START < END")
+        span = (start, end)
+    return {"gantt_size": size, "gantt_window": span}
+
+
+def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, **gantt) -> list[Path]:
     from .report.outputs import write_run_outputs
     if quiet:
-        return write_run_outputs(result, folder, plots, trace, pdf)
+        return write_run_outputs(result, folder, plots, trace, pdf, **gantt)
     with err.status(f"writing trace and plots to {folder}/ ..."):
-        return write_run_outputs(result, folder, plots, trace, pdf)
+        return write_run_outputs(result, folder, plots, trace, pdf, **gantt)
 
 
 @app.command()
@@ -149,6 +171,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
              lowered: bool = typer.Option(False, "--lowered", help="Show send/receive actions too."),
              csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),
              gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg)."),
+             gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
     from .limits import check_schedule_size
@@ -163,6 +186,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         _writable_file(csv_path, "--csv", (".csv",))
     if gantt:
         _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
+        _gantt_options(gantt_size, None)
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = prove(full)
@@ -184,7 +208,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         from .report.gantt import plot_gantt, timeline_to_trace
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
                    title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)",
-                   time_unit="units of one forward")
+                   time_unit="units of one forward", size=gantt_size)
         if not as_json:
             out.print(f"wrote {gantt}")
 

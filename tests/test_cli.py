@@ -167,3 +167,28 @@ def test_shell_completion_completes_commands():
     env.update(COMP_WORDS="sim3d import ", COMP_CWORD="2")
     result = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert set(result.stdout.split()) == {"megatron", "nemo"}
+
+
+def test_piped_messages_stay_one_line_each(tmp_path):
+    """A line that names a long path is one record when piped (it used to wrap at 120 columns,
+    splitting `wrote ... to` from the folder)."""
+    folder = tmp_path / ("a-rather-long-folder-name-for-the-outputs-of-this-run" * 2)
+    result = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--no-plots", "--out", folder)
+    assert result.exit_code == 0, result.stderr
+    wrote = [line for line in result.stdout.splitlines() if line.startswith("wrote ")]
+    assert len(wrote) == 1 and wrote[0].endswith(f"to {folder}/")
+
+
+def test_gantt_for_papers_sizes_and_windows(tmp_path):
+    from PIL import Image
+    result = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path / "col", "--gantt-size", "column",
+                    "--gantt-window", "0,0.01")
+    assert result.exit_code == 0, result.stderr
+    width_in = Image.open(tmp_path / "col" / "gantt.png").size[0] / 200  # plot_gantt saves at 200 dpi
+    assert abs(width_in - 3.5) < 0.2  # an IEEE column
+    for option, value, word in (("--gantt-size", "poster", "column"), ("--gantt-window", "5,1", "START < END"),
+                                ("--gantt-window", "a,b", "START,END")):
+        bad = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "bad", option, value)
+        assert bad.exit_code == 2 and word in bad.stderr, (option, value, bad.stderr)
+    result = invoke("schedule", "1f1b", "--pp", "4", "-m", "8", "--gantt", tmp_path / "s.png", "--gantt-size", "page")
+    assert result.exit_code == 0, result.stderr

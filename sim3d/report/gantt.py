@@ -26,6 +26,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from ..trace import canonical  # noqa: E402
+from .gantt_sizes import SIZES  # noqa: E402
 from .trace import bubble_by_rank  # noqa: E402
 
 # Colour-blind-safe (Okabe-Ito blue/orange, Tol "muted" teal/green): teal and green differ
@@ -119,11 +120,14 @@ def _boxes(x0, x1, y0, y1) -> np.ndarray:
 def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
                color_by: Literal["kind", "microbatch"] = "kind",
                rank_labels: Mapping[int, str] | None = None, max_ranks: int = 64,
-               ranks: Sequence[int] | None = None, time_unit: str | None = None) -> list[Path]:
+               ranks: Sequence[int] | None = None, time_unit: str | None = None, size: str = "screen",
+               window: tuple[float, float] | None = None) -> list[Path]:
     """Draw one row per rank (rank 0 on top) and write it to every path (.png/.pdf/.svg).
     `ranks` picks the rows; by default every rank, or, past `max_ranks`, one rank per
     pipeline stage. `time_unit` names a time axis that is not in seconds (e.g. "F = 1" for
-    unit-cost schedules), drawn unscaled.
+    unit-cost schedules), drawn unscaled. `size`: "screen", or "page" / "column" for a paper's
+    text and column width (SIZES). `window`: (start, end) in seconds from the trace's start,
+    to zoom in (the bubble column still reports the whole step).
 
     Compute actions are boxes labelled with their micro-batch; communication streams, when
     the trace has them, are thin grey lanes under each rank; idle time stays white; the
@@ -134,9 +138,20 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
     df = canonical(df)
     if df.empty:
         raise ValueError("plot_gantt: the trace has no rows")
+    if size not in SIZES:
+        raise ValueError(f"plot_gantt: size {size!r}, expected one of {', '.join(SIZES)}")
+    width, font_k = SIZES[size]
     bubbles = bubble_by_rank(df)
     t0 = float(df["start_s"].min())
     span = float(df["end_s"].max()) - t0
+    if window is not None:
+        start, end = window
+        if not 0 <= start < end:
+            raise ValueError(f"plot_gantt: window {window}: expected 0 <= start < end (seconds from the trace start)")
+        df = df[(df["end_s"] > t0 + start) & (df["start_s"] < t0 + end)]
+        if df.empty:
+            raise ValueError(f"plot_gantt: nothing runs in the window {window} (the step lasts {span:g} s)")
+        t0, span = t0 + start, end - start
     scale, unit = (1.0, time_unit) if time_unit else _time_unit(span)
     all_ranks = sorted(df["rank"].unique().tolist())
     max_ranks = max(2, int(max_ranks))
@@ -165,8 +180,8 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
     total_h = y
 
     n_rows = len(shown) + (1 if omitted else 0)
-    fig_h = min(2.0 + 0.42 * n_rows * row_h, 24.0)
-    fig, ax = plt.subplots(figsize=(11.0, max(fig_h, 2.8)), layout="constrained")
+    fig_h = min(2.0 + 0.42 * n_rows * row_h, 24.0) * (0.5 + 0.5 * width / SIZES["screen"][0])
+    fig, ax = plt.subplots(figsize=(width, max(fig_h, 2.8 * font_k)), layout="constrained")
     ax.set_xlim(0.0, span * scale * 1.002 if span > 0 else 1.0)
     ax.set_ylim(total_h - 0.1, -0.15)
 
@@ -226,30 +241,31 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
     labels = dict(rank_labels or {})
     ax.set_yticks([row_of[r] + _COMPUTE_H / 2 for r in shown])
     ax.set_yticklabels([f"rank {r}" + (f"\n{labels[r]}" if labels.get(r) else "") for r in shown],
-                       fontsize=8 if len(shown) <= 16 else 6)
+                       fontsize=font_k * (8 if len(shown) <= 16 else 6))
     ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="x", labelsize=font_k * 9)
     if lanes and len(shown) <= 16:  # name the thin lanes where there is room to
         lane_y = [row_of[r] + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP) + _LANE_H / 2
                   for r in shown for j in range(len(lanes))]
-        ax.set_yticks(lane_y, [s for _ in shown for s in lanes], minor=True, fontsize=5.5, color="#666666")
+        ax.set_yticks(lane_y, [s for _ in shown for s in lanes], minor=True, fontsize=font_k * 5.5, color="#666666")
         ax.tick_params(axis="y", which="minor", length=0, pad=2)
-    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlabel(f"time ({unit})", fontsize=font_k * 10)
     ax.grid(axis="x", color="#E4E4E4", linewidth=0.6, zorder=0)
     ax.set_axisbelow(True)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     right = blended_transform_factory(ax.transAxes, ax.transData)
-    ax.text(1.01, -0.1, "bubble", transform=right, ha="left", va="bottom", fontsize=8, fontweight="bold",
+    ax.text(1.01, -0.1, "bubble", transform=right, ha="left", va="bottom", fontsize=font_k * 8, fontweight="bold",
             clip_on=False)
     for r in shown:
         ax.text(1.01, row_of[r] + _COMPUTE_H / 2, f"{100.0 * bubbles.get(r, 0.0):.1f}%", transform=right,
-                ha="left", va="center", fontsize=8 if len(shown) <= 16 else 6, clip_on=False)
+                ha="left", va="center", fontsize=font_k * (8 if len(shown) <= 16 else 6), clip_on=False)
     if omitted:
         gap_y = row_of[shown[max_ranks // 2]] - row_h / 2
         ax.text(0.5, gap_y, f"⋯ {omitted} ranks not shown ⋯", transform=right, ha="center", va="center",
-                fontsize=8, color="#555555", style="italic")
+                fontsize=font_k * 8, color="#555555", style="italic")
         title = f"{title} (showing {len(shown)} of {len(all_ranks)} ranks)"
-    ax.set_title(title, fontsize=11, loc="left")
+    ax.set_title(title, fontsize=font_k * 11, loc="left")
 
     present = set(kinds)
     handles = []
@@ -273,7 +289,7 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
     handles += lane_handles
     handles.append(Patch(facecolor="white", edgecolor="#999999", linewidth=0.6, label="idle (bubble)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=-(-len(handles) // -(-len(handles) // 6)), frameon=False,
-               fontsize=8, handlelength=1.6)
+               fontsize=font_k * 8, handlelength=1.6)
 
     # Micro-batch labels where the box is wide and tall enough for the text.
     # Done last: the draw runs the constrained layout with the legend and margins in place,
