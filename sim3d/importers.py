@@ -28,7 +28,7 @@ VALUE_FLAGS = {
     "num_layers_in_first_pipeline_stage": "parallel.decoder_first_pipeline_num_layers",
     "num_layers_in_last_pipeline_stage": "parallel.decoder_last_pipeline_num_layers",
     "micro_batch_size": "training.micro_batch", "global_batch_size": "training.global_batch",
-    "attention_backend": "training.attention_backend",
+    "attention_backend": "training.attention_backend", "recompute_granularity": "training.recompute",
 }
 SWITCH_FLAGS = {  # flags without a value
     "sequence_parallel": ("parallel.sequence_parallel", True),
@@ -43,6 +43,7 @@ SWITCH_FLAGS = {  # flags without a value
     "checkpoint_activations": ("training.recompute", "full"),  # 2021 name of full recomputation
     "no_async_tensor_model_parallel_allreduce": ("training.async_tensor_model_parallel_allreduce", False),
     "overlap_p2p_comm": ("training.overlap_p2p", True),
+    "fp8": ("training.precision", "fp8"),  # NeMo's model.fp8: true (Transformer Engine FP8)
     "account_for_embedding_in_pipeline_split": ("parallel.account_for_embedding_in_pipeline_split", True),
     "account_for_loss_in_pipeline_split": ("parallel.account_for_loss_in_pipeline_split", True),
 }
@@ -105,10 +106,13 @@ def _get(tree: dict, path: str):
 
 
 def _number(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
+    """An argument's value as Megatron's argparse types it: int, float, or the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def parse_megatron_args(args: list[str] | str) -> tuple[dict[str, object], list[str]]:
@@ -146,12 +150,10 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
         if flag in VALUE_FLAGS:
             if value is True or isinstance(value, list):
                 raise ValueError(f"--{flag.replace('_', '-')} needs one value, got {value!r}")
-            _set(tree, VALUE_FLAGS[flag], value if flag == "attention_backend" else _number(value))
+            _set(tree, VALUE_FLAGS[flag], _number(value))
         elif flag in SWITCH_FLAGS:
             path, meaning = SWITCH_FLAGS[flag]
             _set(tree, path, meaning)
-        elif flag == "recompute_granularity":
-            _set(tree, "training.recompute", str(value))
         elif flag == "fp8_format":
             _set(tree, "training.precision", "fp8")
         elif flag == "num_layers_per_virtual_pipeline_stage":

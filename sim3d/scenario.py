@@ -156,16 +156,26 @@ def _canonical(raw, model_cls, path: str):
 
 
 def _flat_megatron(raw: dict) -> dict:
-    """Megatron-LM argument names at the top level (a flat argument dict, as Megatron's own
-    args namespace or a NeMo model section has them) moved into their sections:
-    `tensor_model_parallel_size: 8` is `parallel.tp: 8`, `swiglu: true` is
-    `model.activation: swiglu` (sim3d.importers holds the table)."""
+    """Megatron-LM argument names where Megatron and NeMo users put them, moved to sim3d's
+    place: at the top level (a flat argument dict, as Megatron's args namespace has them) or
+    inside a section they do not belong to (NeMo puts `num_experts`, `bf16`, `swiglu`,
+    `recompute_granularity` under `model:`). `tensor_model_parallel_size: 8` is `parallel.tp: 8`,
+    `swiglu: true` is `model.activation: swiglu` (sim3d.importers holds the table)."""
     from .importers import SWITCH_FLAGS, VALUE_FLAGS
-    out = {key: value for key, value in raw.items() if key in Scenario.model_fields or
-           (key not in VALUE_FLAGS and key not in SWITCH_FLAGS)}  # unknown keys: validation names them
-    for key, value in raw.items():
-        if key in out:
+    megatron = set(VALUE_FLAGS) | set(SWITCH_FLAGS)
+    out = {key: value for key, value in raw.items() if key in Scenario.model_fields or key not in megatron}
+    moves = [(key, value) for key, value in raw.items() if key not in out]
+    for section in ("model", "parallel", "training"):
+        body = out.get(section)
+        if not isinstance(body, dict):
             continue
+        cls = _model_at((section,))
+        own = set(cls.model_fields) | set(_aliases(cls)) | _SECTION_SWITCHES.get(section, set())
+        strays = [key for key in body if key not in own and key in megatron]
+        if strays:
+            out[section] = {k: v for k, v in body.items() if k not in strays}
+            moves += [(key, body[key]) for key in strays]
+    for key, value in moves:
         if key in VALUE_FLAGS:
             path = VALUE_FLAGS[key]
         elif isinstance(value, bool):
@@ -185,6 +195,11 @@ def _flat_megatron(raw: dict) -> dict:
             raise ScenarioError(f"{path}: given twice (as {path} and as the Megatron name {key})")
         node[leaf] = value
     return out
+
+
+# Megatron switches a section's own validator reads (Model: --swiglu / --squared-relu;
+# Training: use_flash_attn): left where they are.
+_SECTION_SWITCHES = {"model": {"swiglu", "squared_relu"}, "training": {"use_flash_attn"}}
 
 
 def canonical_key(dotted: str) -> str:

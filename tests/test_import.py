@@ -119,3 +119,16 @@ def test_a_flat_megatron_argument_dict_is_a_scenario():
         scenario_from_dict({**flat, "parallel": {"tp": 8}})
     with pytest.raises(sim3d.ScenarioError, match="true or false"):
         scenario_from_dict({**flat, "sequence_parallel": "yes"})
+
+
+def test_megatron_names_under_the_section_nemo_users_put_them_in():
+    """The issue's examples: `swiglu`, `recompute_granularity`, `bf16` and `num_experts`
+    directly under `model:` (as NeMo writes them) go where sim3d keeps them."""
+    s = scenario_from_dict({
+        "name": "nemo-style", "training": {"global_batch": 16},
+        "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 1024,
+                  "vocab_size": 32000, "swiglu": True, "bf16": True, "recompute_granularity": "selective",
+                  "num_experts": 8, "moe_router_topk": 2, "tensor_model_parallel_size": 2},
+        "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}})
+    assert (s.model.activation, s.training.precision, s.training.recompute) == ("swiglu", "bf16", "selective")
+    assert (s.model.moe.experts, s.model.moe.top_k, s.tp, s.dp) == (8, 2, 2, 4)
