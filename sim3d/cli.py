@@ -37,7 +37,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column (a paper's text or "
                                        "column width)."),
         gantt_window: Optional[str] = typer.Option(None, "--gantt-window", help="START,END: seconds of the step "
-                                                   "to draw (zoom in).")):
+                                                   "to draw (zoom in)."),
+        gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
+                                                  "(default: all, or one per pipeline stage).")):
     """Simulate one training step and write summary, trace and plots."""
     from .api import simulate
     from .report.summary import breakdown_table, summary_table
@@ -45,7 +47,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
-    gantt = _gantt_options(gantt_size, gantt_window)
+    gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
     s = _load(scenario, set_)
     folder = _writable_folder(out_dir or _default_folder(s.name))
     every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -56,6 +58,13 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     else:
         result = simulate(s, full_fidelity=every_gpu)
     summary = result.summary
+    missing = sorted(set(gantt["gantt_ranks"] or ()) - set(result.sim.ranks))
+    if missing and plots:
+        simulated = sorted(result.sim.ranks)
+        raise BadInput(f"--gantt-ranks: rank(s) {missing[:8]} were not simulated; this run replayed "
+                       f"{len(simulated)} rank(s) ({', '.join(map(str, simulated[:8]))}"
+                       f"{', ...' if len(simulated) > 8 else ''})" +
+                       ("" if result.full_fidelity else "; --full-fidelity replays every GPU"))
     flags = _megatron_line(s) if megatron_args else None
     if as_json:
         print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2, allow_nan=False))
@@ -100,8 +109,8 @@ def _print_explain(result) -> None:
     out.print(table)
 
 
-def _gantt_options(size: str, window: Optional[str]) -> dict:
-    """--gantt-size and --gantt-window, checked before any work."""
+def _gantt_options(size: str, window: Optional[str], ranks: Optional[str] = None) -> dict:
+    """--gantt-size, --gantt-window and --gantt-ranks, checked before any work."""
     from .report.gantt_sizes import SIZES
     if size not in SIZES:
         raise BadInput(f"--gantt-size {size!r}: expected one of {', '.join(SIZES)}")
@@ -114,7 +123,13 @@ def _gantt_options(size: str, window: Optional[str]) -> dict:
         if not 0 <= start < end:
             raise BadInput(f"--gantt-window {window!r}: expected 0 <= START < END")
         span = (start, end)
-    return {"gantt_size": size, "gantt_window": span}
+    picked = None
+    if ranks is not None:
+        try:
+            picked = sorted({int(part) for part in ranks.split(",")})
+        except ValueError:
+            raise BadInput(f"--gantt-ranks {ranks!r}: expected global ranks, e.g. 0,64,128") from None
+    return {"gantt_size": size, "gantt_window": span, "gantt_ranks": picked}
 
 
 def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, **gantt) -> list[Path]:
@@ -186,7 +201,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         _writable_file(csv_path, "--csv", (".csv",))
     if gantt:
         _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
-        _gantt_options(gantt_size, None)
+        _gantt_options(gantt_size, None, None)
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = prove(full)

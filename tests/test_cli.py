@@ -192,3 +192,12 @@ def test_gantt_for_papers_sizes_and_windows(tmp_path):
         assert bad.exit_code == 2 and word in bad.stderr, (option, value, bad.stderr)
     result = invoke("schedule", "1f1b", "--pp", "4", "-m", "8", "--gantt", tmp_path / "s.png", "--gantt-size", "page")
     assert result.exit_code == 0, result.stderr
+
+
+def test_gantt_ranks_are_checked_against_what_was_simulated(tmp_path):
+    ok = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path / "a", "--gantt-ranks", "0,8")
+    assert ok.exit_code == 0, ok.stderr
+    folded = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path / "b", "--gantt-ranks", "1")
+    assert folded.exit_code == 2 and "--full-fidelity" in folded.stderr
+    bad = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path / "c", "--gantt-ranks", "x")
+    assert bad.exit_code == 2 and "global ranks" in bad.stderr

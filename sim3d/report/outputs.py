@@ -30,12 +30,13 @@ TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
 
 def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: str = "json",
                       pdf: bool = False, gantt_size: str = "screen",
-                      gantt_window: tuple[float, float] | None = None) -> list[Path]:
+                      gantt_window: tuple[float, float] | None = None,
+                      gantt_ranks: list[int] | None = None) -> list[Path]:
     """summary.json, links.csv, trace.csv (and trace.parquet when pyarrow is installed),
     schedule.csv, the Perfetto trace (`trace_format`:
     json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
-    memory plot and the link traffic plot of a `sim3d.Result`; `gantt_size` and
-    `gantt_window` as `plot_gantt`'s size and window."""
+    memory plot and the link traffic plot of a `sim3d.Result`; `gantt_size`, `gantt_window`
+    and `gantt_ranks` as `plot_gantt`'s size, window and ranks."""
     from ..trace import parquet_available, write_trace_csv, write_trace_parquet
     from .trace import write_chrome_trace
 
@@ -59,7 +60,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         gantt = [folder / "gantt.png"] + ([folder / "gantt.pdf"] if pdf else [])
         title = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                  f"step {summary['step_time_s']:.2f} s")
-        plot_gantt(trace, gantt, title=title, rank_labels=labels, size=gantt_size, window=gantt_window)
+        plot_gantt(trace, gantt, title=title, rank_labels=labels, size=gantt_size, window=gantt_window,
+                   ranks=gantt_ranks)
         memory = folder / "memory.png"
         plot_memory(result.memory, memory, title=f"{s.name}: memory per pipeline stage")
         links = folder / "links.png"
