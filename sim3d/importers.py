@@ -171,6 +171,14 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
     if not isinstance(config, dict) or "model" not in config:
         raise ValueError("a NeMo config has a `model:` section (and usually `trainer:`); this one has neither")
     model, trainer = config["model"], config.get("trainer") or {}
+    for section, body in (("model", model), ("trainer", trainer)):
+        if not isinstance(body, dict):
+            raise ValueError(f"{section}: expected a section (a mapping), got {type(body).__name__}")
+    for section, body, key in (("trainer", trainer, "num_nodes"), ("trainer", trainer, "devices"),
+                               ("model", model, "virtual_pipeline_model_parallel_size")):
+        value = body.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{section}.{key}: expected a whole number >= 1, got {value!r}")
     args: list[str] = []
     unmapped = []
     nemo_names = {"encoder_seq_length": "seq_length", "virtual_pipeline_model_parallel_size": None,
@@ -212,7 +220,7 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
     if gpus is None and isinstance(nodes, int) and isinstance(devices, int):
         gpus = nodes * devices
     out = from_megatron(args, name=name, gpu=gpu, gpus=gpus, gpus_per_node=devices if isinstance(devices, int) else 8)
-    tokenizer = model.get("tokenizer") or {}
+    tokenizer = model.get("tokenizer") if isinstance(model.get("tokenizer"), dict) else {}
     name_text = " ".join(str(tokenizer[k]) for k in ("type", "model") if tokenizer.get(k)).lower().replace("_", "-")
     known = next((v for k, v in TOKENIZER_VOCAB.items() if k in name_text), None)
     if known and any(a.startswith("model.vocab") for a in out.assumed):  # no vocabulary size was given

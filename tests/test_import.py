@@ -132,3 +132,22 @@ def test_megatron_names_under_the_section_nemo_users_put_them_in():
         "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}})
     assert (s.model.activation, s.training.precision, s.training.recompute) == ("swiglu", "bf16", "selective")
     assert (s.model.moe.experts, s.model.moe.top_k, s.tp, s.dp) == (8, 2, 2, 4)
+
+
+@pytest.mark.parametrize("text,word", [
+    ("model: 3", "model: expected a section"),
+    ("trainer: {num_nodes: two, devices: 8}\nmodel: {num_layers: 2}", "trainer.num_nodes"),
+    ("model: {virtual_pipeline_model_parallel_size: x, num_layers: 2}", "virtual_pipeline_model_parallel_size"),
+    ("[1, 2]", "has a `model:` section"),
+])
+def test_broken_nemo_configs_are_named_not_crashed_on(tmp_path, text, word):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["import", "nemo", str(path)])
+    assert result.exit_code == 2 and word in result.output, result.output
+
+
+def test_a_tokenizer_that_is_not_a_section_is_ignored():
+    imported = from_nemo({"model": {"tokenizer": 5, "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                    "encoder_seq_length": 32, "global_batch_size": 8}}, name="t", gpu="h100-sxm")
+    assert imported.scenario["model"]["vocab"] == 50304  # GPT-2's, assumed and said
