@@ -58,6 +58,10 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     else:
         result = simulate(s, full_fidelity=every_gpu)
     summary = result.summary
+    window = gantt["gantt_window"]
+    if window and plots and window[0] >= result.step_time:
+        raise BadInput(f"--gantt-window {window[0]:g},{window[1]:g}: starts after the step ends "
+                       f"({result.step_time:.6g} s)")
     missing = sorted(set(gantt["gantt_ranks"] or ()) - set(result.sim.ranks))
     if missing and plots:
         simulated = sorted(result.sim.ranks)

@@ -190,6 +190,8 @@ def test_gantt_for_papers_sizes_and_windows(tmp_path):
                                 ("--gantt-window", "a,b", "START,END")):
         bad = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "bad", option, value)
         assert bad.exit_code == 2 and word in bad.stderr, (option, value, bad.stderr)
+    late = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "late", "--gantt-window", "100,200")
+    assert late.exit_code == 2 and "after the step ends" in late.stderr
     result = invoke("schedule", "1f1b", "--pp", "4", "-m", "8", "--gantt", tmp_path / "s.png", "--gantt-size", "page")
     assert result.exit_code == 0, result.stderr
 
