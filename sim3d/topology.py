@@ -151,22 +151,29 @@ class Topology:
             self._link_load[key] = load
         return self._link_load[key]
 
-    def _crossings(self, group: list[int]) -> list[tuple[tuple, float]]:
-        """(NIC or uplink, share of the group's crossing it carries) for one group."""
-        nics: dict[int, list[int]] = {}
+    def _nic_members(self, group: list[int]) -> dict[int, dict[int, int]]:
+        """node -> the NICs the group's members there send through -> the first such member."""
+        out: dict[int, dict[int, int]] = {}
         for rank in group:
             node, local = self.gpu_of(rank)
-            nics.setdefault(node, [])
-            if self._nic_of(local) not in nics[node]:
-                nics[node].append(self._nic_of(local))
+            out.setdefault(node, {}).setdefault(self._nic_of(local), rank)
+        return out
+
+    @staticmethod
+    def _rail_peer(nic: int, receivers: dict[int, int]) -> int:
+        """The receiving node's NIC for a share sent on `nic`: the same rail where it has one."""
+        return nic if nic in receivers else next(iter(receivers))
+
+    def _crossings(self, group: list[int]) -> list[tuple[tuple, float]]:
+        """(NIC or uplink, share of the group's crossing it carries) for one group."""
+        nics = self._nic_members(group)
         if len(nics) < 2:
             return []
         out = [((node, nic), 1 / len(used)) for node, used in nics.items() for nic in used]
-        order = list(dict.fromkeys(self.gpu_of(r)[0] for r in group))  # nodes in ring order
+        order = list(nics)  # nodes in ring order
         for a, b in zip(order, order[1:] + order[:1]):
             for nic in nics[a]:
-                dst = nic if nic in nics[b] else nics[b][0]
-                leaf_a, leaf_b = self._leaf(a, nic), self._leaf(b, dst)
+                leaf_a, leaf_b = self._leaf(a, nic), self._leaf(b, self._rail_peer(nic, nics[b]))
                 if leaf_a != leaf_b:
                     out += [((leaf_a, ("spine", 0)), 1 / len(nics[a])), ((("spine", 0), leaf_b), 1 / len(nics[a]))]
         return out
@@ -179,16 +186,10 @@ class Topology:
         node_a, node_b = self.gpu_of(a)[0], self.gpu_of(b)[0]
         if node_a == node_b:
             return [(edge, 1.0) for edge in self.path(a, b)]
-        by_nic: dict[int, dict[int, int]] = {}  # node -> NIC -> first member behind it
-        for rank in group:
-            node, local = self.gpu_of(rank)
-            by_nic.setdefault(node, {}).setdefault(self._nic_of(local), rank)
-        senders, receivers = by_nic[node_a], by_nic[node_b]
-        out = []
-        for nic, src in senders.items():
-            dst = receivers.get(nic, next(iter(receivers.values())))
-            out += [(edge, 1 / len(senders)) for edge in self.path(src, dst)]
-        return out
+        nics = self._nic_members(group)
+        senders, receivers = nics[node_a], nics[node_b]
+        return [(edge, 1 / len(senders)) for nic, src in senders.items()
+                for edge in self.path(src, receivers[self._rail_peer(nic, receivers)])]
 
     def _leaf(self, node: int, nic: int) -> tuple:
         return next(v for v in self.graph[("nic", node, nic)] if v[0] == "leaf")
