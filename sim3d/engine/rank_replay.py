@@ -102,9 +102,10 @@ class RankReplay(Interpreter):
     def recv(self, a: Action):
         """A post: it costs nothing; its trace row waits for the message (sim3d.trace)."""
         key = (self.pipe_id, self.stages.stage(self.pp_rank, a.chunk), a.mb, a.kind)
-        self.engine.posted[key] = self.env.now
-        if key in self.engine.delivered:  # the message came before the post
-            row = self.engine.delivered.pop(key)
+        row = self.engine.delivered.pop(key, None)
+        if row is None:
+            self.engine.posted[key] = self.env.now
+        else:  # the message came before the post
             self.engine.rows.append(row[:6] + (self.env.now, self.env.now) + row[8:])
         return NOTHING
 
@@ -121,11 +122,12 @@ class RankReplay(Interpreter):
         nbytes = round(self.costs.p2p_bytes)
         engine.rows.append((src, stage, a.chunk, a.mb, a.kind.value, "pp", begin, env.now, nbytes, dst))
         consumer = output_to(self.stages, self.pp_rank, a)
-        recv = "RECV_F" if forward else "RECV_B"
-        row = (dst, consumer.stage, consumer.chunk, a.mb, recv, "pp", begin, env.now, nbytes, src)
-        post = engine.posted.pop((self.pipe_id, consumer.stage, a.mb, Kind(recv)), None)
+        recv = Kind.RECV_F if forward else Kind.RECV_B
+        row = (dst, consumer.stage, consumer.chunk, a.mb, recv.value, "pp", begin, env.now, nbytes, src)
+        key = (self.pipe_id, consumer.stage, a.mb, recv)
+        post = engine.posted.pop(key, None)
         if post is None:  # not posted yet: the receiver's RECV writes the row
-            engine.delivered[(self.pipe_id, consumer.stage, a.mb, Kind(recv))] = row
+            engine.delivered[key] = row
         else:
             engine.rows.append(row[:6] + (max(post, begin), env.now) + row[8:])
         engine.arrival((self.pipe_id, stage, consumer.family, a.mb, "remote")).succeed(issued)
