@@ -218,6 +218,13 @@ class Topology:
         port = ("nic", node, nic)
         return min(self.graph.edges[port, v]["bw"] for v in self.graph[port] if v[0] == "leaf")
 
+    @property
+    def nvlink_efficiency(self) -> float:
+        """Measured ring busbw as a fraction of the GPU preset's NVLink line rate, so that a
+        what-if NVLink speed scales it."""
+        gpu = self.scenario.gpu
+        return gpu.nvlink_ring_busbw * 1e9 / (gpu.nvlink_gbps * GBIT)
+
     def group_link(self, axis: str, rank: int = 0) -> GroupLink:
         """Bottleneck of `rank`'s ring along `axis` while every group of that axis runs the
         same collective concurrently (they do: symmetric ranks reach it together)."""
@@ -228,8 +235,7 @@ class Topology:
         intra_lat = self.scenario.cluster.intra_node.latency_us * 1e-6
         inter_lat = self.scenario.cluster.inter_node.latency_us * 1e-6
         gpu = self.scenario.gpu
-        # measured busbw as a fraction of the preset's line rate, so a what-if NVLink speed scales it
-        efficiency = gpu.nvlink_ring_busbw * 1e9 / (gpu.nvlink_gbps * GBIT)
+        efficiency = self.nvlink_efficiency
         nvls = (gpu.nvlink_nvls_busbw * 1e9 / (gpu.nvlink_gbps * GBIT) * intra
                 if gpu.nvlink_nvls_busbw and self.scenario.cluster.intra_node.fabric == "nvswitch" else None)
         if n < 2:

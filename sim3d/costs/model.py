@@ -140,7 +140,8 @@ class CostModel:
     @cached_property
     def _folded_links(self):
         link = self.topology.slowest_group_link if self._degraded else self.topology.group_link
-        return {axis: link(axis) for axis in ("tp", "cp", "ep", "dp", "pp")}
+        # no "pp": a pipeline transfer is priced on its own path (`_transfer`), not as a ring
+        return {axis: link(axis) for axis in ("tp", "cp", "ep", "dp")}
 
     def _link(self, axis: str, rank: int):
         """The ring link of `rank`'s group along `axis` (folded: of the slowest group)."""
@@ -406,7 +407,7 @@ class CostModel:
     def _transfer(self, a: int, b: int) -> float:
         bw, lat = self.topology.path_cost(a, b)
         crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
-        return p2p_time(self.p2p_bytes, bw, lat, crosses, self._folded_links["pp"].intra_efficiency)
+        return p2p_time(self.p2p_bytes, bw, lat, crosses, self.topology.nvlink_efficiency)
 
     # ---- data parallel ----------------------------------------------------------------------
     def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
