@@ -181,7 +181,7 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
             raise ValueError(f"{section}.{key}: expected a whole number >= 1, got {value!r}")
     args: list[str] = []
     unmapped = []
-    nemo_names = {"encoder_seq_length": "seq_length", "virtual_pipeline_model_parallel_size": None,
+    nemo_names = {"encoder_seq_length": "seq_length",
                   "activations_checkpoint_granularity": "recompute_granularity",
                   "activations_checkpoint_method": "recompute_method", "ub_tp_comm_overlap": "tp_comm_overlap"}
     for key, value in _flatten(model):
@@ -212,7 +212,7 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
         elif isinstance(value, (int, float, str)) and (flag in VALUE_FLAGS or flag in ("recompute_granularity",
                                                                                         "recompute_method")):
             args += [f"--{flag}", str(value)]
-        elif flag not in IRRELEVANT and flag not in SWITCH_FLAGS:
+        elif flag not in IRRELEVANT:  # a switch with a value that is not true / false lands here too
             unmapped.append(f"model.{key}: {value}")
     precision = str(trainer.get("precision", "bf16"))
     args.append("--fp16" if precision.startswith("16") or precision == "fp16" else "--bf16")
