@@ -92,9 +92,6 @@ def consistency_problems(s) -> list[str]:
     if tr.overlap_param_gather and not par.distributed_optimizer:
         p.append("training.overlap_param_gather: needs parallel.distributed_optimizer: true "
                  "(there is no parameter all-gather without it)")
-    if s.costs.network == "flow":
-        p.append("costs.network: flow (max-min fair sharing) is not implemented yet; use analytical, "
-                 "which already divides each link among the concurrent groups crossing it")
     for i, fault in enumerate(s.faults):
         if fault.straggler and fault.straggler.rank >= s.num_gpus:
             p.append(f"faults.{i}.straggler.rank: {fault.straggler.rank} is not a rank of {s.num_gpus} GPUs")

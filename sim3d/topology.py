@@ -120,22 +120,25 @@ class Topology:
         return min(d["bw"] for d in data), sum(d["latency"] for d in data)
 
     # ---- process groups ----------------------------------------------------------------
-    def _ring_load(self, axis: str) -> Counter:
-        """How many ring hops of all `axis` groups (running at once) cross each directed edge."""
-        if axis not in self._link_load:
-            load: Counter = Counter()
-            for group in self.placement.groups(axis):
-                if len(group) < 2:
-                    continue
-                for i, a in enumerate(group):
-                    for u, v in self.path(a, group[(i + 1) % len(group)]):
-                        load[(u, v)] += 1
+    def _ring_load(self, axis: str, alone: list[int] | None = None) -> Counter:
+        """How many ring hops of all `axis` groups (running at once) cross each directed edge;
+        with `alone`, of that one group only."""
+        if alone is None and axis in self._link_load:
+            return self._link_load[axis]
+        load: Counter = Counter()
+        for group in [alone] if alone is not None else self.placement.groups(axis):
+            if len(group) < 2:
+                continue
+            for i, a in enumerate(group):
+                for u, v in self.path(a, group[(i + 1) % len(group)]):
+                    load[(u, v)] += 1
+        if alone is None:
             self._link_load[axis] = load
-        return self._link_load[axis]
+        return load
 
-    def _crossing_load(self, axis: str) -> Counter:
+    def _crossing_load(self, axis: str, alone: list[int] | None = None) -> Counter:
         """Share of concurrent `axis` groups' node crossings on each NIC ((node, nic) keys) and
-        each leaf uplink (edge keys).
+        each leaf uplink (edge keys); with `alone`, of that one group only.
 
         NCCL runs a collective over several channels (rings with different orders), and with
         PXN a GPU hands data for another rail to that rail's GPU over NVLink (NCCL docs,
@@ -143,13 +146,15 @@ class Topology:
         over the NICs of all its members there and stays on its rail where it can. A group
         with members behind m NICs on a node puts 1/m of its crossing on each of them."""
         key = f"crossings:{axis}"
-        if key not in self._link_load:
-            load: Counter = Counter()
-            for group in self.placement.groups(axis):
-                for edge, share in self._crossings(group):
-                    load[edge] += share
+        if alone is None and key in self._link_load:
+            return self._link_load[key]
+        load: Counter = Counter()
+        for group in [alone] if alone is not None else self.placement.groups(axis):
+            for edge, share in self._crossings(group):
+                load[edge] += share
+        if alone is None:
             self._link_load[key] = load
-        return self._link_load[key]
+        return load
 
     def _nic_members(self, group: list[int]) -> dict[int, dict[int, int]]:
         """node -> the NICs the group's members there send through -> the first such member."""
@@ -194,11 +199,11 @@ class Topology:
     def _leaf(self, node: int, nic: int) -> tuple:
         return next(v for v in self.graph[("nic", node, nic)] if v[0] == "leaf")
 
-    def _crossing_rate(self, group: list[int], axis: str) -> tuple[float, float]:
+    def _crossing_rate(self, group: list[int], axis: str, alone: bool = False) -> tuple[float, float]:
         """(rate at which the group's ring crosses between nodes, the slowest node's rate per
         member), bytes/s per direction: the NICs and uplinks its crossings use, each shared
-        with the concurrent groups that use it too."""
-        load = self._crossing_load(axis)
+        with the concurrent groups that use it too (`alone`: with none)."""
+        load = self._crossing_load(axis, group if alone else None)
         members = Counter(self.gpu_of(r)[0] for r in group)
         ring, per_member = float("inf"), float("inf")
         for edge, share in self._crossings(group):
@@ -225,9 +230,10 @@ class Topology:
         gpu = self.scenario.gpu
         return gpu.nvlink_ring_busbw * 1e9 / (gpu.nvlink_gbps * GBIT)
 
-    def group_link(self, axis: str, rank: int = 0) -> GroupLink:
+    def group_link(self, axis: str, rank: int = 0, alone: bool = False) -> GroupLink:
         """Bottleneck of `rank`'s ring along `axis` while every group of that axis runs the
-        same collective concurrently (they do: symmetric ranks reach it together)."""
+        same collective concurrently (they do: symmetric ranks reach it together); `alone`:
+        with the fabric to itself (flow-level costs share links as flows meet instead)."""
         group = self.placement.group(axis, rank)
         n = len(group)
         nodes = Counter(self.gpu_of(r)[0] for r in group)
@@ -240,7 +246,7 @@ class Topology:
                 if gpu.nvlink_nvls_busbw and self.scenario.cluster.intra_node.fabric == "nvswitch" else None)
         if n < 2:
             return GroupLink(1, float("inf"), 0.0, 1, 1, intra, float("inf"), intra_lat, inter_lat, efficiency, nvls)
-        load = self._ring_load(axis)
+        load = self._ring_load(axis, group if alone else None)
         ring_intra, lat = float("inf"), 0.0
         for i, a in enumerate(group):
             b = group[(i + 1) % n]
@@ -248,7 +254,7 @@ class Topology:
             lat = max(lat, sum(self.graph.edges[e]["latency"] for e in edges))
             if self.gpu_of(a)[0] == self.gpu_of(b)[0]:
                 ring_intra = min(ring_intra, min(self.graph.edges[e]["bw"] / load[e] for e in edges))
-        ring_inter, inter_bw = self._crossing_rate(group, axis) if len(nodes) > 1 else (float("inf"), float("inf"))
+        ring_inter, inter_bw = self._crossing_rate(group, axis, alone) if len(nodes) > 1 else (float("inf"), float("inf"))
         return GroupLink(n, min(ring_intra, ring_inter), lat, len(nodes), max(nodes.values()), intra, inter_bw,
                          intra_lat, inter_lat, efficiency, nvls, ring_intra, ring_inter)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..placement import Placement
+from .flows import FlowSpec
 from .model import ActionCost
 
 
@@ -32,3 +33,14 @@ class RankCosts(Protocol):
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
         """Seconds of the optimizer step of a rank holding these stages."""
+
+    # asked only on the flow network (ReplayOptions.flows)
+    def link_capacity(self, edge: tuple) -> float:
+        """Bytes/s one direction of a graph edge offers to flows."""
+
+    def transfer_flows(self, src: int, dst: int) -> FlowSpec:
+        """The flow of one `transfer` (folded: bundled with every rank `src` stands for)."""
+
+    def dp_flows(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
+        """The flow of one bucket's "reduce" or "gather" over the rank's data-parallel group
+        (folded: bundled over every group of its pipeline stage)."""

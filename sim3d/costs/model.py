@@ -20,6 +20,7 @@ from ..placement import Placement
 from ..topology import Topology
 from .collectives import bus_factor, collective_time, p2p_time
 from .compute import ComputeModel, block_shape
+from .flows import FlowSpec, NetworkFlows
 
 COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
               "all-to-all": "all_to_all"}
@@ -411,10 +412,14 @@ class CostModel:
 
     # ---- data parallel ----------------------------------------------------------------------
     def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
+        return self.dp_collective_on(op, self._link("dp", rank), stage, buckets)
+
+    def dp_collective_on(self, op: str, link, stage: int, buckets: int) -> tuple[float, float]:
+        """(seconds, bytes on the wire per member) of one bucket's collective on a given
+        data-parallel ring link."""
         params = stage_params(self.s, (stage,))
         width = ACT_BYTES[self.s.training.precision]
         dense, expert = params.dense / buckets * width, params.expert / buckets * width
-        link = self._link("dp", rank)
         seconds = self._collective(op, dense, "dp", {"dp": link})
         wire = self._wire(op, dense, "dp", {"dp": link})
         if expert:  # expert parameters are replicated over the dp/ep expert-data-parallel ranks
@@ -432,6 +437,20 @@ class CostModel:
     def param_gather(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         """(seconds, bytes on the wire) to all-gather one bucket of updated parameters."""
         return self._dp_collective("all-gather", rank, stage, buckets)
+
+    # ---- the same transfers as flows (costs.network: flow) -----------------------------------
+    @cached_property
+    def _flows(self) -> NetworkFlows:
+        return NetworkFlows(self)
+
+    def link_capacity(self, edge: tuple) -> float:
+        return self._flows.capacity(edge)
+
+    def transfer_flows(self, src: int, dst: int) -> FlowSpec:
+        return self._flows.transfer(src, dst)
+
+    def dp_flows(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
+        return self._flows.data_parallel(what, rank, stage, buckets)
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
         """The optimizer step of a rank holding `stages`, from the bytes each of its kernels
@@ -453,6 +472,11 @@ class CostModel:
         rows += [(key, self._describe(key, self.sources[key])) for key in compute]
         for key in sorted(k for k in self.sources if not k.startswith("compute")):
             rows.append((key, self._describe(key, self.sources[key])))
+        if self.s.costs.network == "flow":
+            rows.append(("network", "flow: pipeline transfers and data-parallel buckets are flows on their routed "
+                         "links, sharing them max-min fairly as they meet (rates recomputed at every start and end); "
+                         "alone, each takes its analytical time. TP / CP / EP collectives inside compute stay "
+                         "analytical"))
         rows.append(("optimizer step", "memory-bound kernels, bytes per parameter: "
                      f"grad-norm {GRAD_NORM_BYTES} + Adam {ADAM_BYTES} + master copy {MASTER_COPY_BYTES}"
                      f"{f' + unscale {UNSCALE_BYTES}' if self.s.training.precision == 'fp16' else ''} per shard, "

@@ -30,6 +30,7 @@ class Flow:
     progress; `cap` is its own ceiling in bytes/s (inf: only the links limit it)."""
     edges: dict[Hashable, float]
     cap: float = float("inf")
+    key: Hashable | None = None  # flows with one key share edges and cap (FlowSet)
     rate: float = field(default=0.0, compare=False)
 
 
@@ -61,49 +62,91 @@ def max_min_rates(flows: Iterable[Flow], capacity: Callable[[Hashable], float]) 
 
 
 class FlowSet:
-    """The flows in flight and their rates, updated one arrival or departure at a time."""
+    """The flows in flight and their rates, updated one arrival or departure at a time.
 
-    def __init__(self, capacity: Callable[[Hashable], float]):
+    Flows with the same `key` must have the same edges and ceiling (FlowNetwork keys a flow
+    by the FlowSpec it came from). Keys make the bookkeeping cheap: which keys can share a
+    link is worked out once per key, not per flow; and with `memo`, the rates of a component
+    are remembered by which keys it holds how often (a pipeline step repeats a handful of
+    such mixes thousands of times)."""
+
+    def __init__(self, capacity: Callable[[Hashable], float], memo: bool = False):
         self.capacity = capacity
-        self.flows: set[Flow] = set()
-        self.on_link: dict[Hashable, set[Flow]] = {}
-        self.most_sharing = 0  # the most flows ever on one link at once
+        self.live: dict[Hashable, list[Flow]] = {}
+        self._users: dict[Hashable, set] = {}  # link -> keys that ever crossed it
+        self._neighbours: dict[Hashable, set] = {}  # key -> keys sharing a link with it (itself too)
+        self._memo: dict[tuple, dict] | None = {} if memo else None
 
-    def add(self, flow: Flow) -> set[Flow]:
-        """Add a flow; returns the flows whose rate was recomputed (the new one among them)."""
-        self.flows.add(flow)
+    @staticmethod
+    def key(flow: Flow) -> Hashable:
+        return flow if flow.key is None else flow.key
+
+    def add(self, flow: Flow, before: Callable[[list[Flow]], None] | None = None) -> list[Flow]:
+        """Add a flow; returns the flows whose rate was recomputed (the new one among them).
+        `before` sees the flows about to be re-rated while they still have their old rates."""
+        key = self.key(flow)
+        self._register(key, flow)
+        if before is not None:
+            before(self.component(key))
+        self.live.setdefault(key, []).append(flow)
+        return self._refill(key)
+
+    def remove(self, flow: Flow, before: Callable[[list[Flow]], None] | None = None) -> list[Flow]:
+        """Remove a flow; returns the flows whose rate was recomputed (`before`: as in add)."""
+        key = self.key(flow)
+        if before is not None:
+            before(self.component(key))
+        same = self.live[key]
+        same.remove(flow)
+        if not same:
+            del self.live[key]
+        touched = self._refill(key)
+        if flow.key is None:  # an unkeyed flow never comes back: forget it
+            for other in self._neighbours.pop(key):
+                self._neighbours.get(other, set()).discard(key)
+            for edge in flow.edges:
+                self._users[edge].discard(key)
+        return touched
+
+    def _register(self, key, flow: Flow) -> None:
+        if key in self._neighbours:
+            return
+        near = {key}
         for edge in flow.edges:
-            sharing = self.on_link.setdefault(edge, set())
-            sharing.add(flow)
-            self.most_sharing = max(self.most_sharing, len(sharing))
-        return self._refill(flow.edges)
+            users = self._users.setdefault(edge, set())
+            near |= users
+            users.add(key)
+        self._neighbours[key] = near
+        for other in near:
+            self._neighbours[other].add(key)
 
-    def remove(self, flow: Flow) -> set[Flow]:
-        """Remove a flow; returns the flows whose rate was recomputed."""
-        self.flows.discard(flow)
-        for edge in flow.edges:
-            sharing = self.on_link[edge]
-            sharing.discard(flow)
-            if not sharing:
-                del self.on_link[edge]
-        return self._refill(flow.edges)
-
-    def component(self, edges: Iterable[Hashable]) -> set[Flow]:
-        """Every flow connected to these links through shared links."""
-        seen_edges, found = set(), set()
-        todo = [e for e in edges if e in self.on_link]
+    def component(self, key) -> list[Flow]:
+        """The live flows connected to `key`'s links through shared links (`key`'s own too)."""
+        seen, todo, found = {key}, [key], []
         while todo:
-            edge = todo.pop()
-            if edge in seen_edges:
-                continue
-            seen_edges.add(edge)
-            for f in self.on_link[edge]:
-                if f not in found:
-                    found.add(f)
-                    todo.extend(e for e in f.edges if e not in seen_edges)
+            k = todo.pop()
+            found.extend(self.live.get(k, ()))
+            for near in self._neighbours[k]:
+                if near not in seen and near in self.live:
+                    seen.add(near)
+                    todo.append(near)
         return found
 
-    def _refill(self, edges: Iterable[Hashable]) -> set[Flow]:
-        touched = self.component(edges)
-        max_min_rates(touched, self.capacity)
+    def _refill(self, key) -> list[Flow]:
+        touched = self.component(key)
+        if self._memo is None:
+            max_min_rates(touched, self.capacity)
+            return touched
+        counts: dict = {}
+        for f in touched:
+            k = self.key(f)
+            counts[k] = counts.get(k, 0) + 1
+        signature = tuple(sorted(counts.items(), key=lambda kv: id(kv[0])))
+        rates = self._memo.get(signature)
+        if rates is None:
+            max_min_rates(touched, self.capacity)
+            rates = self._memo[signature] = {self.key(f): f.rate for f in touched}
+        else:
+            for f in touched:
+                f.rate = rates[self.key(f)]
         return touched

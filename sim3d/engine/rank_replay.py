@@ -29,12 +29,38 @@ class RankReplay(Interpreter):
         self.dp_free = self.gather_free = 0.0  # when the data-parallel stream is free again
         self.dp_seq = 0  # data-parallel collectives issued (rendezvous name at full fidelity)
         self.index = 0
+        if engine.network is not None:
+            self._flow_streams()
+
+    def _flow_streams(self) -> None:
+        """On the flow network the data-parallel stream is a process of its own (a bucket's
+        collective lasts until its flows arrive). With overlapped reduction a bucket is handed
+        to it while the chunk's last backward runs, at the moment its gradients are ready:
+        `bucket_ready` maps that backward's index to its chunk's DP_REDUCE actions."""
+        import simpy
+
+        self.dp_stream = simpy.Resource(self.env, capacity=1)
+        self.reductions: list = []
+        self.param_gathers: list = []
+        self.bucket_ready: dict[int, list[Action]] = {}
+        self.handed_early: set[int] = set()
+        if not self.engine.overlap_dp:
+            return
+        last_backward: dict[int, int] = {}
+        for i, a in enumerate(self.actions):
+            if a.kind in (Kind.B, Kind.BW):
+                last_backward[a.chunk] = i
+            elif a.kind is Kind.DP_REDUCE and a.chunk in last_backward:
+                self.bucket_ready.setdefault(last_backward[a.chunk], []).append(a)
+        self.handed_early = {id(a) for bucket in self.bucket_ready.values() for a in bucket}
 
     def run(self):
         """The rank's simpy process."""
         for self.index, action in enumerate(self.actions):
             yield from self.dispatch(action)
         env = self.env
+        if self.engine.network is not None:
+            yield from self._await_dp(self.reductions + ([] if self.engine.overlap_param_gather else self.param_gathers))
         if self.dp_free > env.now:
             self._dp_wait(self.dp_free - env.now)
             yield env.timeout(self.dp_free - env.now)
@@ -62,6 +88,9 @@ class RankReplay(Interpreter):
                 parts["pipeline_wait"] += env.now - ready_at - transfer
         cost = self.costs.compute(me, stage, a.kind.value)
         begin = env.now
+        for bucket in self.bucket_ready.get(self.index, ()) if engine.network is not None else ():
+            k = bucket.bucket - bucket.chunk * engine.buckets
+            self._start_dp("reduce", bucket, begin + (k + 1) / engine.buckets * cost.seconds)
         yield env.timeout(cost.seconds)
         exposed = sum(cost.exposed.values())
         parts["compute"] += cost.seconds - cost.recompute - exposed
@@ -117,7 +146,10 @@ class RankReplay(Interpreter):
         with engine.channel((self.pipe_id, self.pp_rank, a.peer, forward)).request() as slot:
             yield slot
             begin = env.now
-            yield env.timeout(self.costs.transfer(self.me, self.pipe_ranks[a.peer]))
+            if engine.network is None:
+                yield env.timeout(self.costs.transfer(self.me, self.pipe_ranks[a.peer]))
+            else:
+                yield engine.network.transfer(self.costs.transfer_flows(self.me, self.pipe_ranks[a.peer]))
         src, dst = self.me, self.pipe_ranks[a.peer]
         nbytes = round(self.costs.p2p_bytes)
         engine.rows.append((src, stage, a.chunk, a.mb, a.kind.value, "pp", begin, env.now, nbytes, dst))
@@ -135,6 +167,10 @@ class RankReplay(Interpreter):
     # ---- data parallel and optimizer -----------------------------------------------------------
     def reduce_gradients(self, a: Action):
         env, engine = self.env, self.engine
+        if engine.network is not None:
+            if id(a) not in self.handed_early:
+                self._start_dp("reduce", a, env.now)
+            return
         chunk, buckets = a.chunk, engine.buckets
         k = a.bucket - chunk * buckets  # the k-th bucket of its chunk
         seconds, nbytes = engine.dp_cost("reduce", self.me, self.stages.stage(self.pp_rank, chunk))
@@ -156,6 +192,8 @@ class RankReplay(Interpreter):
 
     def optimizer_step(self, a: Action):
         env, engine = self.env, self.engine
+        if engine.network is not None:
+            yield from self._await_dp(self.reductions)
         if self.dp_free > env.now:  # the optimizer needs every reduced gradient
             self._dp_wait(self.dp_free - env.now)
             yield env.timeout(self.dp_free - env.now)
@@ -169,6 +207,9 @@ class RankReplay(Interpreter):
 
     def gather_parameters(self, a: Action):
         engine = self.engine
+        if engine.network is not None:
+            self._start_dp("gather", a, self.env.now)
+            return NOTHING
         seconds, nbytes = engine.dp_cost("gather", self.me, self.stages.stage(self.pp_rank, a.chunk))
         begin = max(self.env.now, self.dp_free, self.gather_free)
         self.gather_free = begin + seconds
@@ -177,3 +218,37 @@ class RankReplay(Interpreter):
         engine.rows.append((self.me, self.stages.stage(self.pp_rank, a.chunk), a.chunk, a.bucket, "PARAM_GATHER",
                             "dp", begin, self.gather_free, round(nbytes), -1))
         return NOTHING
+
+    # ---- data parallel on the flow network ------------------------------------------------------
+    def _start_dp(self, what: str, a: Action, ready: float) -> None:
+        process = self.env.process(self._dp_collective(what, a, ready))
+        (self.reductions if what == "reduce" else self.param_gathers).append(process)
+
+    def _dp_collective(self, what: str, a: Action, ready: float):
+        """One bucket on the rank's data-parallel stream: queued in the order buckets become
+        ready, started once every member of the group has it (full fidelity), over when its
+        flows arrive."""
+        env, engine = self.env, self.engine
+        if ready > env.now:
+            yield env.timeout(ready - env.now)
+        stage = self.stages.stage(self.pp_rank, a.chunk)
+        with self.dp_stream.request() as slot:
+            yield slot
+            key = None
+            if engine.full and engine.placement.dp > 1:
+                key = (*engine.group_key("dp", self.me), self.dp_seq)
+                yield engine.gather(key, engine.placement.dp).arrive(env.now)
+            self.dp_seq += 1
+            begin = env.now
+            yield engine.collective(key, lambda: self.costs.dp_flows(what, self.me, stage, engine.buckets))
+        nbytes = engine.dp_cost(what, self.me, stage)[1]
+        kind = "DP_REDUCE" if what == "reduce" else "PARAM_GATHER"
+        engine.rows.append((self.me, stage, a.chunk, a.bucket, kind, "dp", begin, env.now, round(nbytes), -1))
+
+    def _await_dp(self, processes):
+        """Wait (as data-parallel time) until these buckets' collectives are over."""
+        pending = [p for p in processes if not p.triggered]
+        if pending:
+            begin = self.env.now
+            yield self.env.all_of(pending)
+            self._dp_wait(self.env.now - begin)

@@ -27,6 +27,7 @@ import simpy
 from ..costs.interface import RankCosts
 from ..schedule.ir import Schedule
 from ..trace import rows_to_frame
+from .flow_network import FlowNetwork, NetworkStats
 from .rank_replay import RankReplay
 
 # Where a rank's step time goes, in the order a reader thinks of it. compute: its own work
@@ -56,6 +57,7 @@ class SimResult:
     ranks: list[int]
     parts: dict[int, dict[str, float]]  # global rank -> where its step time went (BREAKDOWN_PARTS)
     finish: dict[int, float]  # global rank -> when its last action ended
+    network: NetworkStats | None = None  # how the flows fared (costs.network: flow)
 
     @property
     def critical_rank(self) -> int:
@@ -106,11 +108,14 @@ class ReplayOptions:
     overlap_grad_reduce: bool = True
     overlap_p2p: bool = True
     overlap_param_gather: bool = False
+    # costs.network: flow: pipeline transfers and data-parallel collectives are flows that
+    # share the links they cross as they meet (flow_network.py), instead of fixed durations
+    flows: bool = False
 
     @classmethod
     def of(cls, scenario) -> "ReplayOptions":
         t = scenario.training
-        return cls(t.overlap_grad_reduce, t.overlap_p2p, t.overlap_param_gather)
+        return cls(t.overlap_grad_reduce, t.overlap_p2p, t.overlap_param_gather, scenario.costs.network == "flow")
 
 
 class Engine:
@@ -144,6 +149,8 @@ class Engine:
         self.finish: dict[int, float] = {}
         self._bucket_cost = {}
         self.waiting: dict[int, str] = {}
+        self.network = FlowNetwork(self.env, costs.link_capacity) if options.flows else None
+        self._collectives: dict[tuple, simpy.Event] = {}
 
     # ---- who is simulated -------------------------------------------------------------------
     def _pipelines(self) -> list[dict]:
@@ -183,7 +190,7 @@ class Engine:
         return SimResult(self.rows, step, {r: self.busy[r] for r in ranks}, {r: self.tp_busy[r] for r in ranks},
                          {r: self.parts[r]["pipeline_p2p"] for r in ranks}, {r: self.dp_tail[r] for r in ranks},
                          events, time.perf_counter() - start, ranks, {r: dict(self.parts[r]) for r in ranks},
-                         dict(self.finish))
+                         dict(self.finish), self.network.stats if self.network else None)
 
     def _monitor(self, ranks: int, progress, horizon: float):
         """Report progress every hundredth of the expected step; ends with the last rank
@@ -213,6 +220,15 @@ class Engine:
         if key not in self._group_keys:
             self._group_keys[key] = (axis, self.placement.group_leader(axis, rank))
         return self._group_keys[key]
+
+    def collective(self, key: tuple | None, flow) -> simpy.Event:
+        """The end of a group's collective on the flow network: started by the first member
+        that asks (`flow()` gives its flow), shared by the rest (key None: one member asks)."""
+        if key is None:
+            return self.network.transfer(flow())
+        if key not in self._collectives:
+            self._collectives[key] = self.network.transfer(flow())
+        return self._collectives[key]
 
     def channel(self, key: tuple) -> simpy.Resource:
         """The (pipeline, src, dst, direction) channel: its messages go one at a time, in order."""

@@ -43,6 +43,10 @@ def summarize(run, memory=None) -> dict:
     }
     summary["hfu"] = hardware_tflops / peak
     summary["breakdown"] = r.breakdown()  # the critical rank's step, part by part
+    if r.network is not None:  # costs.network: flow
+        n = r.network
+        summary["network"] = {"model": "flow", "flows": n.flows, "rate_updates": n.rate_updates,
+                              "slowed_s": n.slowed_s, "most_slowed": n.most_slowed}
     summary["memory_note"] = memory.reason
     summary["warnings"] = s.warnings()
     summary["sim3d_version"] = __version__
@@ -88,6 +92,10 @@ def summary_table(summary: dict):
          + ("" if summary["fits_in_memory"] else Text("  does not fit", style="red"))),
         ("simulated", f"{summary['sim_events']:,} actions in {summary['sim_wall_s']:.2f} s"),
     ]
+    if "network" in summary:
+        n = summary["network"]
+        rows.append(("flows on the network", f"{n['flows']:,}; sharing links cost them {n['slowed_s']:.3f} s "
+                     f"in all (worst {n['most_slowed']:.2f}x its time alone)"))
     for what, value in rows:
         table.add_row(what, value)
     return table

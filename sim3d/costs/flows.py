@@ -1,0 +1,154 @@
+"""What a transfer or a data-parallel collective puts on the cluster graph, for
+`costs.network: flow` (the engine's FlowNetwork shares the links among the flows in flight).
+
+A flow carries `volume` bytes of progress; on each directed edge it crosses it puts `weight`
+bytes per byte of progress; alone on the fabric it runs at `cap`, the rate at which the
+analytical model moves it with the fabric to itself (`Topology.group_link(alone=True)`), so a
+flow that meets no other takes exactly the analytical time. What the analytical model
+pre-divides among concurrent groups, the flow network shares as the flows really meet.
+
+* A pipeline transfer: the placed path, weight 1 on each edge; its latency before the first byte.
+* A data-parallel bucket: one flow per group, the ring every member sends its bus bytes
+  around (`Topology.ring_hop_edges`: inside a node over NVLink, across nodes spread over the
+  group's NICs). An algorithm faster than that ring alone (NVLS, a tree) puts proportionally
+  less on each link. The collective's latency terms ride in its rate.
+
+Links offer their bandwidth at the efficiency NCCL reaches on them (NVLink: the GPU preset's
+measured ring busbw; network: NETWORK_EFFICIENCY). Folded costs stand a simulated rank for
+every rank with its pipeline coordinate, so they hand out the flows of all of them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+
+from .collectives import NETWORK_EFFICIENCY, p2p_time
+
+
+@dataclass(frozen=True, eq=False)  # compared by identity: the flow network keys flows by their spec
+class FlowSpec:
+    edges: dict  # directed graph edge -> bytes on it per byte of progress
+    volume: float  # bytes of progress
+    cap: float  # bytes/s with the fabric to itself
+    latency: float = 0.0  # seconds before the first byte moves
+
+
+class NetworkFlows:
+    """The flows of one scenario's transfers and data-parallel collectives."""
+
+    def __init__(self, costs):
+        self.costs = costs
+        self.topology = costs.topology
+        self.placement = costs.placement
+        self._graph = self.topology.graph
+        self._nvlink = self.topology.nvlink_efficiency
+        self._capacity: dict[tuple, float] = {}
+        self._transfers: dict[tuple[int, int], FlowSpec] = {}
+        self._groups: dict[tuple, FlowSpec] = {}
+        self._stages: dict[tuple, FlowSpec] = {}
+        self._dp_groups: dict[int, list[list[int]]] | None = None  # pipeline coordinate -> its dp groups
+
+    def capacity(self, edge: tuple) -> float:
+        """Bytes/s one direction of a graph edge offers, at the efficiency NCCL reaches on it."""
+        got = self._capacity.get(edge)
+        if got is None:
+            data = self._graph.edges[edge]
+            got = self._capacity[edge] = data["bw"] * (self._nvlink if data["kind"] == "nvlink" else NETWORK_EFFICIENCY)
+        return got
+
+    def _fit(self, edges: dict, volume: float, seconds: float, latency: float = 0.0) -> FlowSpec:
+        """A flow that, alone, takes `seconds`: its ceiling is the rate that gives that time;
+        where that beats what the links allow at these weights, the weights shrink to fit."""
+        moving = seconds - latency
+        cap = volume / moving if moving > 0 and volume else float("inf")
+        if edges and cap != float("inf"):
+            room = min(self.capacity(e) / w for e, w in edges.items())
+            if cap > room:
+                edges = {e: w * room / cap for e, w in edges.items()}
+        return FlowSpec(edges, volume, cap, latency)
+
+    # ---- pipeline transfers ---------------------------------------------------------------
+    @cached_property
+    def _pipelines(self) -> list[list[int]]:
+        p = self.placement
+        return [p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
+
+    def transfer(self, src: int, dst: int) -> FlowSpec:
+        """The flow of one micro-batch's activation (or gradient) from `src` to `dst`
+        (folded: bundled with the same transfer in every pipeline `src` stands for)."""
+        key = (src, dst)
+        if key not in self._transfers:
+            p = self.placement
+            if self.costs.folded:
+                a, b = p.coords(src)["pp"], p.coords(dst)["pp"]
+                self._transfers[key] = bundle([self._pair(pipe[a], pipe[b]) for pipe in self._pipelines])
+            else:
+                self._transfers[key] = self._pair(src, dst)
+        return self._transfers[key]
+
+    def _pair(self, a: int, b: int) -> FlowSpec:
+        costs, topo = self.costs, self.topology
+        nbytes = costs.p2p_bytes
+        bw, latency = topo.path_cost(a, b)
+        measured = costs.profile.collective_seconds("send_recv", nbytes, 2) if costs.profile is not None else None
+        crosses = topo.gpu_of(a)[0] != topo.gpu_of(b)[0]
+        seconds = measured if measured is not None else p2p_time(nbytes, bw, latency, crosses, self._nvlink)
+        return self._fit({edge: 1.0 for edge in topo.path(a, b)}, nbytes, seconds,
+                         latency if measured is None else 0.0)
+
+    # ---- data-parallel collectives ----------------------------------------------------------
+    def data_parallel(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
+        """The flow of one bucket's reduction ("reduce") or parameter gather ("gather") over
+        `rank`'s data-parallel group (folded: bundled over every group of its pipeline stage)."""
+        p = self.placement
+        if not self.costs.folded:
+            return self._group(what, p.group("dp", rank), stage, buckets)
+        pp = p.coords(rank)["pp"]
+        key = (what, pp, stage, buckets)
+        if key not in self._stages:
+            if self._dp_groups is None:
+                self._dp_groups = defaultdict(list)
+                for g in p.groups("dp"):
+                    self._dp_groups[p.coords(g[0])["pp"]].append(g)
+            self._stages[key] = bundle([self._group(what, g, stage, buckets) for g in self._dp_groups[pp]])
+        return self._stages[key]
+
+    def _group(self, what: str, group: list[int], stage: int, buckets: int) -> FlowSpec:
+        key = (what, group[0], stage, buckets)
+        if len(group) < 2:
+            return NO_FLOW
+        if key not in self._groups:
+            op = ("reduce-scatter" if self.costs.s.parallel.distributed_optimizer else "all-reduce") \
+                if what == "reduce" else "all-gather"
+            alone = self.topology.group_link("dp", group[0], alone=True)
+            seconds, wire = self.costs.dp_collective_on(op, alone, stage, buckets)
+            edges: dict = defaultdict(float)
+            for i in range(len(group)):
+                for edge, share in self.topology.ring_hop_edges(group, i):
+                    edges[edge] += share
+            self._groups[key] = self._fit(dict(edges), wire, seconds)
+        return self._groups[key]
+
+
+NO_FLOW = FlowSpec({}, 0.0, float("inf"))
+
+
+def bundle(specs: list[FlowSpec]) -> FlowSpec:
+    """One flow for the same transfer in every replica a folded rank stands for. Replicas
+    move alike, so max-min fairness gives them one rate: the bundle crosses every replica's
+    links (where two replicas share one, it carries both) at that rate, which under symmetry
+    is exactly what each replica gets on its own; where replicas differ (a slow NIC), the
+    bundle keeps the slowest one's pace, as folded costs do."""
+    specs = [s for s in specs if s.volume and s.edges]
+    if not specs:
+        return NO_FLOW
+    if len(specs) == 1:
+        return specs[0]
+    edges: dict = defaultdict(float)
+    for spec in specs:
+        for edge, weight in spec.edges.items():
+            edges[edge] += weight
+    return FlowSpec(dict(edges), max(s.volume for s in specs), min(s.cap for s in specs),
+                    max(s.latency for s in specs))

@@ -1,0 +1,142 @@
+"""costs.network: flow — flows on the simpy clock against hand-computed timelines, the
+shipped scenarios against the analytical model, folding against every GPU replayed, and
+contention the analytical model cannot see."""
+
+from pathlib import Path
+
+import pytest
+import simpy
+
+import sim3d
+import sim3d.topology
+from sim3d.costs.flows import FlowSpec
+from sim3d.engine.flow_network import FlowNetwork
+
+SCENARIOS = sorted(Path(__file__).resolve().parents[1].joinpath("scenarios").glob("*.yaml"))
+
+
+def run_flows(capacities, starts):
+    """Start each (time, spec) and return when each arrived."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, capacities.__getitem__)
+    ends = {}
+
+    def start(i, at, spec):
+        yield env.timeout(at)
+        yield net.transfer(spec)
+        ends[i] = env.now
+
+    for i, (at, spec) in enumerate(starts):
+        env.process(start(i, at, spec))
+    env.run()
+    return ends, net.stats
+
+
+def test_two_flows_share_a_link_then_the_survivor_speeds_up():
+    # link 10 B/s: both at 5 until the 10-byte flow ends at t=2; the other has 10 of 20 left,
+    # alone at 10 B/s it ends at t=3
+    ends, stats = run_flows({"a": 10}, [(0, FlowSpec({"a": 1}, 10, float("inf"))),
+                                        (0, FlowSpec({"a": 1}, 20, float("inf")))])
+    assert ends == pytest.approx({0: 2, 1: 3})
+    assert stats.slowed_s == pytest.approx((2 - 1) + (3 - 2))
+
+
+def test_a_late_flow_and_latency_and_a_ceiling():
+    # f0: 30 bytes from t=0, ceiling 6 on link 10. f1 joins at t=1 after 1 s latency (t=2),
+    # 8 bytes: max-min gives 5 each (f0 below its ceiling). At t=2 f0 has 30-12=18 left.
+    # f1 ends at 2 + 8/5 = 3.6; f0 then has 18-8=10 left at its ceiling 6: ends 3.6+10/6.
+    ends, _ = run_flows({"a": 10}, [(0, FlowSpec({"a": 1}, 30, 6.0)),
+                                    (1, FlowSpec({"a": 1}, 8, float("inf"), latency=1.0))])
+    assert ends == pytest.approx({0: 3.6 + 10 / 6, 1: 3.6})
+
+
+def test_a_flow_alone_takes_its_alone_time():
+    # the ceiling 4 binds (links allow 10 and 100 / 2)
+    ends, stats = run_flows({"a": 10, "b": 100}, [(0, FlowSpec({"a": 1, "b": 2}, 100, 4.0, latency=0.5))])
+    assert ends[0] == pytest.approx(0.5 + 100 / 4) and stats.slowed_s == pytest.approx(0)
+    # a link binds: b offers 6 / 2 = 3 < 4
+    ends, stats = run_flows({"a": 10, "b": 6}, [(0, FlowSpec({"a": 1, "b": 2}, 100, 4.0, latency=0.5))])
+    assert ends[0] == pytest.approx(0.5 + 100 / 3) and stats.slowed_s == pytest.approx(0)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_flow_agrees_with_analytical_on_every_shipped_scenario(path):
+    """Both price a lone transfer alike; where flows met (the network says how much they
+    slowed each other) the step may differ, by at most 1% on the shipped scenarios."""
+    analytical = sim3d.simulate(path)
+    flow = sim3d.simulate(path, sets=["costs.network=flow"])
+    stats = flow.sim.network
+    assert stats is not None and analytical.sim.network is None
+    if stats.slowed_s < 1e-9:
+        assert flow.step_time == pytest.approx(analytical.step_time, rel=1e-9)
+    assert flow.step_time == pytest.approx(analytical.step_time, rel=0.01)
+
+
+def layout(tp, pp, dp, nodes, gpus_per_node, **extra):
+    cluster = dict(gpu="h100-sxm", nodes=nodes, gpus_per_node=gpus_per_node, **extra.pop("cluster", {}))
+    return dict(name="flows", model=dict(layers=8, hidden=1024, heads=16, vocab=32000, seq_len=2048),
+                parallel=dict(tp=tp, pp=pp, dp=dp, sequence_parallel=tp > 1),
+                training=dict(micro_batch=1, global_batch=8 * dp, recompute="none", **extra.pop("training", {})),
+                cluster=cluster, costs=dict(network="flow"), **extra)
+
+
+@pytest.mark.parametrize("tp,pp,dp,nodes,gpn", [(2, 2, 4, 2, 8), (1, 4, 8, 4, 8), (4, 2, 4, 4, 8), (1, 2, 2, 4, 1)])
+def test_folded_flows_equal_every_gpu_replayed(tp, pp, dp, nodes, gpn):
+    """A folded rank's flows bundle those of every rank it stands for; on symmetric layouts
+    that is what replaying every GPU's own flows gives."""
+    s = layout(tp, pp, dp, nodes, gpn)
+    folded, full = sim3d.simulate(s), sim3d.simulate(s, full_fidelity=True)
+    assert folded.step_time == pytest.approx(full.step_time, rel=1e-9)
+
+
+def test_folded_flows_keep_the_slowest_replica_where_pipelines_differ():
+    """tp2 pp4 dp3 on three 8-GPU nodes: stage 1 straddles nodes 0 and 1, so some pipelines
+    cross a node boundary where others stay on NVLink. A bundle moves at its slowest
+    replica's pace at every boundary, so folding is pessimistic here, never optimistic."""
+    s = layout(2, 4, 3, 3, 8)
+    folded, full = sim3d.simulate(s), sim3d.simulate(s, full_fidelity=True)
+    assert full.step_time <= folded.step_time <= full.step_time * 1.01
+
+
+def test_pipeline_messages_queue_on_an_oversubscribed_uplink(monkeypatch):
+    """Two 8-GPU nodes, each its own fat-tree leaf, uplinks 8:1 oversubscribed: an uplink is as
+    fast as one NIC. tp8 pp2: the eight TP ranks of stage 0 send their activations at once,
+    each over its own NIC but all over the one uplink. The analytical model prices each path
+    on its own bottleneck (one NIC); on the flow network the eight share the uplink and every
+    message takes eight times as long."""
+    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 1)
+    s = layout(8, 2, 1, 2, 8, cluster=dict(inter_node=dict(fabric="fat-tree", oversubscription=8)))
+    flow = sim3d.simulate(s)
+    analytical = sim3d.simulate(s, sets=["costs.network=analytical"])
+    topo = flow.costs.topology
+    bw, latency = topo.path_cost(0, 8)
+    rate = bw * sim3d.costs.collectives.NETWORK_EFFICIENCY
+    message = flow.costs.p2p_bytes
+
+    def sends(result):
+        t = result.trace
+        return t[t.kind == "SEND_F"]
+    assert (sends(analytical).end_s - sends(analytical).start_s).to_numpy() == pytest.approx(latency + message / rate)
+    durations = (sends(flow).end_s - sends(flow).start_s).to_numpy()
+    assert durations.min() == pytest.approx(latency + 8 * message / rate)
+    assert flow.step_time > analytical.step_time
+
+
+def test_a_gradient_bucket_and_a_pipeline_message_share_a_nic():
+    """pp2 dp2 on four one-GPU nodes: each GPU has one NIC, so stage 1's gradient all-reduce
+    and its backward sends leave through the same port. The flow network makes them share
+    it; the analytical model prices each alone. Nothing else differs."""
+    s = layout(1, 2, 2, 4, 1)
+    flow = sim3d.simulate(s)
+    analytical = sim3d.simulate(s, sets=["costs.network=analytical"])
+    assert flow.sim.network.slowed_s > 0
+    assert flow.step_time >= analytical.step_time
+    assert flow.breakdown["compute"] == pytest.approx(analytical.breakdown["compute"])
+
+    def longest(result, kind):
+        t = result.trace
+        rows = t[t.kind == kind]
+        return (rows.end_s - rows.start_s).max()
+    shared = max(longest(flow, "DP_REDUCE") / longest(analytical, "DP_REDUCE"),
+                 longest(flow, "SEND_B") / longest(analytical, "SEND_B"))
+    assert 1.01 < shared <= 2 + 1e-9  # two flows on one port: at worst half the rate each
