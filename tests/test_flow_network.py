@@ -54,9 +54,9 @@ def test_a_flow_alone_takes_its_alone_time():
     # the ceiling 4 binds (links allow 10 and 100 / 2)
     ends, stats = run_flows({"a": 10, "b": 100}, [(0, FlowSpec({"a": 1, "b": 2}, 100, 4.0, latency=0.5))])
     assert ends[0] == pytest.approx(0.5 + 100 / 4) and stats.slowed_s == pytest.approx(0)
-    # a link binds: b offers 6 / 2 = 3 < 4
+    # a link binds below the ceiling: b offers 6 / 2 = 3 < 4, and that counts as slowed
     ends, stats = run_flows({"a": 10, "b": 6}, [(0, FlowSpec({"a": 1, "b": 2}, 100, 4.0, latency=0.5))])
-    assert ends[0] == pytest.approx(0.5 + 100 / 3) and stats.slowed_s == pytest.approx(0)
+    assert ends[0] == pytest.approx(0.5 + 100 / 3) and stats.slowed_s == pytest.approx(100 / 3 - 100 / 4)
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)

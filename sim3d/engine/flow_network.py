@@ -29,7 +29,8 @@ class _Live(Flow):
 
 @dataclass
 class NetworkStats:
-    """How the flows fared: `slowed_s` is the time flows spent beyond their alone times."""
+    """How the flows fared: `slowed_s` is the time flows spent beyond what they take alone
+    at their ceilings (the analytical model's time for them), summed over flows."""
     flows: int = 0
     rate_updates: int = 0
     slowed_s: float = 0.0
@@ -59,12 +60,21 @@ class FlowNetwork:
         if spec.volume <= 0 or not spec.edges:
             done()
             return
-        alone_rate = self._alone.get(spec)
-        if alone_rate is None:
-            capacity = self.links.capacity
-            alone_rate = self._alone[spec] = min([spec.cap] + [capacity(e) / w for e, w in spec.edges.items() if w > 0])
-        flow = _Live(spec, done, self.env.now, alone_rate)
+        flow = _Live(spec, done, self.env.now, self._alone_rate(spec))
         self._reschedule(self.links.add(flow, before=self._settle))
+
+    def _alone_rate(self, spec) -> float:
+        """The rate its time is measured against: its ceiling (the analytical model's rate for
+        it), or where it has none, what its links allow it alone."""
+        rate = self._alone.get(spec)
+        if rate is None:
+            if spec.cap != float("inf"):
+                rate = spec.cap
+            else:
+                capacity = self.links.capacity
+                rate = min(capacity(e) / w for e, w in spec.edges.items() if w > 0)
+            self._alone[spec] = rate
+        return rate
 
     def _settle(self, flows) -> None:
         now = self.env.now
