@@ -55,6 +55,12 @@ class Result:
         from .engine.traffic import link_traffic
         return link_traffic(self.sim.rows, self.costs.topology, self.step_time, folded=not self.full_fidelity)
 
+    def link_timelines(self, top: int = 8) -> dict[str, list[tuple[float, float]]]:
+        """The `top` busiest link directions' busy fraction over time: "src->dst" ->
+        [(time s, busy fraction from then on)] (the Perfetto trace's counter tracks)."""
+        from .engine.traffic import link_timelines
+        return link_timelines(self.sim.rows, self.costs.topology, self.links, folded=not self.full_fidelity, top=top)
+
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it came from) for every cost the prediction used."""
         return self.costs.explain()

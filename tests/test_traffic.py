@@ -6,11 +6,11 @@ import sim3d
 from sim3d.engine.traffic import LINK_COLUMNS
 
 
-def layout(tp, pp, dp, nodes, gpus_per_node, **training):
+def layout(tp, pp, dp, nodes, gpus_per_node, costs=None, **training):
     return dict(name="links", model=dict(layers=4, hidden=1024, heads=16, vocab=32000, seq_len=1024),
                 parallel=dict(tp=tp, pp=pp, dp=dp, sequence_parallel=tp > 1),
                 training=dict(micro_batch=1, global_batch=4 * dp, recompute="none", **training),
-                cluster=dict(gpu="h100-sxm", nodes=nodes, gpus_per_node=gpus_per_node))
+                cluster=dict(gpu="h100-sxm", nodes=nodes, gpus_per_node=gpus_per_node), costs=costs or {})
 
 
 def edge(links, src, dst):
@@ -86,3 +86,41 @@ def test_no_link_carries_more_than_it_can(path, sets):
     r = sim3d.simulate(path, **sets)
     assert r.links.busy_fraction.max() <= 1.0
     assert r.links.bytes.sum() > 0
+
+
+def integral(points, end):
+    """Area under a step function given as [(t, level from t on)] up to `end`."""
+    ts = [t for t, _ in points] + [end]
+    return sum(level * (ts[i + 1] - ts[i]) for i, (_, level) in enumerate(points))
+
+
+@pytest.mark.parametrize("tp,pp,dp,nodes,full,network", [(2, 2, 4, 2, False, "analytical"), (1, 4, 8, 4, False, "flow"),
+                                                         (2, 2, 4, 2, True, "flow"), (1, 2, 2, 4, False, "flow")])
+def test_link_timelines_carry_the_bytes_of_the_link_table(tp, pp, dp, nodes, full, network):
+    """Busy fraction over time, integrated and times bandwidth, is the bytes the link table
+    lays on that link: the counter tracks and links.csv account for the same traffic. On
+    the flow network a link between nodes (only flows cross it) is never over 100% busy."""
+    gpus = 1 if nodes == 4 and dp == 2 else 8
+    r = sim3d.simulate(layout(tp, pp, dp, nodes, gpus, costs=dict(network=network)), full_fidelity=full)
+    timelines = r.link_timelines(top=6)
+    assert len(timelines) == 6
+    table = r.links.set_index(r.links.src + "->" + r.links.dst)
+    for link, points in timelines.items():
+        assert all(level >= 0 for _, level in points)
+        if network == "flow" and table.kind[link] != "nvlink":
+            assert max(level for _, level in points) <= 1 + 1e-9, f"{link} more than 100% busy"
+        moved = integral(points, r.step_time) * table.bandwidth_Bps[link]
+        assert moved == pytest.approx(table.bytes[link], rel=1e-6)
+
+
+def test_perfetto_trace_has_a_counter_track_per_busiest_link(tmp_path):
+    import json
+
+    r = sim3d.simulate(layout(1, 2, 1, 2, 1))
+    from sim3d.report.outputs import write_run_outputs
+    write_run_outputs(r, tmp_path, plots=False)
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    counters = [e for e in events if e["ph"] == "C"]
+    assert {e["name"] for e in counters} == set(r.link_timelines())
+    assert {e["pid"] for e in counters} == {-1}
+    assert max(e["args"]["busy %"] for e in counters) > 0

@@ -70,6 +70,74 @@ def link_traffic(rows, topology, step_time: float, folded: bool):
     return table.sort_values(["busy_fraction", "src", "dst"], ascending=[False, True, True], ignore_index=True)
 
 
+def link_timelines(rows, topology, links, folded: bool, top: int = 8) -> dict[str, list[tuple[float, float]]]:
+    """How busy each of the `top` busiest link directions of `links` (link_traffic's table)
+    was over time: "src->dst" -> [(time s, busy fraction from then on)], one point wherever
+    a message or collective row that crosses it starts or ends. A row's bytes are spread
+    evenly over its duration, laid as link_traffic lays them."""
+    busiest = links[links.bytes > 0].head(top)
+    named = {(r.src, r.dst): (f"{r.src}->{r.dst}", r.bandwidth_Bps) for r in busiest.itertuples()}
+    if not named:
+        return {}
+    placement = topology.placement
+    pipelines = _pipelines(placement) if folded else None
+    laid: dict[tuple, list[tuple[tuple, float]]] = {}
+
+    def on_busiest(edges_shares):
+        out: dict[tuple, float] = defaultdict(float)
+        for edge, share in edges_shares:
+            key = (_name(edge[0]), _name(edge[1]))
+            if key in named:
+                out[key] += share
+        return list(out.items())
+
+    stage_of: dict[int, int] = {}
+
+    def pp_of(rank: int) -> int:
+        if rank not in stage_of:
+            stage_of[rank] = placement.coords(rank)["pp"]
+        return stage_of[rank]
+
+    def lay(rank, stream, peer):
+        """(link, share of the row's bytes) on the busiest links, for everything the row stands for."""
+        pp = pp_of(rank)
+        key = (pp, stream, pp_of(peer) if stream == "pp" else None) if folded else (rank, stream, peer)
+        if key not in laid:
+            if stream == "pp":
+                pairs = [(pipe[pp], pipe[key[2]]) for pipe in pipelines] if folded else [(rank, peer)]
+                laid[key] = on_busiest((edge, 1.0) for a, b in pairs for edge in topology.path(a, b))
+            else:
+                axis = AXIS_OF_STREAM[stream]
+                members = [pipe[pp] for pipe in pipelines] if folded else [rank]
+                hops = []
+                for member in members:
+                    group = placement.group(axis, member)
+                    if len(group) > 1:
+                        hops += topology.ring_hop_edges(group, group.index(member))
+                laid[key] = on_busiest(hops)
+        return laid[key]
+
+    changes: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for rank, _, _, _, kind, stream, start, end, nbytes, peer in rows:
+        if not nbytes or end <= start or not (stream in AXIS_OF_STREAM or kind.startswith("SEND")):
+            continue
+        for link, share in lay(rank, stream, peer):
+            rate = nbytes * share / (end - start) / named[link][1]
+            changes[link] += [(start, rate), (end, -rate)]
+    out = {}
+    for link, deltas in changes.items():
+        deltas.sort()
+        level, points = 0.0, []
+        for t, delta in deltas:
+            level = max(0.0, level + delta)
+            if points and points[-1][0] == t:
+                points[-1] = (t, level)
+            else:
+                points.append((t, level))
+        out[named[link][0]] = points
+    return out
+
+
 def _pipelines(placement) -> list[list[int]]:
     return [placement.pipeline(tp=t, dp=d, cp=c)
             for d in range(placement.dp) for c in range(placement.cp) for t in range(placement.tp)]

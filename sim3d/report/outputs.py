@@ -52,7 +52,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     if parquet_available():  # the same table, typed and compressed, for pandas / Arrow users
         written.append(write_trace_parquet(trace, folder / "trace.parquet"))
     if TRACE_FORMATS[trace_format]:
-        written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels))
+        written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels,
+                                          link_timelines=result.link_timelines()))
     if plots:
         from .gantt import plot_gantt
         from .links_plot import plot_links

@@ -133,16 +133,34 @@ def chrome_trace_events(df: pd.DataFrame, rank_labels: Mapping[int, str] | None 
     return events
 
 
-def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[int, str] | None = None) -> Path:
+LINKS_PID = -1  # the process that holds the link counter tracks, sorted above the ranks
+
+
+def link_counter_events(timelines: Mapping[str, list[tuple[float, float]]]) -> list[dict]:
+    """Perfetto counter tracks ("C" events), one per link direction: its busy percentage."""
+    if not timelines:
+        return []
+    events = [{"name": "process_name", "ph": "M", "pid": LINKS_PID, "tid": 0, "args": {"name": "links (busy %)"}},
+              {"name": "process_sort_index", "ph": "M", "pid": LINKS_PID, "tid": 0, "args": {"sort_index": -1}}]
+    for link, points in timelines.items():
+        events += [{"name": link, "ph": "C", "pid": LINKS_PID, "ts": t * 1e6, "args": {"busy %": round(100 * v, 3)}}
+                   for t, v in points]
+    return events
+
+
+def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[int, str] | None = None,
+                       link_timelines: Mapping[str, list[tuple[float, float]]] | None = None) -> Path:
     """Write a Perfetto / chrome://tracing JSON file (gzipped when `path` ends in .gz): one
     process per rank, one thread per stream, `X` slices in microseconds named by action
-    token, and SEND -> RECV flow arrows.
+    token, and SEND -> RECV flow arrows; with `link_timelines` (traffic.link_timelines), a
+    counter track per link of its busy percentage over time.
 
     `rank_labels[r]` (e.g. "pp1 tp0 dp0") is shown as "rank r (pp1 tp0 dp0)".
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"traceEvents": chrome_trace_events(df, rank_labels), "displayTimeUnit": "ms"}
+    events = chrome_trace_events(df, rank_labels) + link_counter_events(link_timelines or {})
+    doc = {"traceEvents": events, "displayTimeUnit": "ms"}
     # dumps (C encoder) rather than dump (pure-Python iterencode): ~5x faster on big traces.
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     if path.suffix == ".gz":  # Perfetto opens trace.json.gz as it is
