@@ -209,9 +209,31 @@ class SlowLink(_Strict):
     nic_gbps: Gbps
 
 
+class NicFault(_Strict):
+    """One NIC of a node (counted as the node's `nics_per_node` are) degraded to `gbps`, or
+    failed at 0: its GPUs then reach the network through another NIC of the node over NVLink
+    (NCCL's PXN)."""
+    node: int = Field(ge=0)
+    nic: int = Field(ge=0)
+    gbps: float = Field(ge=0.0, le=1e12)
+
+
+class UplinkFault(_Strict):
+    """A leaf's uplinks to the spine degraded to `gbps` in all (some of its spine links down)."""
+    leaf: int = Field(ge=0)
+    gbps: Gbps
+
+
 class Fault(_Strict):
     straggler: Straggler | None = None
-    link: SlowLink | None = None
+    link: SlowLink | None = None  # every NIC of a node at nic_gbps
+    nic: NicFault | None = None
+    uplink: UplinkFault | None = None
+
+    @property
+    def network(self) -> bool:
+        """A fault of the fabric (it breaks the symmetry of groups and paths)."""
+        return self.straggler is None
 
 
 class Scenario(_Strict):

@@ -28,6 +28,13 @@ GBIT = 1e9 / 8  # bytes/s per Gbit/s
 FAT_TREE_NODES_PER_LEAF = 16
 
 
+def leaf_count(scenario) -> int:
+    """Leaf switches of the scenario's fabric: one per rail, or one per 16 nodes of a fat tree."""
+    if scenario.cluster.inter_node.fabric == "rail-optimized":
+        return min(scenario.nics_per_node, scenario.gpus_per_node)
+    return -(-scenario.cluster.nodes // FAT_TREE_NODES_PER_LEAF)
+
+
 @dataclass(frozen=True)
 class GroupLink:
     """What one member of a ring over a process group can count on."""
@@ -57,45 +64,84 @@ class Topology:
         # A node with more NICs than GPUs (8 NICs, 4 GPUs) gives each GPU several rails; it is
         # modelled as one NIC per GPU carrying their summed bandwidth.
         self.nics = min(scenario.nics_per_node, self.gpus_per_node)
-        self._nic_share = scenario.nics_per_node / self.nics
+        self._nic_rate = self._nic_rates()
+        self._nic_choice: dict[tuple[int, int], int] = {}
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
 
     # ---- graph ---------------------------------------------------------------------------
+    def _nic_rates(self) -> dict[tuple[int, int], float]:
+        """(node, modelled NIC) -> bytes/s per direction: the physical NICs it stands for,
+        each at the preset speed, its node's slowed speed (`faults: link`) or its own
+        (`faults: nic`, 0 = failed)."""
+        s = self.scenario
+        physical = s.nics_per_node
+        slow = {f.link.node: f.link.nic_gbps for f in s.faults if f.link}
+        own = {(f.nic.node, f.nic.nic): f.nic.gbps for f in s.faults if f.nic}
+        rates: dict[tuple[int, int], float] = {}
+        for n in range(self.nodes):
+            for k in range(physical):
+                gbps = own.get((n, k), slow.get(n, s.nic_gbps))
+                key = (n, k * self.nics // physical)
+                rates[key] = rates.get(key, 0.0) + gbps * GBIT
+        return rates
+
     def _build(self) -> nx.Graph:
         s = self.scenario
         intra, inter = s.cluster.intra_node, s.cluster.inter_node
         g = nx.Graph()
         nvlink = s.nvlink_gbps * GBIT
-        nic = s.nic_gbps * GBIT * self._nic_share
-        slow_nodes = {f.link.node: f.link.nic_gbps * GBIT * self._nic_share for f in s.faults if f.link}
         for n in range(self.nodes):
             g.add_node(("switch", n), kind=intra.fabric)
             for local in range(self.gpus_per_node):
                 g.add_edge(("gpu", n, local), ("switch", n), bw=nvlink, latency=intra.latency_us * 1e-6 / 2,
                            kind="nvlink")
-            node_nic = slow_nodes.get(n, nic)
             for i in range(self.nics):
+                rate = self._nic_rate[(n, i)]
+                if rate <= 0:  # failed: its GPUs go out through another NIC (nic_of)
+                    continue
                 leaf = i if inter.fabric == "rail-optimized" else n // FAT_TREE_NODES_PER_LEAF
-                g.add_edge(("nic", n, i), ("leaf", leaf), bw=node_nic, latency=inter.latency_us * 1e-6 / 4, kind="ib")
+                g.add_edge(("nic", n, i), ("leaf", leaf), bw=rate, latency=inter.latency_us * 1e-6 / 4, kind="ib")
             for local in range(self.gpus_per_node):
-                # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
-                g.add_edge(("gpu", n, local), ("nic", n, self._nic_of(local)), bw=max(node_nic, 32e9), latency=0.0,
-                           kind="pcie")
+                own = self._own_nic(local)
+                if self._nic_rate[(n, own)] > 0:
+                    # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
+                    g.add_edge(("gpu", n, local), ("nic", n, own), bw=max(self._nic_rate[(n, own)], 32e9),
+                               latency=0.0, kind="pcie")
+        uplink_faults = {f.uplink.leaf: f.uplink.gbps * GBIT for f in s.faults if f.uplink}
         leaves = sorted(x for x in g.nodes if x[0] == "leaf")
         for leaf in leaves:
             down = sum(g.edges[leaf, port]["bw"] for port in g[leaf] if port[0] == "nic")
-            g.add_edge(leaf, ("spine", 0), bw=down / inter.oversubscription, latency=inter.latency_us * 1e-6 / 4,
-                       kind="uplink")
+            g.add_edge(leaf, ("spine", 0), bw=uplink_faults.get(leaf[1], down / inter.oversubscription),
+                       latency=inter.latency_us * 1e-6 / 4, kind="uplink")
         return g
 
     def gpu_of(self, rank: int) -> tuple[int, int]:
         """(node, local GPU) of a global rank: ranks fill nodes in order."""
         return divmod(rank, self.gpus_per_node)
 
-    def _nic_of(self, local: int) -> int:
-        """The NIC (rail) a GPU sends through: GPUs are shared out over the NICs in order."""
+    def _own_nic(self, local: int) -> int:
+        """The NIC (rail) a GPU is wired to: GPUs are shared out over the NICs in order."""
         return local * self.nics // self.gpus_per_node
+
+    def nic_of(self, node: int, local: int) -> int:
+        """The NIC a GPU sends through: its own, or where that one failed, the next working NIC
+        of the node, reached over NVLink through a GPU wired to it (NCCL's PXN)."""
+        key = (node, local)
+        if key not in self._nic_choice:
+            own = self._own_nic(local)
+            order = [(own + i) % self.nics for i in range(self.nics)]
+            self._nic_choice[key] = next((i for i in order if self._nic_rate[(node, i)] > 0), own)
+        return self._nic_choice[key]
+
+    def _to_nic(self, node: int, local: int) -> list[tuple]:
+        """Edges from a GPU to the NIC it sends through (via a proxy GPU if its own failed)."""
+        nic = self.nic_of(node, local)
+        gpu, port = ("gpu", node, local), ("nic", node, nic)
+        if nic == self._own_nic(local):
+            return [(gpu, port)]
+        proxy = ("gpu", node, next(g for g in range(self.gpus_per_node) if self._own_nic(g) == nic))
+        return [(gpu, ("switch", node)), (("switch", node), proxy), (proxy, port)]
 
     def path(self, a: int, b: int) -> list[tuple]:
         """Edges (u, v) from GPU of rank a to GPU of rank b."""
@@ -103,13 +149,13 @@ class Topology:
         ga, gb = ("gpu", na, la), ("gpu", nb, lb)
         if na == nb:
             return [] if la == lb else [(ga, ("switch", na)), (("switch", nb), gb)]
-        nic_a, nic_b = ("nic", na, self._nic_of(la)), ("nic", nb, self._nic_of(lb))
+        nic_a, nic_b = ("nic", na, self.nic_of(na, la)), ("nic", nb, self.nic_of(nb, lb))
         leaf_a = next(v for v in self.graph[nic_a] if v[0] == "leaf")
         leaf_b = next(v for v in self.graph[nic_b] if v[0] == "leaf")
-        edges = [(ga, nic_a), (nic_a, leaf_a)]
+        edges = self._to_nic(na, la) + [(nic_a, leaf_a)]
         if leaf_a != leaf_b:
             edges += [(leaf_a, ("spine", 0)), (("spine", 0), leaf_b)]
-        return edges + [(leaf_b, nic_b), (nic_b, gb)]
+        return edges + [(leaf_b, nic_b)] + [(v, u) for u, v in reversed(self._to_nic(nb, lb))]
 
     def path_cost(self, a: int, b: int) -> tuple[float, float]:
         """(bottleneck bytes/s, latency s) of a lone transfer from rank a to rank b."""
@@ -161,7 +207,7 @@ class Topology:
         out: dict[int, dict[int, int]] = {}
         for rank in group:
             node, local = self.gpu_of(rank)
-            out.setdefault(node, {}).setdefault(self._nic_of(local), rank)
+            out.setdefault(node, {}).setdefault(self.nic_of(node, local), rank)
         return out
 
     @staticmethod

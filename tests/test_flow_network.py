@@ -140,3 +140,64 @@ def test_a_gradient_bucket_and_a_pipeline_message_share_a_nic():
     shared = max(longest(flow, "DP_REDUCE") / longest(analytical, "DP_REDUCE"),
                  longest(flow, "SEND_B") / longest(analytical, "SEND_B"))
     assert 1.01 < shared <= 2 + 1e-9  # two flows on one port: at worst half the rate each
+
+
+def sends_from(result, rank, kind="SEND_F"):
+    t = result.trace
+    rows = t[(t.kind == kind) & (t["rank"] == rank)]
+    return (rows.end_s - rows.start_s).to_numpy()
+
+
+def test_a_failed_nic_reroutes_its_gpu_through_a_neighbour_and_they_share_its_port():
+    """tp8 pp2 on two 8-GPU nodes, NIC 3 of node 0 failed: GPU 3 reaches the network over
+    NVLink through GPU 4 and its NIC (NCCL's PXN). Its activations and GPU 4's then leave
+    through one port at the same moments. By hand, with L the path latency, D the data time
+    alone and d the extra latency of the detour (two NVLink half-hops, and the spine: rail 4
+    leads to node 1's rail-3 NIC through another leaf): GPU 4's message runs alone for d,
+    then both share the port at half rate, so GPU 4's ends at L + 2D - d and GPU 3's at L + 2D."""
+    healthy = layout(8, 2, 1, 2, 8)
+    failed = {**healthy, "faults": [{"nic": {"node": 0, "nic": 3, "gbps": 0}}]}
+    ok, broken = sim3d.simulate(healthy, full_fidelity=True), sim3d.simulate(failed, full_fidelity=True)
+    topo = broken.costs.topology
+    assert topo.path(3, 11)[:3] == [(("gpu", 0, 3), ("switch", 0)), (("switch", 0), ("gpu", 0, 4)),
+                                    (("gpu", 0, 4), ("nic", 0, 4))]
+    alone = sends_from(ok, 3)
+    bw, latency = ok.costs.topology.path_cost(3, 11)
+    assert alone == pytest.approx(latency + ok.costs.p2p_bytes / (bw * sim3d.costs.collectives.NETWORK_EFFICIENCY))
+    data = alone - latency
+    detour = topo.path_cost(3, 11)[1] - latency
+    assert detour == pytest.approx((broken.scenario.cluster.intra_node.latency_us
+                                    + broken.scenario.cluster.inter_node.latency_us / 2) * 1e-6)
+    assert sends_from(broken, 3) == pytest.approx(latency + 2 * data)
+    assert sends_from(broken, 4) == pytest.approx(latency + 2 * data - detour)
+    assert sends_from(broken, 2) == pytest.approx(alone)  # its own NIC, untouched
+    assert broken.step_time > ok.step_time
+    # folded: one bundle stands for the 8 TP ranks' messages, at the slowest one's latency
+    # and pace, so it sees the fault too, a little pessimistically
+    folded = sim3d.simulate(failed)
+    assert broken.step_time <= folded.step_time <= broken.step_time * 1.001
+
+
+def test_a_degraded_uplink_slows_what_crosses_it_in_both_network_models(monkeypatch):
+    """Two one-leaf nodes; leaf 0's uplink degraded to 100 Gb/s: the pipeline path's
+    bottleneck is that uplink, for the analytical model and the flows alike."""
+    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 1)
+    s = layout(1, 2, 1, 2, 1, cluster=dict(inter_node=dict(fabric="fat-tree")),
+               faults=[{"uplink": {"leaf": 0, "gbps": 100}}])
+    for network in ("analytical", "flow"):
+        r = sim3d.simulate(s, sets=[f"costs.network={network}"])
+        bw, latency = r.costs.topology.path_cost(0, 1)
+        assert bw == pytest.approx(100e9 / 8)
+        expected = latency + r.costs.p2p_bytes / (bw * sim3d.costs.collectives.NETWORK_EFFICIENCY)
+        assert sends_from(r, 0) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("faults,message", [
+    ([{"nic": {"node": 0, "nic": i, "gbps": 0}} for i in range(8)], "every NIC of node 0 has failed"),
+    ([{"nic": {"node": 0, "nic": 8, "gbps": 0}}], "is not one of the 8 NICs"),
+    ([{"uplink": {"leaf": 9, "gbps": 100}}], "is not one of the 8 leaves"),
+    ([{"nic": {"node": 0, "nic": 1, "gbps": 0}, "straggler": {"rank": 1, "slowdown": 2}}], "exactly one of"),
+])
+def test_network_faults_that_cannot_be_are_refused(faults, message):
+    with pytest.raises(sim3d.ScenarioError, match=message):
+        sim3d.simulate({**layout(8, 2, 1, 2, 8), "faults": faults})

@@ -135,8 +135,8 @@ class CostModel:
     # ---- who a rank's collectives run with --------------------------------------------
     @cached_property
     def _degraded(self) -> bool:
-        """A slowed NIC breaks the symmetry of groups and paths."""
-        return any(f.link for f in self.s.faults)
+        """A slowed or failed NIC or uplink breaks the symmetry of groups and paths."""
+        return any(f.network for f in self.s.faults)
 
     @cached_property
     def _folded_links(self):
