@@ -5,9 +5,10 @@ buffer of an all-reduce, the full (gathered) output of an all-gather, the full i
 reduce-scatter, the per-rank send buffer of an all-to-all. The bus-bandwidth factors below
 are the ones that document defines, so a measured busbw plugs in directly.
 
-Of the algorithms NCCL implements we model ring, double binary tree (all-reduce only) and
-the two-level hierarchical all-reduce (intra-node reduce-scatter, inter-node all-reduce,
-intra-node all-gather), and, like NCCL's tuner, take the fastest.
+Of the algorithms NCCL implements we model ring, double binary tree (all-reduce only), NVLS
+and the two-level hierarchical all-reduce (intra-node reduce-scatter, inter-node all-reduce,
+intra-node all-gather); inside a node also the ring's low-latency protocol LL beside
+Simple; and, like NCCL's tuner, take the fastest.
 """
 
 from __future__ import annotations
@@ -33,6 +34,34 @@ NVLINK_N_HALF_BYTES = 16 * 2**20
 # NVLS all-reduce bus bandwidth by GPUs in the node, relative to 8 GPUs (user measurement on
 # 8x H100, NVIDIA/nccl#1455: 370, 370, 420, 440, 460, 480 GB/s for 2..8 GPUs; <= 4 as ring).
 NVLS_SCALING = {2: 370 / 480, 3: 370 / 480, 4: 370 / 480, 5: 420 / 480, 6: 440 / 480, 7: 460 / 480, 8: 1.0}
+
+
+
+
+@dataclass(frozen=True)
+class LowLatencyProtocol:
+    """One of NCCL's low-latency protocols on a ring inside a node, as NCCL's own tuner
+    prices it (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel, v2.19-2.21): a base
+    latency, a latency per ring step over NVLink, and a bus bandwidth that is a fraction of
+    the Simple protocol's (LL sends a flag with every 4 data bytes; LL128 one per 120 of 128),
+    LL capped at llMaxBw. They win for small messages, where Simple's pipeline is still filling
+    (the n_1/2 above)."""
+    name: str
+    base_s: float
+    step_s: float
+    fraction: float  # of the Simple protocol's bus bandwidth (all-reduce)
+    cap: float = float("inf")  # bytes/s of bus bandwidth
+
+
+LOW_LATENCY_PROTOCOLS = (
+    # ring LL: baseLat 6.6 us, NVLink hwLat 0.6 us; busBw / 4 for all-reduce (/3 for one-node
+    # all-gather / reduce-scatter), at most llMaxBw 87.7 GB/s (Ampere and Hopper, one node)
+    LowLatencyProtocol("LL", 6.6e-6, 0.6e-6, 1 / 4, 87.7e9),
+)
+# LL128 (baseLat 14 us, hwLat 1.9 us, busBw x 0.92 in the same tuner) is not a candidate: the
+# n_1/2 fit above was made on measured sweeps, so it already holds whatever protocol NCCL chose
+# between 1 MiB and a few hundred MiB. Priced on top of it, LL128 made every mid-size A100
+# collective ~20% faster than that fit and moved the Korthikanti step error from 6.2% to 6.9%.
 
 
 BUS_FACTOR = {  # nccl-tests PERFORMANCE.md: busbw = algbw * factor(n)
@@ -78,6 +107,8 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
     moved = _size_penalty(nbytes, link)
     steps = 2 * (n - 1) if op == "all_reduce" else (n - 1)
     candidates = [CollectiveTime(steps * link.latency + BUS_FACTOR[op](n) * moved / bw, "ring")]
+    if link.nodes == 1 and op != "all_to_all":
+        candidates += [_low_latency_ring(p, op, nbytes, n, bw) for p in LOW_LATENCY_PROTOCOLS]
     if op == "all_reduce":
         # double binary tree: 2 log2(n) latency hops, each rank moves the buffer twice
         candidates.append(CollectiveTime(2 * math.ceil(math.log2(n)) * link.latency + 2 * moved / bw, "tree"))
@@ -93,6 +124,14 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
         on = (link.per_node - 1) / n * nbytes / (link.intra_bw * link.intra_efficiency)
         candidates = [CollectiveTime((n - 1) * link.latency + max(off, on), "pairwise")]
     return min(candidates, key=lambda c: c.seconds)
+
+
+def _low_latency_ring(protocol: LowLatencyProtocol, op: str, nbytes: float, n: int, simple_bw: float) -> CollectiveTime:
+    steps = 2 * (n - 1) if op == "all_reduce" else (n - 1)
+    fraction = 1 / 3 if protocol.name == "LL" and op in ("all_gather", "reduce_scatter") else protocol.fraction
+    bus_bw = min(simple_bw * fraction, protocol.cap)
+    return CollectiveTime(protocol.base_s + steps * protocol.step_s + BUS_FACTOR[op](n) * nbytes / bus_bw,
+                          f"ring {protocol.name}")
 
 
 def _hierarchical_all_reduce(nbytes: float, link: GroupLink) -> CollectiveTime:
