@@ -95,8 +95,24 @@ def check_all(path: Path = NCCL_CSV) -> list[Check]:
     return [check_row(row) for _, row in rows.iterrows()]
 
 
+def markdown(checks: list[Check]) -> str:
+    """The README's table."""
+    lines = ["| system | collective | GPUs | size | measured GB/s | predicted GB/s | error | algorithm |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for c in checks:
+        size = "peak (8 GiB)" if c.size == PEAK_BYTES else f"{c.size / 2**20:,.0f} MiB"
+        predicted = f"{c.predicted:.1f}" if c.predicted is not None else "-"
+        error = f"{c.error:+.1%}" if c.error is not None else "-"
+        lines.append(f"| {c.system} | {c.collective} | {c.gpus} | {size} | {c.measured:.1f} | {predicted} | {error} "
+                     f"| {c.algorithm} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     checks = check_all()
+    if "--markdown" in sys.argv[1:]:
+        print(markdown(checks))
+        return 0
     print(f"{'collective':14} {'GPUs':>4} {'size':>9} {'measured':>9} {'predicted':>9} {'error':>7}  algorithm  system")
     for c in checks:
         size = f"{c.size / 2**20:,.0f} MiB"

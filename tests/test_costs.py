@@ -180,18 +180,16 @@ def test_every_gpu_reaches_the_network_through_one_nic(gpus_per_node, nics):
     assert node_bw == pytest.approx(nics * s.nic_gbps * GBIT)
 
 
-def test_every_covered_nccl_row_within_10_percent_but_the_named_three():
+def test_every_covered_nccl_row_within_10_percent_but_the_named_two():
     """validation/nccl.csv priced by the simulator's own topology and collective model. The
-    three misses are named so that a fix (or a regression) shows: at 1 MiB NCCL's own tuning
+    two misses are named so that a fix (or a regression) shows: at 1 MiB NCCL's own tuning
     model for its LL protocol (which we price small messages with) gives 51 GB/s where 67 were
-    measured; the 1 GiB A100 row is approximate and still rising; on
-    three A100 nodes with 4 HDR NICs our double binary tree (chosen as fastest) is 12% below
-    the ring NCCL reaches. The 2-node H100 ring row checks that a group's node crossings use
+    measured; the 1 GiB A100 row (another vendor's system) is approximate and still rising. The 2-node H100 ring row checks that a group's node crossings use
     every NIC its members drive (NCCL channels with PXN): one NIC would give 45 GB/s, not ~400."""
     from sim3d.nccl_check import check_all
     checks = check_all()
     misses = {(c.gpus, int(c.size)) for c in checks if c.error is not None and abs(c.error) > 0.10}
-    assert misses == {(8, 2**20), (8, 2**30), (24, 128 * 2**20)}
+    assert misses == {(8, 2**20), (8, 2**30)}
     assert sum(c.error is not None for c in checks) >= 22
     two_nodes = next(c for c in checks if c.gpus == 16)
     assert two_nodes.predicted > 300
