@@ -92,6 +92,13 @@ def consistency_problems(s) -> list[str]:
     if tr.overlap_param_gather and not par.distributed_optimizer:
         p.append("training.overlap_param_gather: needs parallel.distributed_optimizer: true "
                  "(there is no parameter all-gather without it)")
+    domain = s.cluster.intra_node.domain_nodes
+    if domain > 1 and s.cluster.nodes % domain:
+        p.append(f"cluster.intra_node.domain_nodes: {s.cluster.nodes} nodes do not make whole NVLink domains of "
+                 f"{domain} nodes")
+    if domain > 1 and s.cluster.intra_node.fabric != "nvswitch":
+        p.append("cluster.intra_node.domain_nodes: an NVLink domain across nodes needs NVLink switches "
+                 f"(fabric: nvswitch), not {s.cluster.intra_node.fabric}")
     for i, fault in enumerate(s.faults):
         if fault.straggler and fault.straggler.rank >= s.num_gpus:
             p.append(f"faults.{i}.straggler.rank: {fault.straggler.rank} is not a rank of {s.num_gpus} GPUs")

@@ -161,6 +161,9 @@ class IntraNode(_Strict):
     fabric: Literal["nvswitch", "nvlink-mesh", "pcie"] = "nvswitch"
     gbps: Gbps | None = None  # None: the GPU preset's NVLink speed
     latency_us: LatencyUs = 2.0
+    # Nodes whose GPUs share one NVLink switch domain: 1 for a server; a GB200 NVL72 rack is
+    # 18 compute trays of 4 GPUs behind its NVLink switch trays (domain_nodes: 18).
+    domain_nodes: PositiveInt = 1
 
 
 class InterNode(_Strict):
@@ -326,11 +329,16 @@ class Scenario(_Strict):
     def nvlink_gbps(self) -> float:
         return self.cluster.intra_node.gbps or self.gpu.nvlink_gbps
 
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs that reach each other over NVLink: a node, or a multi-node NVLink domain."""
+        return self.gpus_per_node * self.cluster.intra_node.domain_nodes
+
     def warnings(self) -> list[str]:
         out = []
-        if self.tp > self.gpus_per_node:
+        if self.tp > self.nvlink_domain_gpus:
             out.append(
-                f"parallel.tp={self.tp} exceeds the {self.gpus_per_node} GPUs of a node: "
+                f"parallel.tp={self.tp} exceeds the {self.nvlink_domain_gpus} GPUs of an NVLink domain: "
                 "tensor-parallel collectives will cross the inter-node network")
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")

@@ -59,11 +59,14 @@ class Topology:
     def __init__(self, scenario):
         self.scenario = scenario
         self.placement = Placement.of(scenario)
-        self.gpus_per_node = scenario.gpus_per_node
-        self.nodes = scenario.cluster.nodes
+        # Below, a "node" is an NVLink domain: a server, or with `intra_node.domain_nodes` > 1
+        # several compute trays behind shared NVLink switches (NVL72), with all their NICs.
+        self.domain_nodes = scenario.cluster.intra_node.domain_nodes
+        self.gpus_per_node = scenario.gpus_per_node * self.domain_nodes
+        self.nodes = scenario.cluster.nodes // self.domain_nodes
         # A node with more NICs than GPUs (8 NICs, 4 GPUs) gives each GPU several rails; it is
         # modelled as one NIC per GPU carrying their summed bandwidth.
-        self.nics = min(scenario.nics_per_node, self.gpus_per_node)
+        self.nics = min(scenario.nics_per_node * self.domain_nodes, self.gpus_per_node)
         self._nic_rate = self._nic_rates()
         self._nic_choice: dict[tuple[int, int], int] = {}
         self.graph = self._build()
@@ -75,16 +78,26 @@ class Topology:
         each at the preset speed, its node's slowed speed (`faults: link`) or its own
         (`faults: nic`, 0 = failed)."""
         s = self.scenario
-        physical = s.nics_per_node
+        per_server = s.nics_per_node
+        physical = per_server * self.domain_nodes
         slow = {f.link.node: f.link.nic_gbps for f in s.faults if f.link}
         own = {(f.nic.node, f.nic.nic): f.nic.gbps for f in s.faults if f.nic}
         rates: dict[tuple[int, int], float] = {}
-        for n in range(self.nodes):
-            for k in range(physical):
-                gbps = own.get((n, k), slow.get(n, s.nic_gbps))
-                key = (n, k * self.nics // physical)
+        for server in range(s.cluster.nodes):
+            domain, tray = divmod(server, self.domain_nodes)
+            for k in range(per_server):
+                gbps = own.get((server, k), slow.get(server, s.nic_gbps))
+                key = (domain, (tray * per_server + k) * self.nics // physical)
                 rates[key] = rates.get(key, 0.0) + gbps * GBIT
         return rates
+
+    def _leaf_of(self, node: int, nic: int) -> int:
+        """A rail-optimized fabric puts the k-th NIC of every server on leaf k; a fat tree puts
+        16 servers under each leaf."""
+        per_server = self.nics // self.domain_nodes
+        if self.scenario.cluster.inter_node.fabric == "rail-optimized":
+            return nic % per_server
+        return (node * self.domain_nodes + nic // per_server) // FAT_TREE_NODES_PER_LEAF
 
     def _build(self) -> nx.Graph:
         s = self.scenario
@@ -100,8 +113,7 @@ class Topology:
                 rate = self._nic_rate[(n, i)]
                 if rate <= 0:  # failed: its GPUs go out through another NIC (nic_of)
                     continue
-                leaf = i if inter.fabric == "rail-optimized" else n // FAT_TREE_NODES_PER_LEAF
-                g.add_edge(("nic", n, i), ("leaf", leaf), bw=rate, latency=inter.latency_us * 1e-6 / 4, kind="ib")
+                g.add_edge(("nic", n, i), ("leaf", self._leaf_of(n, i)), bw=rate, latency=inter.latency_us * 1e-6 / 4, kind="ib")
             for local in range(self.gpus_per_node):
                 own = self._own_nic(local)
                 if self._nic_rate[(n, own)] > 0:
@@ -313,6 +325,8 @@ class Topology:
 
     def describe(self) -> str:
         s = self.scenario
-        return (f"{self.nodes} nodes x {self.gpus_per_node} {s.cluster.gpu}, {s.cluster.intra_node.fabric} "
+        nodes = (f"{self.nodes} NVLink domains of {self.domain_nodes} nodes x {s.gpus_per_node}"
+                 if self.domain_nodes > 1 else f"{self.nodes} nodes x {self.gpus_per_node}")
+        return (f"{nodes} {s.cluster.gpu}, {s.cluster.intra_node.fabric} "
                 f"{s.nvlink_gbps:g} Gb/s per GPU, {s.cluster.inter_node.fabric} {self.nics} x {s.nic_gbps:g} Gb/s "
                 f"per node, oversubscription {s.cluster.inter_node.oversubscription:g}")

@@ -201,3 +201,45 @@ def test_a_degraded_uplink_slows_what_crosses_it_in_both_network_models(monkeypa
 def test_network_faults_that_cannot_be_are_refused(faults, message):
     with pytest.raises(sim3d.ScenarioError, match=message):
         sim3d.simulate({**layout(8, 2, 1, 2, 8), "faults": faults})
+
+
+def domain_layout(gpus_per_node, nodes, domain_nodes, nics, network="analytical"):
+    s = layout(8, 2, 2, nodes, gpus_per_node)
+    s["cluster"].update(gpu="b200", intra_node=dict(domain_nodes=domain_nodes), inter_node=dict(nics_per_node=nics))
+    s["costs"]["network"] = network
+    return s
+
+
+@pytest.mark.parametrize("network", ["analytical", "flow"])
+def test_an_nvlink_domain_of_two_4_gpu_trays_prices_like_one_8_gpu_node(network):
+    """NVL72-class racks join the GPUs of several trays behind NVLink switches. Two trays of 4
+    GPUs and 4 NICs in one domain are, to the network, one node of 8 GPUs and 8 NICs: the same
+    step time to the last bit, with tp 8 on NVLink. Without the domain, tp 8 crosses InfiniBand."""
+    trays = sim3d.simulate(domain_layout(4, 8, 2, 4, network))
+    servers = sim3d.simulate(domain_layout(8, 4, 1, 8, network))
+    assert trays.step_time == pytest.approx(servers.step_time, rel=1e-12)
+    link = trays.costs.topology.group_link("tp")
+    assert link.nodes == 1 and link.size == 8
+    apart = sim3d.simulate(domain_layout(4, 8, 1, 4, network))
+    assert apart.costs.topology.group_link("tp").nodes == 2
+    assert apart.step_time > trays.step_time * 1.05
+    assert any("exceeds the 4 GPUs of an NVLink domain" in w for w in apart.summary["warnings"])
+
+
+def test_a_72_gpu_domain_keeps_tensor_parallel_traffic_off_the_nics():
+    s = domain_layout(4, 18, 18, 4)
+    s["parallel"].update(tp=8, pp=3, dp=3)
+    s["training"]["global_batch"] = 24
+    r = sim3d.simulate(s)
+    nic = r.links[r.links.kind.isin(["ib", "pcie"])]
+    assert r.costs.topology.nodes == 1 and nic.bytes.sum() == 0
+    assert "1 NVLink domains of 18 nodes x 4" in r.costs.topology.describe()
+
+
+def test_domains_must_be_whole_and_switched():
+    with pytest.raises(sim3d.ScenarioError, match="do not make whole NVLink domains"):
+        sim3d.simulate(domain_layout(4, 8, 3, 4))
+    bad = domain_layout(4, 8, 2, 4)
+    bad["cluster"]["intra_node"]["fabric"] = "pcie"
+    with pytest.raises(sim3d.ScenarioError, match="needs NVLink switches"):
+        sim3d.simulate(bad)

@@ -60,7 +60,8 @@ def candidates(path: Path, gpus: int) -> Search:
         raise ScenarioError(f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes")
     nodes, per_node = (gpus // per_node, per_node) if gpus >= per_node else (1, gpus)
     m = base.model
-    tps = [t for t in _divisors(per_node) if m.heads % t == 0 and m.num_kv_heads % t == 0 and m.vocab % t == 0]
+    domain = min(base.nvlink_domain_gpus, gpus)  # tensor parallelism stays on NVLink
+    tps = [t for t in _divisors(domain) if m.heads % t == 0 and m.num_kv_heads % t == 0 and m.vocab % t == 0]
     pps = [p for p in _divisors(m.layers) if p <= 64]
     fitting, considered, invalid, first_invalid = [], 0, 0, ""
     for tp, pp, mb, recompute in itertools.product(tps, pps, MICRO_BATCHES, RECOMPUTE):
