@@ -57,6 +57,9 @@ def test_run_writes_trace_and_plots(tmp_path):
     assert set(trace.chunk[trace.kind == "F"]) == {0, 1}
     chrome = json.loads((tmp_path / "trace.json").read_text())
     assert any(e.get("ph") == "X" for e in chrome["traceEvents"])
+    busiest = json.loads((tmp_path / "summary.json").read_text())["busiest_links"]
+    links = pd.read_csv(tmp_path / "links.csv")
+    assert [(b["src"], b["dst"]) for b in busiest] == list(zip(links.src[:8], links.dst[:8]))
 
 
 def test_run_trace_formats_and_pdf(tmp_path):

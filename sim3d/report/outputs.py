@@ -45,7 +45,11 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     s, summary, trace = result.scenario, result.summary, result.trace
     labels = rank_labels(s, sorted(set(result.sim.ranks)))
     written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
-    write_summary(summary, written[0])
+    # the file also names the busiest link directions (all of them are in links.csv)
+    busiest = result.links.head(8)
+    write_summary({**summary, "busiest_links": [
+        {"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes), "busy_fraction": float(r.busy_fraction)}
+        for r in busiest.itertuples()]}, written[0])
     result.links.to_csv(written[1], index=False, float_format="%.6g")
     write_trace_csv(trace, written[2])
     written[3].write_text(result.schedule.to_csv())
