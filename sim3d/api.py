@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .costs.model import CostModel
 from .engine import SimResult
 from .engine import replay_step
+from .engine.run import ranks_replayed
 from .limits import WorkLimitExceeded, check_schedule_size
 from .model.memory import MemoryReport, memory_report
 from .report.summary import summarize
@@ -53,13 +54,15 @@ class Result:
         """Bytes and busy fraction per direction of every graph edge over the step (pandas
         DataFrame, busiest first; `sim3d.engine.traffic` says how traffic is laid on links)."""
         from .engine.traffic import link_traffic
-        return link_traffic(self.sim.rows, self.costs.topology, self.step_time, folded=not self.full_fidelity)
+        return link_traffic(self.sim.rows, self.costs.topology, self.step_time, folded=not self.full_fidelity,
+                            represented=self.sim.represented)
 
     def link_timelines(self, top: int = 8) -> dict[str, list[tuple[float, float]]]:
         """The `top` busiest link directions' busy fraction over time: "src->dst" ->
         [(time s, busy fraction from then on)] (the Perfetto trace's counter tracks)."""
         from .engine.traffic import link_timelines
-        return link_timelines(self.sim.rows, self.costs.topology, self.links, folded=not self.full_fidelity, top=top)
+        return link_timelines(self.sim.rows, self.costs.topology, self.links, folded=not self.full_fidelity, top=top,
+                              represented=self.sim.represented)
 
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it came from) for every cost the prediction used."""
@@ -89,9 +92,9 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     full_fidelity = full_fidelity or any(f.straggler for f in s.faults)
     if full_fidelity:
         try:
-            check_schedule_size(s.pp, s.num_microbatches, s.vpp, ranks_replayed=s.num_gpus)
+            check_schedule_size(s.pp, s.num_microbatches, s.vpp, ranks_replayed=ranks_replayed(s, True))
         except WorkLimitExceeded as e:
-            raise ScenarioError(f"full fidelity (every GPU replayed): {e}") from None
+            raise ScenarioError(f"full fidelity (every pipeline replayed): {e}") from None
     run = replay_step(s, full_fidelity=full_fidelity, progress=progress)
     memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
     summary = summarize(run, memory)

@@ -106,7 +106,8 @@ def test_folded_equals_full_fidelity_for_symmetric_layouts():
         "parallel": {"tp": 2, "pp": 2, "dp": 2}, "training": {"micro_batch": 1, "global_batch": 8},
         "cluster": {"nodes": 1, "gpus_per_node": 8}})
     folded, full = simulate(s).result, simulate(s, full_fidelity=True).result
-    assert len(full.ranks) == 8 and len(folded.ranks) == 2
+    # full fidelity replays every pipeline, TP rank 0 of each standing for its twin peers
+    assert len(full.ranks) == 4 and len(full.represented) == 4 and len(folded.ranks) == 2
     assert full.step_time == pytest.approx(folded.step_time, rel=1e-9)
 
 
@@ -116,7 +117,7 @@ def test_straggler_slows_the_step_and_needs_every_gpu():
             "cluster": {"nodes": 1, "gpus_per_node": 8}}
     normal = simulate(scenario_from_dict(base)).result
     slow = simulate(scenario_from_dict({**base, "faults": [{"straggler": {"rank": 5, "slowdown": 1.5}}]})).result
-    assert len(slow.ranks) == 8
+    assert 5 in slow.ranks and len(slow.ranks) + len(slow.represented) == 8
     assert slow.step_time > normal.step_time * 1.2
 
 
@@ -198,3 +199,42 @@ def test_recv_rows_mean_what_the_trace_contract_says():
         start, end = arrival[(r.peer, r["rank"], r.kind[-1], r.microbatch, r.stage)]
         assert r.start_s >= start and r.end_s >= end and r.end_s >= r.start_s
         assert r.end_s == end or r.start_s == r.end_s  # arrived after the post, or was there already
+
+
+def _replay(s, unfolded):
+    from sim3d.engine.replay import ReplayOptions
+    from sim3d.step import step_schedule
+    costs = CostModel(s, folded=False)
+    return Engine(step_schedule(s), costs, ReplayOptions.of(s), True, unfolded_tp=unfolded).run()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_full_fidelity_with_tp_folded_equals_every_rank_replayed(data):
+    """TP peers no fault reaches are twins: replaying TP rank 0 for its group gives the step of
+    replaying every rank, on random layouts, schedules and overlap switches, with stragglers on
+    random ranks (their pipelines are replayed rank by rank)."""
+    from sim3d.engine.run import tp_folding
+    tp, pp, dp = data.draw(st.sampled_from([2, 4])), data.draw(st.sampled_from([2, 4])), data.draw(st.sampled_from([1, 2, 3]))
+    schedule = data.draw(st.sampled_from(["1f1b", "interleaved-1f1b", "zb-h1", "gpipe"]))
+    world = tp * pp * dp
+    stragglers = data.draw(st.lists(st.integers(0, world - 1), max_size=2, unique=True))
+    raw = {"name": "fold", "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256},
+           "parallel": {"tp": tp, "pp": pp, "dp": dp, "vpp": 2 if schedule == "interleaved-1f1b" else 1,
+                        "distributed_optimizer": data.draw(st.booleans())},
+           "training": {"micro_batch": 1, "global_batch": 4 * dp, "overlap_grad_reduce": data.draw(st.booleans())},
+           "schedule": schedule, "cluster": {"nodes": -(-world // 8), "gpus_per_node": min(8, world)},
+           "faults": [{"straggler": {"rank": r, "slowdown": data.draw(st.sampled_from([1.2, 2.0]))}} for r in stragglers]}
+    if world % 8 and world > 8:
+        return
+    s = scenario_from_dict(raw)
+    every, folded = _replay(s, None), _replay(s, tp_folding(s))
+    assert folded.step_time == pytest.approx(every.step_time, rel=1e-12)
+    for rank in folded.ranks:
+        assert folded.finish[rank] == pytest.approx(every.finish[rank], rel=1e-12)
+    for peer, twin in folded.represented.items():
+        assert every.finish[peer] == pytest.approx(every.finish[twin], rel=1e-12)
+    assert set(folded.ranks) | set(folded.represented) == set(every.ranks)
+    critical = folded.critical_rank
+    assert folded.breakdown() == pytest.approx(every.breakdown(critical), rel=1e-12, abs=1e-15)
+    assert every.finish[critical] == pytest.approx(every.step_time, rel=1e-12)

@@ -260,9 +260,14 @@ def test_gantt_of_every_gpu_shows_one_rank_per_stage(tmp_path, monkeypatch):
     gantt.plot_gantt(result.trace, [tmp_path / "g.png"], title="t", max_ranks=8)
     stages = result.trace[result.trace.stream == "compute"].groupby("rank")["stage"].min()
     assert len(drawn[0]) == result.scenario.pp == len({stages[r] for r in drawn[0]})
-    gantt.plot_gantt(result.trace, [tmp_path / "h.png"], title="t", ranks=[0, 5])
+    gantt.plot_gantt(result.trace, [tmp_path / "h.png"], title="t", ranks=[0, result.sim.ranks[-1]])
     with pytest.raises(ValueError, match="not in the trace"):
         gantt.plot_gantt(result.trace, [tmp_path / "i.png"], title="t", ranks=[10**6])
+    # a TP peer folded into its twin is drawn as that twin when asked for by the CLI's outputs
+    from sim3d.report.outputs import write_run_outputs
+    twin = next(iter(result.sim.represented))
+    written = write_run_outputs(result, tmp_path, plots=True, trace_format="none", gantt_ranks=[0, twin])
+    assert tmp_path / "gantt.png" in written
 
 
 def test_unit_cost_gantt_axis_says_units(tmp_path, monkeypatch):

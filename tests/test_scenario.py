@@ -52,7 +52,7 @@ def test_uneven_layers_are_spread_over_middle_stages():
 
 def test_tp_beyond_a_node_is_allowed_with_a_warning():
     s = scenario_from_dict(GPT3, ["parallel.tp=16", "parallel.pp=8"])
-    assert any("exceeds the 8 GPUs of a node" in w for w in s.warnings())
+    assert any("exceeds the 8 GPUs of an NVLink domain" in w for w in s.warnings())
 
 
 def _mutated(path: str, value):

@@ -124,3 +124,21 @@ def test_perfetto_trace_has_a_counter_track_per_busiest_link(tmp_path):
     assert {e["name"] for e in counters} == set(r.link_timelines())
     assert {e["pid"] for e in counters} == {-1}
     assert max(e["args"]["busy %"] for e in counters) > 0
+
+
+def test_tp_folded_full_fidelity_lays_the_bytes_of_every_rank(monkeypatch):
+    """At full fidelity TP rank 0 replays for its twin peers (the straggler's pipeline is
+    replayed rank by rank): every link carries what replaying every rank puts on it, and so do
+    the busiest links' timelines."""
+    s = {**layout(4, 2, 2, 2, 8), "faults": [{"straggler": {"rank": 9, "slowdown": 1.3}}]}
+    folded = sim3d.simulate(s, full_fidelity=True)
+    assert folded.sim.represented and 9 in folded.sim.ranks
+    monkeypatch.setattr(sim3d.engine.run, "tp_folding", lambda scenario: None)
+    every = sim3d.simulate(s, full_fidelity=True)
+    assert not every.sim.represented and folded.step_time == pytest.approx(every.step_time, rel=1e-12)
+    a, b = folded.links.sort_values(["src", "dst"]), every.links.sort_values(["src", "dst"])
+    assert a.bytes.to_numpy() == pytest.approx(b.bytes.to_numpy(), rel=1e-9)
+    ta, tb = folded.link_timelines(top=4), every.link_timelines(top=4)
+    assert set(ta) == set(tb)
+    for link in ta:
+        assert integral(ta[link], folded.step_time) == pytest.approx(integral(tb[link], every.step_time), rel=1e-9)

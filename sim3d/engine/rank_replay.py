@@ -29,6 +29,8 @@ class RankReplay(Interpreter):
         self.dp_free = self.gather_free = 0.0  # when the data-parallel stream is free again
         self.dp_seq = 0  # data-parallel collectives issued (rendezvous name at full fidelity)
         self.index = 0
+        self.tp_peers = engine.tp_replayed(self.me) if engine.full else 1
+        self.dp_stand_ins = engine.dp_stand_ins.get(self.me, ())
         if engine.network is not None:
             self._flow_streams()
 
@@ -97,9 +99,9 @@ class RankReplay(Interpreter):
         parts["recompute"] += cost.recompute
         for stream, seconds in cost.exposed.items():
             parts[stream] += seconds
-        if engine.full and engine.placement.tp > 1:
+        if self.tp_peers > 1:
             computed = env.now
-            yield engine.gather((*engine.group_key("tp", me), self.index), engine.placement.tp).arrive(env.now)
+            yield engine.gather((*engine.group_key("tp", me), self.index), self.tp_peers).arrive(env.now)
             parts["tp_sync"] += env.now - computed
         engine.busy[me] += env.now - begin
         engine.tp_busy[me] += sum(cost.comm.get(k, 0.0) for k in ("tp", "ep"))
@@ -180,6 +182,8 @@ class RankReplay(Interpreter):
             ready = b_start + (k + 1) / buckets * b_dur
         if engine.full and engine.placement.dp > 1:
             gather = engine.gather((*engine.group_key("dp", self.me), self.dp_seq), engine.placement.dp).arrive(ready)
+            for leader in self.dp_stand_ins:  # for folded TP peers whose groups are replayed
+                engine.gather(("dp", leader, self.dp_seq), engine.placement.dp).arrive(ready)
             waited = env.now
             yield gather
             self.parts["dp"] += env.now - waited
@@ -237,6 +241,8 @@ class RankReplay(Interpreter):
             key = None
             if engine.full and engine.placement.dp > 1:
                 key = (*engine.group_key("dp", self.me), self.dp_seq)
+                for leader in self.dp_stand_ins:
+                    engine.gather(("dp", leader, self.dp_seq), engine.placement.dp).arrive(env.now)
                 yield engine.gather(key, engine.placement.dp).arrive(env.now)
             self.dp_seq += 1
             begin = env.now

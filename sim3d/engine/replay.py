@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -58,6 +58,9 @@ class SimResult:
     parts: dict[int, dict[str, float]]  # global rank -> where its step time went (BREAKDOWN_PARTS)
     finish: dict[int, float]  # global rank -> when its last action ended
     network: NetworkStats | None = None  # how the flows fared (costs.network: flow)
+    # full fidelity with tensor-parallel folding: rank not replayed -> the rank of its TP
+    # group that was replayed for it (its twin: same work, same times)
+    represented: dict[int, int] = field(default_factory=dict)
 
     @property
     def critical_rank(self) -> int:
@@ -123,12 +126,20 @@ class Engine:
     never sees the scenario."""
 
     def __init__(self, schedule: Schedule, costs: RankCosts, options: ReplayOptions = ReplayOptions(),
-                 full_fidelity: bool = False):
+                 full_fidelity: bool = False, unfolded_tp: frozenset[tuple[int, int]] | None = None):
+        """`unfolded_tp` (full fidelity): fold tensor-parallel groups, replaying every TP rank
+        only of the pipelines at these (dp, cp) coordinates and TP rank 0 elsewhere, standing
+        for its group. Healthy TP peers do the same work at the same times, so the step is
+        exactly the unfolded one; the caller unfolds the pipelines a straggler sits on, and
+        passes None (no folding) where the network or its faults tell TP peers apart."""
         if not schedule.lowered:
             raise ValueError("the engine replays lowered schedules: call sim3d.schedule.lower() first")
         self.schedule, self.costs = schedule, costs
         self.full = full_fidelity
         self.placement = costs.placement
+        self.unfolded_tp = unfolded_tp if full_fidelity and costs.placement.tp > 1 else None
+        self.represented: dict[int, int] = {}
+        self.dp_stand_ins: dict[int, list[int]] = {}  # rank -> dp group leaders it also arrives for
         self._group_keys: dict[tuple[str, int], tuple] = {}
         self.env = simpy.Environment()
         self.rows: list[tuple] = []
@@ -157,7 +168,38 @@ class Engine:
         p = self.placement
         if not self.full:
             return [dict(tp=0, dp=0, cp=0)]
-        return [dict(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
+        if self.unfolded_tp is None:
+            return [dict(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
+        pipes = []
+        for d in range(p.dp):
+            for c in range(p.cp):
+                if (d, c) in self.unfolded_tp:
+                    pipes += [dict(tp=t, dp=d, cp=c) for t in range(p.tp)]
+                else:
+                    pipes.append(dict(tp=0, dp=d, cp=c))
+                    self._stand_in(d, c)
+        return pipes
+
+    def _stand_in(self, d: int, c: int) -> None:
+        """TP rank 0 of pipeline (d, c) replays for its TP peers: it is their twin in the trace
+        accounting, and it joins the data-parallel rendezvous of every peer whose group has a
+        replayed member (a group along an unfolded pipeline), as the peer would have."""
+        p = self.placement
+        joined = any((other, c) in self.unfolded_tp for other in range(p.dp))
+        for stage in range(p.pp):
+            me = p.rank(tp=0, pp=stage, dp=d, cp=c)
+            for t in range(1, p.tp):
+                peer = p.rank(tp=t, pp=stage, dp=d, cp=c)
+                self.represented[peer] = me
+                if joined:
+                    self.dp_stand_ins.setdefault(me, []).append(p.group_leader("dp", peer))
+
+    def tp_replayed(self, rank: int) -> int:
+        """How many members of `rank`'s TP group are replayed (1: folded into TP rank 0)."""
+        if self.unfolded_tp is None:
+            return self.placement.tp
+        c = self.placement.coords(rank)
+        return self.placement.tp if (c["dp"], c["cp"]) in self.unfolded_tp else 1
 
     def run(self, progress=None, horizon: float | None = None) -> SimResult:
         """Replay the step; with `progress` and an expected end time `horizon`, report the
@@ -190,7 +232,7 @@ class Engine:
         return SimResult(self.rows, step, {r: self.busy[r] for r in ranks}, {r: self.tp_busy[r] for r in ranks},
                          {r: self.parts[r]["pipeline_p2p"] for r in ranks}, {r: self.dp_tail[r] for r in ranks},
                          events, time.perf_counter() - start, ranks, {r: dict(self.parts[r]) for r in ranks},
-                         dict(self.finish), self.network.stats if self.network else None)
+                         dict(self.finish), self.network.stats if self.network else None, dict(self.represented))
 
     def _monitor(self, ranks: int, progress, horizon: float):
         """Report progress every hundredth of the expected step; ends with the last rank

@@ -48,5 +48,31 @@ def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: Cost
     if full and progress:
         folded = CostModel(scenario, costs.topology, costs.profile, folded=True)
         horizon = Engine(schedule, folded, options).run().step_time
-    result = Engine(schedule, costs, options, full).run(progress=progress, horizon=horizon)
+    result = Engine(schedule, costs, options, full, unfolded_tp=tp_folding(scenario)).run(
+        progress=progress, horizon=horizon)
     return SimRun(scenario, schedule, costs, result)
+
+
+def tp_folding(scenario) -> frozenset[tuple[int, int]] | None:
+    """At full fidelity, the (dp, cp) pipelines whose TP ranks are each replayed: those a
+    straggler sits on (it holds its TP peers back at every rendezvous). None (replay every
+    rank) where TP peers are not twins: a network fault gives them different NICs and paths,
+    and on the flow network each rank's messages are flows of their own."""
+    if scenario.costs.network == "flow" or any(f.network for f in scenario.faults):
+        return None
+    from ..placement import Placement
+    placement = Placement.of(scenario)
+    return frozenset((placement.coords(f.straggler.rank)["dp"], placement.coords(f.straggler.rank)["cp"])
+                     for f in scenario.faults if f.straggler)
+
+
+def ranks_replayed(scenario, full_fidelity: bool) -> int:
+    """How many ranks the engine replays: one pipeline folded; at full fidelity every rank,
+    less the TP peers folded into their twin (`tp_folding`)."""
+    if not full_fidelity:
+        return scenario.pp
+    unfolded = tp_folding(scenario)
+    if unfolded is None or scenario.tp == 1:
+        return scenario.num_gpus
+    pipelines = scenario.dp * scenario.cp
+    return scenario.pp * (pipelines + len(unfolded) * (scenario.tp - 1))

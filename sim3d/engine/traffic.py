@@ -24,8 +24,16 @@ AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp"}
 LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")
 
 
-def link_traffic(rows, topology, step_time: float, folded: bool):
-    """DataFrame with LINK_COLUMNS: one row per direction of every graph edge, busiest first."""
+def twin_pair(placement, twin: int, peer: int) -> int:
+    """The rank `twin` (a TP peer of `peer`'s sender) sends to: `peer`'s stage on its own pipeline."""
+    c = placement.coords(twin)
+    return placement.rank(tp=c["tp"], pp=placement.coords(peer)["pp"], dp=c["dp"], cp=c["cp"])
+
+
+def link_traffic(rows, topology, step_time: float, folded: bool, represented: dict[int, int] | None = None):
+    """DataFrame with LINK_COLUMNS: one row per direction of every graph edge, busiest first.
+    `represented` (full fidelity with TP folding): rank not replayed -> its replayed twin,
+    whose bytes it moved too."""
     import pandas as pd
 
     placement = topology.placement
@@ -48,7 +56,15 @@ def link_traffic(rows, topology, step_time: float, folded: bool):
             for (a, b), n in stage_p2p.items():
                 p2p[(pipe[a], pipe[b])] = n
     else:
-        bytes_of = lambda rank, axis: sent.get((rank, axis), 0.0)  # noqa: E731
+        twin_of = represented or {}
+        bytes_of = lambda rank, axis: sent.get((twin_of.get(rank, rank), axis), 0.0)  # noqa: E731
+        if twin_of:
+            by_src: dict[int, list] = defaultdict(list)
+            for (a, b), n in p2p.items():
+                by_src[a].append((b, n))
+            for twin, replayed in twin_of.items():
+                for b, n in by_src.get(replayed, ()):
+                    p2p[(twin, twin_pair(placement, twin, b))] += n
     load: dict[tuple, float] = defaultdict(float)  # directed edge -> bytes
     for axis in sorted({axis for _, axis in sent}):
         for group in placement.groups(axis):
@@ -70,7 +86,8 @@ def link_traffic(rows, topology, step_time: float, folded: bool):
     return table.sort_values(["busy_fraction", "src", "dst"], ascending=[False, True, True], ignore_index=True)
 
 
-def link_timelines(rows, topology, links, folded: bool, top: int = 8) -> dict[str, list[tuple[float, float]]]:
+def link_timelines(rows, topology, links, folded: bool, top: int = 8,
+                   represented: dict[int, int] | None = None) -> dict[str, list[tuple[float, float]]]:
     """How busy each of the `top` busiest link directions of `links` (link_traffic's table)
     was over time: "src->dst" -> [(time s, busy fraction from then on)], one point wherever
     a message or collective row that crosses it starts or ends. A row's bytes are spread
@@ -81,6 +98,9 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8) -> dict[st
         return {}
     placement = topology.placement
     pipelines = _pipelines(placement) if folded else None
+    twins: dict[int, list[int]] = defaultdict(list)  # replayed rank -> the TP peers it stands for
+    for twin, replayed in (represented or {}).items():
+        twins[replayed].append(twin)
     laid: dict[tuple, list[tuple[tuple, float]]] = {}
 
     def on_busiest(edges_shares):
@@ -104,11 +124,12 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8) -> dict[st
         key = (pp, stream, pp_of(peer) if stream == "pp" else None) if folded else (rank, stream, peer)
         if key not in laid:
             if stream == "pp":
-                pairs = [(pipe[pp], pipe[key[2]]) for pipe in pipelines] if folded else [(rank, peer)]
+                pairs = ([(pipe[pp], pipe[key[2]]) for pipe in pipelines] if folded else
+                         [(rank, peer)] + [(t, twin_pair(placement, t, peer)) for t in twins.get(rank, ())])
                 laid[key] = on_busiest((edge, 1.0) for a, b in pairs for edge in topology.path(a, b))
             else:
                 axis = AXIS_OF_STREAM[stream]
-                members = [pipe[pp] for pipe in pipelines] if folded else [rank]
+                members = [pipe[pp] for pipe in pipelines] if folded else [rank] + twins.get(rank, [])
                 hops = []
                 for member in members:
                     group = placement.group(axis, member)

@@ -65,6 +65,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         gantt = [folder / "gantt.png"] + ([folder / "gantt.pdf"] if pdf else [])
         title = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                  f"step {summary['step_time_s']:.2f} s")
+        if gantt_ranks and result.sim.represented:  # a folded TP peer is drawn as its replayed twin
+            gantt_ranks = list(dict.fromkeys(result.sim.represented.get(r, r) for r in gantt_ranks))
         plot_gantt(trace, gantt, title=title, rank_labels=labels, size=gantt_size, window=gantt_window,
                    ranks=gantt_ranks)
         memory = folder / "memory.png"

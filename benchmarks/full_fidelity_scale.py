@@ -1,0 +1,52 @@
+"""Full fidelity at scale: Llama 3.1 405B as Meta trained it on 16,384 H100 (Llama 3 paper,
+arXiv:2407.21783, Table 4: tp 8, cp 1, pp 16, dp 128, 2048 sequences of 8192 tokens per step)
+with one straggler, and gpt3.yaml at full fidelity, each in a process of its own.
+
+    python benchmarks/full_fidelity_scale.py
+
+Prints wall time and peak memory of `sim3d run ... --full-fidelity --json` (the command a user
+types; `--trace none --no-plots` where said), and the step against the folded one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+LLAMA_16K = ["--set", "parallel.tp=8", "--set", "parallel.pp=16", "--set", "parallel.cp=1", "--set", "parallel.dp=128",
+             "--set", "parallel.vpp=2", "--set", "training.global_batch=2048", "--set", "cluster.nodes=2048"]
+STRAGGLER = ["--set", "faults=[{straggler: {rank: 12345, slowdown: 1.1}}]"]
+QUIET = ["--trace", "none", "--no-plots"]
+CASES = [  # name, scenario, --set arguments, faults, output flags
+    ("gpt3.yaml, 1024 GPUs, all outputs", "scenarios/gpt3.yaml", [], [], []),
+    ("gpt3.yaml, 1024 GPUs, --trace none --no-plots", "scenarios/gpt3.yaml", [], [], QUIET),
+    ("Llama 3.1 405B, 16,384 GPUs, one straggler", "scenarios/llama3.1-405b.yaml", LLAMA_16K, STRAGGLER, QUIET),
+]
+
+
+def run(path: str, extra: list[str], full: bool) -> tuple[float, float, dict]:
+    """Wall seconds, peak resident GB (GNU time's maximum RSS of that process) and summary."""
+    args = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "sim3d", "run", path, "--json",
+            "--out", "/tmp/sim3d-bench"] + extra
+    if full:
+        args.append("--full-fidelity")
+    start = time.perf_counter()
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    peak_kb = int(done.stderr.strip().splitlines()[-1])
+    return wall, peak_kb / 2**20, json.loads(done.stdout)
+
+
+def main() -> None:
+    print(f"{'case':50} {'wall s':>7} {'peak GB':>8} {'step s':>9} {'healthy folded':>14} {'actions':>9}")
+    for name, path, sets, faults, flags in CASES:
+        wall, peak, summary = run(path, sets + faults + flags, True)
+        _, _, folded = run(path, sets + QUIET, False)  # healthy, one pipeline
+        print(f"{name:50} {wall:>7.1f} {peak:>8.2f} {summary['step_time_s']:>9.3f} {folded['step_time_s']:>14.3f} "
+              f"{summary['sim_events']:>9,}")
+
+
+if __name__ == "__main__":
+    main()
