@@ -119,16 +119,32 @@ class RankReplay(Interpreter):
 
     # ---- pipeline ----------------------------------------------------------------------------
     def send(self, a: Action):
-        transfer = self.env.process(self._transfer(a))
+        if self.engine.network is None:
+            delivered = self._priced_transfer(a)
+        else:
+            delivered = self.env.process(self._transfer(a))
         if self.engine.overlap_p2p:
             return NOTHING
-        return self._blocking(transfer)
+        return self._blocking(delivered)
 
-    def _blocking(self, transfer):
+    def _blocking(self, delivered):
         """A send that holds the compute stream until delivered (`overlap_p2p: false`)."""
         begin = self.env.now
-        yield transfer
+        yield delivered
         self.parts["pipeline_p2p"] += self.env.now - begin
+
+    def _priced_transfer(self, a: Action):
+        """A transfer of known duration, without a process: its channel (messages go one at a
+        time, in order, as in NCCL and gloo) is a free-at time, and one timeout delivers it."""
+        env, engine = self.env, self.engine
+        key = (self.pipe_id, self.pp_rank, a.peer, a.kind is Kind.SEND_F)
+        issued = env.now  # the producing compute just ended
+        begin = max(issued, engine.channel_free.get(key, 0.0))
+        end = begin + self.costs.transfer(self.me, self.pipe_ranks[a.peer])
+        engine.channel_free[key] = end
+        delivery = env.timeout(end - issued)
+        delivery.callbacks.append(lambda _event: self._delivered(a, begin, issued))
+        return delivery
 
     def recv(self, a: Action):
         """A post: it costs nothing; its trace row waits for the message (sim3d.trace)."""
@@ -141,17 +157,21 @@ class RankReplay(Interpreter):
         return NOTHING
 
     def _transfer(self, a: Action):
+        """A transfer on the flow network: its duration is known only when its flow arrives."""
+        env, engine = self.env, self.engine
+        issued = env.now  # the producing compute just ended
+        with engine.channel((self.pipe_id, self.pp_rank, a.peer, a.kind is Kind.SEND_F)).request() as slot:
+            yield slot
+            begin = env.now
+            yield engine.network.transfer(self.costs.transfer_flows(self.me, self.pipe_ranks[a.peer]))
+        self._delivered(a, begin, issued)
+
+    def _delivered(self, a: Action, begin: float, issued: float) -> None:
+        """The message is in: its SEND row, its RECV row (or the note for the receiver's post),
+        and the arrival its consumer waits on."""
         env, engine = self.env, self.engine
         stage = self.stages.stage(self.pp_rank, a.chunk)
         forward = a.kind is Kind.SEND_F
-        issued = env.now  # the producing compute just ended
-        with engine.channel((self.pipe_id, self.pp_rank, a.peer, forward)).request() as slot:
-            yield slot
-            begin = env.now
-            if engine.network is None:
-                yield env.timeout(self.costs.transfer(self.me, self.pipe_ranks[a.peer]))
-            else:
-                yield engine.network.transfer(self.costs.transfer_flows(self.me, self.pipe_ranks[a.peer]))
         src, dst = self.me, self.pipe_ranks[a.peer]
         nbytes = round(self.costs.p2p_bytes)
         engine.rows.append((src, stage, a.chunk, a.mb, a.kind.value, "pp", begin, env.now, nbytes, dst))

@@ -148,7 +148,8 @@ class Engine:
         self.overlap_p2p = options.overlap_p2p
         self.overlap_param_gather = options.overlap_param_gather
         self.arrivals: dict[tuple, simpy.Event] = {}
-        self.channels: dict[tuple, simpy.Resource] = {}
+        self.channels: dict[tuple, simpy.Resource] = {}  # on the flow network
+        self.channel_free: dict[tuple, float] = {}  # (pipeline, src, dst, direction) -> free again at
         # RECV rows: (pipeline, stage, mb, kind) -> when posted / the row of a message that came first
         self.posted: dict[tuple, float] = {}
         self.delivered: dict[tuple, tuple] = {}
