@@ -108,21 +108,15 @@ def consistency_problems(s) -> list[str]:
             p.append(f"faults.{i}.nic.node: {fault.nic.node} is not a node of {s.cluster.nodes}")
         if fault.nic and fault.nic.nic >= s.nics_per_node:
             p.append(f"faults.{i}.nic.nic: {fault.nic.nic} is not one of the {s.nics_per_node} NICs of a node")
-        if fault.uplink and s.cluster.nodes > 1:
-            from .topology import leaf_count
-            leaves = leaf_count(s)
-            if fault.uplink.leaf >= leaves:
-                p.append(f"faults.{i}.uplink.leaf: {fault.uplink.leaf} is not one of the {leaves} leaves of this "
-                         f"{s.cluster.inter_node.fabric} fabric")
-        if sum(x is not None for x in (fault.straggler, fault.link, fault.nic, fault.uplink)) != 1:
-            p.append(f"faults.{i}: give exactly one of straggler, link, nic or uplink")
-    failed: dict[int, set[int]] = {}
-    for fault in s.faults:
-        if fault.nic and fault.nic.gbps == 0:
-            failed.setdefault(fault.nic.node, set()).add(fault.nic.nic)
-    for node, nics in sorted(failed.items()):
-        if len(nics) >= s.nics_per_node and s.cluster.nodes > 1:
-            p.append(f"faults: every NIC of node {node} has failed, so its GPUs cannot reach the other nodes")
+        for kind, where in (("uplink", fault.uplink), ("leaf", fault.leaf)):
+            if where is not None and s.cluster.nodes > 1:
+                from .topology import leaf_count
+                leaves = leaf_count(s)
+                if where.leaf >= leaves:
+                    p.append(f"faults.{i}.{kind}.leaf: {where.leaf} is not one of the {leaves} leaves of this "
+                             f"{s.cluster.inter_node.fabric} fabric")
+        if sum(x is not None for x in (fault.straggler, fault.link, fault.nic, fault.uplink, fault.leaf)) != 1:
+            p.append(f"faults.{i}: give exactly one of straggler, link, nic, uplink or leaf")
     return p
 
 

@@ -227,11 +227,18 @@ class UplinkFault(_Strict):
     gbps: Gbps
 
 
+class LeafFault(_Strict):
+    """A leaf switch down: the NICs cabled to it are cut off, and their GPUs reach the
+    network through the node's other NICs over NVLink (NCCL's PXN), if it has any left."""
+    leaf: int = Field(ge=0)
+
+
 class Fault(_Strict):
     straggler: Straggler | None = None
     link: SlowLink | None = None  # every NIC of a node at nic_gbps
     nic: NicFault | None = None
     uplink: UplinkFault | None = None
+    leaf: LeafFault | None = None
 
     @property
     def network(self) -> bool:

@@ -68,6 +68,7 @@ class Topology:
         # modelled as one NIC per GPU carrying their summed bandwidth.
         self.nics = min(scenario.nics_per_node * self.domain_nodes, self.gpus_per_node)
         self._nic_rate = self._nic_rates()
+        self._refuse_cut_off_nodes()
         self._nic_choice: dict[tuple[int, int], int] = {}
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
@@ -89,7 +90,21 @@ class Topology:
                 gbps = own.get((server, k), slow.get(server, s.nic_gbps))
                 key = (domain, (tray * per_server + k) * self.nics // physical)
                 rates[key] = rates.get(key, 0.0) + gbps * GBIT
+        down = {f.leaf.leaf for f in s.faults if f.leaf}
+        for node, nic in rates:
+            if self._leaf_of(node, nic) in down:
+                rates[(node, nic)] = 0.0
         return rates
+
+    def _refuse_cut_off_nodes(self) -> None:
+        if self.nodes < 2:
+            return
+        cut = [n for n in range(self.nodes) if all(self._nic_rate[(n, i)] <= 0 for i in range(self.nics))]
+        if cut:
+            from .scenario import ScenarioError
+            what = "node" if self.domain_nodes == 1 else "NVLink domain"
+            raise ScenarioError(f"faults: every NIC of {what} {cut[0]}" + (f" (and {len(cut) - 1} more)" if len(cut) > 1
+                                else "") + " has failed or lost its leaf, so its GPUs cannot reach the other nodes")
 
     def _leaf_of(self, node: int, nic: int) -> int:
         """A rail-optimized fabric puts the k-th NIC of every server on leaf k; a fat tree puts

@@ -243,3 +243,21 @@ def test_domains_must_be_whole_and_switched():
     bad["cluster"]["intra_node"]["fabric"] = "pcie"
     with pytest.raises(sim3d.ScenarioError, match="needs NVLink switches"):
         sim3d.simulate(bad)
+
+
+def test_a_failed_rail_leaf_moves_its_gpus_to_the_neighbouring_rail(monkeypatch):
+    """Leaf 3 of a rail-optimized fabric down: NIC 3 of every node is cut off, so GPU 3 of each
+    node goes out through GPU 4's NIC, exactly as with NIC 3 failed on both nodes."""
+    healthy = layout(8, 2, 1, 2, 8)
+    leaf = sim3d.simulate({**healthy, "faults": [{"leaf": {"leaf": 3}}]}, full_fidelity=True)
+    nics = sim3d.simulate({**healthy, "faults": [{"nic": {"node": n, "nic": 3, "gbps": 0}} for n in (0, 1)]},
+                          full_fidelity=True)
+    assert leaf.costs.topology.path(3, 11) == nics.costs.topology.path(3, 11)
+    assert ("nic", 0, 3) not in leaf.costs.topology.graph
+    assert leaf.step_time == pytest.approx(nics.step_time, rel=1e-12)
+    assert leaf.step_time > sim3d.simulate(healthy, full_fidelity=True).step_time
+    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 1)
+    tree = {**healthy, "cluster": {**healthy["cluster"], "inter_node": {"fabric": "fat-tree"}},
+            "faults": [{"leaf": {"leaf": 1}}]}
+    with pytest.raises(sim3d.ScenarioError, match="every NIC of node 1 has failed or lost its leaf"):
+        sim3d.simulate(tree)
