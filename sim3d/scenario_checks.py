@@ -117,6 +117,16 @@ def consistency_problems(s) -> list[str]:
                              f"{s.cluster.inter_node.fabric} fabric")
         if sum(x is not None for x in (fault.straggler, fault.link, fault.nic, fault.uplink, fault.leaf)) != 1:
             p.append(f"faults.{i}: give exactly one of straggler, link, nic, uplink or leaf")
+    seen: dict[tuple, int] = {}
+    for i, fault in enumerate(s.faults):
+        target = (("straggler", fault.straggler.rank) if fault.straggler else ("link", fault.link.node) if fault.link
+                  else ("nic", fault.nic.node, fault.nic.nic) if fault.nic else ("uplink", fault.uplink.leaf)
+                  if fault.uplink else ("leaf", fault.leaf.leaf) if fault.leaf else None)
+        if target is not None and target in seen:
+            p.append(f"faults.{i}: the same {target[0]} as faults.{seen[target]} ({', '.join(map(str, target[1:]))}); "
+                     "give one fault per rank, node, NIC or leaf")
+        elif target is not None:
+            seen[target] = i
     return p
 
 

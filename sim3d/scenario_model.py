@@ -220,6 +220,13 @@ class NicFault(_Strict):
     nic: int = Field(ge=0)
     gbps: float = Field(ge=0.0, le=1e12)
 
+    @field_validator("gbps")
+    @classmethod
+    def _failed_or_running(cls, value):
+        if 0 < value < 1e-3:
+            raise ValueError(f"{value} Gb/s: give 0 for a failed NIC, or at least 0.001 Gb/s")
+        return value
+
 
 class UplinkFault(_Strict):
     """A leaf's uplinks to the spine degraded to `gbps` in all (some of its spine links down)."""
@@ -347,6 +354,10 @@ class Scenario(_Strict):
             out.append(
                 f"parallel.tp={self.tp} exceeds the {self.nvlink_domain_gpus} GPUs of an NVLink domain: "
                 "tensor-parallel collectives will cross the inter-node network")
+        if self.costs.network == "analytical" and any(f.nic or f.uplink or f.leaf for f in self.faults):
+            out.append("faults on the fabric: the analytical network prices each pipeline message alone on its "
+                       "path, so messages that now meet on the faulted NIC or uplink do not slow each other; "
+                       "costs.network: flow makes them share it")
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")
         if not self.megatron_split and len(set(self.stage_layers)) > 1:

@@ -135,11 +135,13 @@ class Topology:
                     # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
                     g.add_edge(("gpu", n, local), ("nic", n, own), bw=max(self._nic_rate[(n, own)], 32e9),
                                latency=0.0, kind="pcie")
+        # a leaf's uplinks are sized for the NIC ports cabled to it at their line rate: a slow
+        # or dead server NIC does not shrink the switch's uplinks
+        line_rate = s.nic_gbps * GBIT * s.nics_per_node * self.domain_nodes / self.nics
+        ports: Counter = Counter(self._leaf_of(n, i) for n in range(self.nodes) for i in range(self.nics))
         uplink_faults = {f.uplink.leaf: f.uplink.gbps * GBIT for f in s.faults if f.uplink}
-        leaves = sorted(x for x in g.nodes if x[0] == "leaf")
-        for leaf in leaves:
-            down = sum(g.edges[leaf, port]["bw"] for port in g[leaf] if port[0] == "nic")
-            g.add_edge(leaf, ("spine", 0), bw=uplink_faults.get(leaf[1], down / inter.oversubscription),
+        for leaf in sorted(x for x in g.nodes if x[0] == "leaf"):
+            g.add_edge(leaf, ("spine", 0), bw=uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription),
                        latency=inter.latency_us * 1e-6 / 4, kind="uplink")
         return g
 

@@ -210,3 +210,17 @@ def test_small_messages_inside_a_node_take_nccls_low_latency_protocols():
     assert got.seconds == pytest.approx(6.6e-6 + 14 * 0.6e-6 + 2 * 7 / 8 * size / min(simple_bw / 4, 87.7e9))
     assert collective_time("all_reduce", 1 << 30, link).algorithm == "nvls"
     assert collective_time("all_gather", 1 << 30, link).algorithm == "ring"
+
+
+def test_the_low_latency_protocol_follows_a_hop_latency_what_if():
+    """NCCL's LL constants hold at the default 2 us hop; a slower hop slows LL's steps too, so a
+    small all-reduce costs more and a large one is not handed to LL."""
+    def link(latency_us):
+        s = scenario_from_dict({"model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 32000, "seq_len": 1024},
+                                "parallel": {"tp": 8}, "training": {"micro_batch": 1, "global_batch": 1},
+                                "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8,
+                                            "intra_node": {"latency_us": latency_us}}})
+        return Topology(s).group_link("tp")
+    small = 4 * 2**10
+    assert collective_time("all_reduce", small, link(500)).seconds > 10 * collective_time("all_reduce", small, link(2)).seconds
+    assert collective_time("all_reduce", 64 * 2**20, link(500)).algorithm != "ring LL"

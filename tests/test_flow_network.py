@@ -261,3 +261,33 @@ def test_a_failed_rail_leaf_moves_its_gpus_to_the_neighbouring_rail(monkeypatch)
             "faults": [{"leaf": {"leaf": 1}}]}
     with pytest.raises(sim3d.ScenarioError, match="every NIC of node 1 has failed or lost its leaf"):
         sim3d.simulate(tree)
+
+
+@pytest.mark.parametrize("faults,message", [
+    ([{"nic": {"node": 0, "nic": 1, "gbps": 1e-6}}], "give 0 for a failed NIC"),
+    ([{"nic": {"node": 0, "nic": 1, "gbps": 0}}, {"nic": {"node": 0, "nic": 1, "gbps": 100}}], "the same nic as faults.0"),
+    ([{"leaf": {"leaf": 2}}, {"leaf": {"leaf": 2}}], "the same leaf as faults.0"),
+])
+def test_contradictory_or_meaningless_faults_are_refused(faults, message):
+    with pytest.raises(sim3d.ScenarioError, match=message):
+        sim3d.simulate({**layout(8, 2, 1, 2, 8), "faults": faults})
+
+
+def test_a_slow_server_nic_does_not_shrink_its_leafs_uplinks(monkeypatch):
+    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 2)
+    base = layout(1, 2, 2, 4, 1, cluster=dict(inter_node=dict(fabric="fat-tree", oversubscription=4)))
+    healthy = sim3d.simulate(base).costs.topology.graph.edges[("leaf", 0), ("spine", 0)]["bw"]
+    slowed = sim3d.simulate({**base, "faults": [{"nic": {"node": 0, "nic": 0, "gbps": 1}}]})
+    assert slowed.costs.topology.graph.edges[("leaf", 0), ("spine", 0)]["bw"] == healthy
+    assert any("costs.network: flow makes them share it" in w for w in
+               sim3d.simulate({**base, "costs": {}, "faults": [{"nic": {"node": 0, "nic": 0, "gbps": 1}}]}).summary["warnings"])
+
+
+def test_plan_refuses_gpus_that_are_not_whole_nvlink_domains(tmp_path):
+    import yaml
+    from sim3d.studies.plan import candidates
+    path = tmp_path / "trays.yaml"
+    path.write_text(yaml.safe_dump(domain_layout(4, 8, 2, 4)))
+    with pytest.raises(sim3d.ScenarioError, match="not a whole number of 8-GPU NVLink domains"):
+        candidates(path, 12)
+    assert candidates(path, 16).considered > 0

@@ -55,6 +55,9 @@ class LowLatencyProtocol:
     cap: float = float("inf")  # bytes/s of bus bandwidth
 
 
+# The scenario format's default NVLink hop latency (`cluster.intra_node.latency_us: 2.0`), at
+# which NCCL's per-step constants are taken as they are.
+DEFAULT_HOP_LATENCY_S = 2.0e-6
 LOW_LATENCY_PROTOCOLS = (
     # ring LL: baseLat 6.6 us, NVLink hwLat 0.6 us; busBw / 4 for all-reduce (/3 for one-node
     # all-gather / reduce-scatter), at most llMaxBw 87.7 GB/s (Ampere and Hopper, one node)
@@ -110,7 +113,7 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
     steps = 2 * (n - 1) if op == "all_reduce" else (n - 1)
     candidates = [CollectiveTime(steps * link.latency + BUS_FACTOR[op](n) * moved / bw, "ring")]
     if link.nodes == 1 and op != "all_to_all":
-        candidates += [_low_latency_ring(p, op, nbytes, n, bw) for p in LOW_LATENCY_PROTOCOLS]
+        candidates += [_low_latency_ring(p, op, nbytes, n, bw, link.intra_latency) for p in LOW_LATENCY_PROTOCOLS]
     if op == "all_reduce":
         # double binary tree: 2 log2(n) latency hops, each rank moves the buffer twice
         candidates.append(CollectiveTime(2 * math.ceil(math.log2(n)) * link.latency + 2 * moved / bw, "tree"))
@@ -128,11 +131,15 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
     return min(candidates, key=lambda c: c.seconds)
 
 
-def _low_latency_ring(protocol: LowLatencyProtocol, op: str, nbytes: float, n: int, simple_bw: float) -> CollectiveTime:
+def _low_latency_ring(protocol: LowLatencyProtocol, op: str, nbytes: float, n: int, simple_bw: float,
+                      hop_latency: float) -> CollectiveTime:
+    """NCCL's constants hold at the default hop latency; a what-if on the hop latency
+    (`cluster.intra_node.latency_us`, or a slower fabric) scales the per-step latency with it."""
     steps = 2 * (n - 1) if op == "all_reduce" else (n - 1)
     fraction = 1 / 3 if protocol.name == "LL" and op in ("all_gather", "reduce_scatter") else protocol.fraction
     bus_bw = min(simple_bw * fraction, protocol.cap)
-    return CollectiveTime(protocol.base_s + steps * protocol.step_s + BUS_FACTOR[op](n) * nbytes / bus_bw,
+    step = protocol.step_s * hop_latency / DEFAULT_HOP_LATENCY_S
+    return CollectiveTime(protocol.base_s + steps * step + BUS_FACTOR[op](n) * nbytes / bus_bw,
                           f"ring {protocol.name}")
 
 

@@ -58,6 +58,10 @@ def candidates(path: Path, gpus: int) -> Search:
     per_node = base.gpus_per_node
     if gpus % per_node and gpus > per_node:
         raise ScenarioError(f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes")
+    domain = base.cluster.intra_node.domain_nodes
+    if domain > 1 and gpus % base.nvlink_domain_gpus:
+        raise ScenarioError(f"--gpus {gpus} is not a whole number of {base.nvlink_domain_gpus}-GPU NVLink domains "
+                            f"(cluster.intra_node.domain_nodes: {domain})")
     nodes, per_node = (gpus // per_node, per_node) if gpus >= per_node else (1, gpus)
     m = base.model
     domain = min(base.nvlink_domain_gpus, gpus)  # tensor parallelism stays on NVLink
