@@ -69,6 +69,10 @@ LOW_LATENCY_PROTOCOLS = (
 # collective ~20% faster than that fit and moved the Korthikanti step error from 6.2% to 6.9%.
 
 
+# Megatron's collective names -> nccl-tests' names
+COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
+              "all-to-all": "all_to_all"}
+
 BUS_FACTOR = {  # nccl-tests PERFORMANCE.md: busbw = algbw * factor(n)
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -87,6 +91,9 @@ def bus_factor(op: str, n: int) -> float:
 class CollectiveTime:
     seconds: float
     algorithm: str
+    # of `seconds`: the phase that crosses nodes, where it is not the whole collective (the
+    # hierarchical all-reduce's inter-node all-reduce between its two NVLink phases)
+    network_s: float | None = None
 
 
 def _effective_bw(link: GroupLink) -> float:
@@ -149,7 +156,7 @@ def _hierarchical_all_reduce(nbytes: float, link: GroupLink) -> CollectiveTime:
     inter = link.inter_bw * NETWORK_EFFICIENCY
     rs = (k - 1) * link.intra_latency + (k - 1) / k * (nbytes + NVLINK_N_HALF_BYTES) / intra
     ar = 2 * (nodes - 1) * link.inter_latency + 2 * (nodes - 1) / nodes * (nbytes / k) / inter
-    return CollectiveTime(2 * rs + ar, "hierarchical")
+    return CollectiveTime(2 * rs + ar, "hierarchical", ar)
 
 
 def p2p_time(nbytes: float, bw: float, latency: float, crosses_nodes: bool, intra_efficiency: float = 0.77) -> float:

@@ -24,7 +24,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
-from .collectives import NETWORK_EFFICIENCY, p2p_time
+from ..model.memory import stage_params
+from ..model.ops import ACT_BYTES
+from .collectives import COLLECTIVE, NETWORK_EFFICIENCY, collective_time, p2p_time
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: the flow network keys flows by their spec
@@ -124,12 +126,39 @@ class NetworkFlows:
                 if what == "reduce" else "all-gather"
             alone = self.topology.group_link("dp", group[0], alone=True)
             seconds, wire = self.costs.dp_collective_on(op, alone, stage, buckets)
+            network = self._network_fraction(op, alone, stage, buckets)
             edges: dict = defaultdict(float)
             for i in range(len(group)):
+                if network < 1 and self.topology.gpu_of(group[i])[0] == self.topology.gpu_of(group[(i + 1) % len(group)])[0]:
+                    continue  # an NVLink hop of a phased collective: priced in its latency
                 for edge, share in self.topology.ring_hop_edges(group, i):
                     edges[edge] += share
-            self._groups[key] = self._fit(dict(edges), wire, seconds)
+            if network < 1:
+                self._groups[key] = self._phased(dict(edges), wire, seconds, network)
+            else:
+                self._groups[key] = self._fit(dict(edges), wire, seconds)
         return self._groups[key]
+
+    def _network_fraction(self, op: str, link, stage: int, buckets: int) -> float:
+        """Of a bucket's collective, the share of its time spent crossing nodes: 1 for a ring
+        or tree (every step crosses in lockstep); the inter-node phase for the hierarchical
+        all-reduce (measured profiles give no phases: 1)."""
+        if self.costs.profile is not None or link.nodes < 2:
+            return 1.0
+        params = stage_params(self.costs.s, (stage,))
+        dense = params.dense / buckets * ACT_BYTES[self.costs.s.training.precision]
+        got = collective_time(COLLECTIVE[op], dense, link)
+        return got.network_s / got.seconds if got.network_s is not None and got.seconds > 0 else 1.0
+
+    def _phased(self, edges: dict, volume: float, seconds: float, network: float) -> FlowSpec:
+        """A collective whose NVLink phases take their alone time whatever the network does
+        (they are its latency here), and whose inter-node phase is a flow over the crossings,
+        weighted so that alone it is link-bound: shared k ways, that phase takes k times as
+        long, as the analytical model divides it among the groups that share a NIC."""
+        moving = seconds * network
+        cap = volume / moving
+        room = min(self.capacity(e) / w for e, w in edges.items())
+        return FlowSpec({e: w * room / cap for e, w in edges.items()}, volume, cap, seconds - moving)
 
 
 NO_FLOW = FlowSpec({}, 0.0, float("inf"))

@@ -18,12 +18,10 @@ from ..model.memory import stage_params
 from ..model.ops import ACT_BYTES, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..placement import Placement
 from ..topology import Topology
-from .collectives import bus_factor, collective_time, p2p_time
+from .collectives import COLLECTIVE, bus_factor, collective_time, p2p_time
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 
-COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
-              "all-to-all": "all_to_all"}
 # The optimizer step as Megatron runs it (megatron/core/optimizer/optimizer.py,
 # MixedPrecisionOptimizer.step; distrib_optimizer.py), bytes moved per parameter of the
 # rank's optimizer shard: unscale + inf check of the fp32 main grads (fp16 loss scaling
