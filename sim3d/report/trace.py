@@ -58,14 +58,14 @@ def p2p_pairs(df: pd.DataFrame) -> list[tuple[int, int]]:
     df = check_trace(df).reset_index(drop=True)
     sends: dict[tuple, list[int]] = defaultdict(list)
     recvs: dict[tuple, list[int]] = defaultdict(list)
-    ordered = df.sort_values(["start_s", "end_s"], kind="stable")
-    for pos, rank, kind, mb, peer in zip(ordered.index, ordered["rank"], ordered["kind"],
-                                         ordered["microbatch"], ordered["peer"]):
-        kind = str(kind)
-        if kind in _P2P_SENDS:
-            sends[(int(rank), int(peer), _P2P_SENDS[kind], int(mb))].append(int(pos))
-        elif kind in _P2P_SENDS.values():
-            recvs[(int(peer), int(rank), kind, int(mb))].append(int(pos))
+    p2p = df[df["kind"].isin(list(_P2P_SENDS) + list(_P2P_SENDS.values()))]  # compute rows never pair
+    ordered = p2p.sort_values(["start_s", "end_s"], kind="stable")
+    for pos, rank, kind, mb, peer in zip(ordered.index.tolist(), ordered["rank"].tolist(), ordered["kind"].tolist(),
+                                         ordered["microbatch"].tolist(), ordered["peer"].tolist()):
+        if kind in _P2P_SENDS:  # tolist() gives plain ints and strs
+            sends[(rank, peer, _P2P_SENDS[kind], mb)].append(pos)
+        else:
+            recvs[(peer, rank, kind, mb)].append(pos)
     pairs = []
     for key, send_rows in sends.items():
         pairs.extend(zip(send_rows, recvs.get(key, [])))
