@@ -3,6 +3,7 @@ a fat tree at 1:1, 2:1, 4:1 and 8:1, with the analytical network and with flows.
 
     python benchmarks/fabric_whatif.py
 
+Then the same GPT-3 step with a NIC, a node's NICs or a rail leaf switch failed or slowed.
 Prints one markdown row per case: step time both ways, exposed data-parallel time (flow),
 bytes over the spine, the busiest uplink's mean utilisation, and how much sharing links
 slowed the flows (summed over flows).
@@ -39,5 +40,21 @@ def main() -> None:
             label = ""
 
 
+FAULTS = [("none", []), ("NIC 3 of node 0 failed", ["faults=[{nic: {node: 0, nic: 3, gbps: 0}}]"]),
+          ("node 0's NICs at 100 Gb/s", ["faults=[{link: {node: 0, nic_gbps: 100}}]"]),
+          ("rail leaf 3 failed", ["faults=[{leaf: {leaf: 3}}]"])]
+
+
+def faults() -> None:
+    """GPT-3 on its rail-optimized fabric with a fault, every GPU replayed, both network models."""
+    print("\n| fault (gpt3.yaml, full fidelity) | step (analytical) | step (flow) |")
+    print("|---|---:|---:|")
+    for label, sets in FAULTS:
+        steps = [sim3d.simulate("scenarios/gpt3.yaml", sets=sets + [f"costs.network={network}"],
+                                full_fidelity=True).step_time for network in ("analytical", "flow")]
+        print(f"| {label} | {steps[0]:.4f} s | {steps[1]:.4f} s |")
+
+
 if __name__ == "__main__":
     main()
+    faults()
