@@ -260,9 +260,7 @@ class RankReplay(Interpreter):
             yield slot
             key = None
             if engine.full and engine.placement.dp > 1:
-                key = (*engine.group_key("dp", self.me), self.dp_seq)
-                for leader in self.dp_stand_ins:
-                    engine.gather(("dp", leader, self.dp_seq), engine.placement.dp).arrive(env.now)
+                key = (*engine.group_key("dp", self.me), self.dp_seq)  # no TP twins on flows
                 yield engine.gather(key, engine.placement.dp).arrive(env.now)
             self.dp_seq += 1
             begin = env.now

@@ -11,8 +11,11 @@ backward, as Megatron's bucketed hooks make them. OPT_STEP waits for every reduc
 
 Folded mode simulates one pipeline: data-parallel replicas and tensor-parallel peers are
 symmetric, so one rank stands for its group and collectives are still costed with full
-group sizes (costs/). Full fidelity simulates every GPU: TP groups synchronise at the end
-of every compute action, DP groups at every bucket, and stragglers slow their own rank.
+group sizes (costs/). Full fidelity simulates every pipeline: TP groups synchronise at the
+end of every compute action, DP groups at every bucket, and stragglers slow their own rank;
+TP peers that are twins (no straggler on their pipeline, no network fault, no flows) are
+replayed once, by TP rank 0 (`unfolded_tp`). With `ReplayOptions.flows`, transfers and
+data-parallel buckets are flows on the FlowNetwork instead of fixed durations.
 """
 
 from __future__ import annotations
