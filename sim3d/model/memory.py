@@ -94,13 +94,29 @@ def head_params(d: Dims, with_embedding: bool) -> float:
     return lm_head + _norm_params(d)
 
 
+def _layer_counts(s, stages: tuple[int, ...]) -> tuple[int, int]:
+    """(dense, MoE) transformer layers in the given global stages."""
+    moe = 0
+    layers = 0
+    for stage in stages:
+        span = stage_layer_range(s, stage)
+        layers += len(span)
+        if s.model.moe is not None:
+            moe += sum(1 for i in span if is_moe_layer(s, i))
+    return layers - moe, moe
+
+
 def stage_params(s, stages: tuple[int, ...]) -> Params:
     """Parameters one rank holds for the given global stages (its chunks)."""
     d = Dims.of(s)
+    dense, moe = _layer_counts(s, stages)
     p = Params()
-    for stage in stages:
-        for layer in stage_layer_range(s, stage):
-            p = p + layer_params(d, is_moe_layer(s, layer))
+    if dense:
+        one = layer_params(d, False)
+        p = p + Params(one.dense * dense, one.expert * dense)
+    if moe:
+        one = layer_params(d, True)
+        p = p + Params(one.dense * moe, one.expert * moe)
     if 0 in stages:
         p = p + Params(embedding_params(d))
     if s.num_stages - 1 in stages:
@@ -157,7 +173,8 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     Extras (Korthikanti section 4.3, derived op by op in ops.py): the embedding dropout mask
     (s*b*h bytes, /t with SP) on the first stage; on the last the final-norm and LM-head
     inputs (2*s*b*h each, /t with SP) and the fp32 logits (4*s*b*V/t). Never recomputed."""
-    layers = sum(layer_activation_bytes(s, is_moe_layer(s, i)) for i in stage_layer_range(s, stage))
+    dense, moe = _layer_counts(s, (stage,))
+    layers = dense * layer_activation_bytes(s, False) + (moe * layer_activation_bytes(s, True) if moe else 0.0)
     d = Dims.of(s)
     other = 0.0
     if stage == 0:
@@ -167,11 +184,12 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     return layers, other
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
-    """(schedule or None, peak in-flight chunk activations per rank). With `check` the
-    schedule is proved by `prove` and its `peak_inflight` is used; without (fast path for
-    layout searches, `prove` costs seconds at pp=64, m=512) the same count is replayed here."""
+    """(live-chunk frontier per rank or None, peak in-flight chunk activations per rank).
+    With `check` the schedule is proved by `prove` and its `peak_inflight` is used; without
+    (fast path for layout searches, `prove` costs seconds at pp=64, m=512) the same count is
+    replayed here."""
     try:
         sched = build(name, pp, m, vpp)
     except ScheduleConstraint:
@@ -179,23 +197,43 @@ def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
         # (shared/reference/schedules.md section 7), GPipe's m*vpp otherwise.
         bound = min(m * vpp, 2 * pp) if vpp == 2 else m * vpp
         return None, (bound,) * pp
-    if check:
-        return sched, prove(sched).peak_inflight
-    return sched, tuple(peak_inflight(actions) for actions in sched.ranks)
+    peaks = prove(sched).peak_inflight if check else tuple(peak_inflight(actions) for actions in sched.ranks)
+    stages = tuple(tuple(sched.stages.stage(rank, c) for c in range(vpp)) for rank in range(pp))
+    return (stages, tuple(_live_frontier(actions, vpp) for actions in sched.ranks)), peaks
 
 
-def _walk_peak(sched, rank: int, per_chunk: dict[int, tuple[float, float]]) -> tuple[float, float]:
-    """Replays a rank's compute order: a chunk's activations live from its F to its B (or BW).
-    Chunks of one rank may differ (uneven layers, embedding / head), so bytes are summed per
-    chunk rather than multiplying `peak_inflight` by one size; with equal chunks the two agree.
-    Returns (layers, extras) at the peak of their sum."""
-    live_l = live_o = 0.0
+def _live_frontier(actions, chunks: int) -> tuple[tuple[int, ...], ...]:
+    """The live activations of a rank, counted per chunk, at each point where they grow; of
+    those, only the ones no other point covers in every chunk (a covered point holds no more
+    bytes whatever each chunk weighs, and where it holds as many its split is the same), in
+    the rank's order. A layout search then prices a rank's activation peak from a handful of
+    points instead of replaying its schedule once per candidate."""
+    live = [0] * chunks
+    points = []
+    for a, change in activation_changes(actions):
+        live[a.chunk] += change
+        if change > 0:
+            points.append(tuple(live))
+    frontier: list[tuple[int, ...]] = []
+    for p in points:
+        if any(all(x <= y for x, y in zip(p, q)) for q in frontier):
+            continue
+        frontier = [q for q in frontier if not all(x <= y for x, y in zip(q, p))]
+        frontier.append(p)
+    return tuple(frontier)
+
+
+def _activation_peak(frontier, per_chunk: list[tuple[float, float]]) -> tuple[float, float]:
+    """(layers, extras) bytes at the first point where their sum is largest: a chunk's
+    activations live from its F to its B (or BW), and chunks of one rank may differ (uneven
+    layers, embedding / head), so bytes are summed per chunk rather than multiplying the
+    in-flight count by one size; with equal chunks the two agree."""
     best = (0.0, 0.0)
-    for a, change in activation_changes(sched.ranks[rank]):
-        live_l += change * per_chunk[a.chunk][0]
-        live_o += change * per_chunk[a.chunk][1]
-        if change > 0 and live_l + live_o > sum(best):
-            best = (live_l, live_o)
+    for counts in frontier:
+        layers = sum(n * c[0] for n, c in zip(counts, per_chunk))
+        other = sum(n * c[1] for n, c in zip(counts, per_chunk))
+        if layers + other > best[0] + best[1]:
+            best = (layers, other)
     return best
 
 
@@ -235,24 +273,25 @@ class RankMemory:
 def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     """One `RankMemory` per pipeline rank of scenario `s` (`check_schedule=False` skips the
     schedule validator, for layout searches)."""
-    sched, peaks = _schedule(s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
+    walked, peaks = _schedule(s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
     rows = []
     for rank in range(s.pp):
-        stages = tuple(sched.stages.stage(rank, c) if sched else c * s.pp + rank for c in range(s.vpp))
-        per_chunk = {c: stage_activation_bytes(s, st) for c, st in enumerate(stages)}
-        if sched is not None:
-            acts, other = _walk_peak(sched, rank, per_chunk)
+        stages = walked[0][rank] if walked else tuple(c * s.pp + rank for c in range(s.vpp))
+        per_chunk = [stage_activation_bytes(s, st) for st in stages]
+        if walked:
+            acts, other = _activation_peak(walked[1][rank], per_chunk)
         else:  # fallback: the bound times the largest chunk
-            acts, other = (peaks[rank] * max(v[i] for v in per_chunk.values()) for i in (0, 1))
-        layer_ids = [i for st in stages for i in stage_layer_range(s, st)]
+            acts, other = (peaks[rank] * max(v[i] for v in per_chunk) for i in (0, 1))
+        dense, moe = _layer_counts(s, stages)
         working = 0.0
-        if s.training.recompute != "none" and layer_ids:
-            working = max(layer_working_bytes(s, is_moe_layer(s, i)) for i in layer_ids)
+        if s.training.recompute != "none":
+            working = max([layer_working_bytes(s, False)] * bool(dense) + [layer_working_bytes(s, True)] * bool(moe),
+                          default=0.0)
         acts += working
         p = stage_params(s, stages)
         w, g, o = _state_bytes(s, p)
         reserve = RESERVE_FIXED_BYTES + ACTIVATION_FRAGMENTATION * (acts + other)
-        rows.append(RankMemory(rank, stages, len(layer_ids), p.total, peaks[rank],
+        rows.append(RankMemory(rank, stages, dense + moe, p.total, peaks[rank],
                                w, g, o, acts, other, reserve, working))
     return rows
 
