@@ -219,3 +219,26 @@ def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds
                 best = tuple(live)
         got = _activation_peak(_live_frontier(actions, vpp), per_chunk)
         assert got == pytest.approx(best, rel=1e-12, abs=1e-3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(schedule=st.sampled_from([("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("zb-h1", 1),
+                                 ("zbv", 2), ("dualpipev", 2), ("gpipe", 1)]),
+       pp=st.integers(1, 8), extra=st.integers(0, 200))
+def test_a_layout_search_may_replay_fewer_micro_batches_with_the_same_peaks(schedule, pp, extra):
+    """`steady_microbatches` shortens a long schedule for the layout search's memory model:
+    every rank's live-chunk frontier must be the full schedule's, and where the full one is
+    refused the short one must be too. GPipe keeps every micro-batch alive and is never shortened."""
+    from sim3d.model.memory import _live_frontier, steady_microbatches
+    from sim3d.schedule import ScheduleConstraint, build
+    name, vpp = schedule
+    m = 2 * pp + extra
+    short = steady_microbatches(name, pp, m)
+    try:
+        full = build(name, pp, m, vpp)
+    except ScheduleConstraint:
+        with pytest.raises(ScheduleConstraint):
+            build(name, pp, short, vpp)
+        return
+    shortened = build(name, pp, short, vpp)
+    assert [_live_frontier(a, vpp) for a in full.ranks] == [_live_frontier(a, vpp) for a in shortened.ranks]
