@@ -16,13 +16,13 @@ Sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 
 from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
-from .ops import Dims, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range
+from .ops import Dims, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for
 
 GIB = 2**30
 
@@ -94,35 +94,39 @@ def head_params(d: Dims, with_embedding: bool) -> float:
     return lm_head + _norm_params(d)
 
 
-def _layer_counts(s, stages: tuple[int, ...]) -> tuple[int, int]:
-    """(dense, MoE) transformer layers in the given global stages."""
-    moe = 0
-    layers = 0
+def _split(s) -> tuple:
+    """(transformer layers of each global stage, MoE every): what layer counts depend on."""
+    return s.stage_layers, (s.model.moe.every if s.model.moe else 0)
+
+
+def _counts(split: tuple, stages: tuple[int, ...]) -> tuple[int, int]:
+    """(dense, MoE) layers of the given global stages."""
+    layers, every = split
+    dense = moe = 0
     for stage in stages:
-        span = stage_layer_range(s, stage)
-        layers += len(span)
-        if s.model.moe is not None:
-            moe += sum(1 for i in span if is_moe_layer(s, i))
-    return layers - moe, moe
+        start = sum(layers[:stage])
+        n_moe = sum(1 for i in range(start, start + layers[stage]) if i % every == 0) if every else 0
+        dense += layers[stage] - n_moe
+        moe += n_moe
+    return dense, moe
 
 
-def stage_params(s, stages: tuple[int, ...], d: Dims | None = None) -> Params:
-    """Parameters one rank holds for the given global stages (its chunks); `d`: `Dims.of(s)`
-    where the caller has it."""
-    d = d or Dims.of(s)
-    dense, moe = _layer_counts(s, stages)
-    p = Params()
-    if dense:
-        one = layer_params(d, False)
-        p = p + Params(one.dense * dense, one.expert * dense)
+def _params(d: Dims, split: tuple, stages: tuple[int, ...]) -> Params:
+    dense, moe = _counts(split, stages)
+    one = {m: layer_params(d, m) for m in (False, True)} if moe else {False: layer_params(d, False)}
+    p = Params(one[False].dense * dense, one[False].expert * dense)
     if moe:
-        one = layer_params(d, True)
-        p = p + Params(one.dense * moe, one.expert * moe)
+        p = p + Params(one[True].dense * moe, one[True].expert * moe)
     if 0 in stages:
         p = p + Params(embedding_params(d))
-    if s.num_stages - 1 in stages:
+    if len(split[0]) - 1 in stages:
         p = p + Params(head_params(d, 0 in stages))
     return p
+
+
+def stage_params(s, stages: tuple[int, ...]) -> Params:
+    """Parameters one rank holds for the given global stages (its chunks)."""
+    return _params(Dims.of(s), _split(s), stages)
 
 
 def model_params(s) -> float:
@@ -130,17 +134,6 @@ def model_params(s) -> float:
     d = Dims.of(s).unsharded()
     total = sum(layer_params(d, is_moe_layer(s, i)).total for i in range(s.model.layers))
     return total + embedding_params(d) + head_params(d, True)
-
-
-def _state_bytes(s, p: Params) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes for parameters held by one rank."""
-    fp32 = s.training.precision == "fp32"
-    w, g, opt = (4, 4, 8) if fp32 else (2, 4, 12)  # distrib_optimizer.md table, see header
-    dense_shards = expert_shards = 1
-    if s.parallel.distributed_optimizer:
-        dense_shards = s.dp * s.cp  # Megatron shards over the data-parallel group with CP
-        expert_shards = max(1, s.dp * s.cp // s.ep)  # expert-data-parallel group
-    return w * p.total, g * p.total, opt * (p.dense / dense_shards + p.expert / expert_shards)
 
 
 # ---- activations --------------------------------------------------------------------------
@@ -162,25 +155,29 @@ def _layer_activation_bytes(d: Dims, moe_layer: bool, recompute: str) -> float:
     return sum(op.act_bytes for op in ops)
 
 
-def layer_working_bytes(s, moe_layer: bool = False, d: Dims | None = None) -> float:
+def layer_working_bytes(s, moe_layer: bool = False) -> float:
     """Extra bytes live while one recomputed layer runs its backward: what recomputation
     rebuilds (the whole layer under full, the core attention under selective)."""
-    d = d or Dims.of(s)
-    return layer_activation_bytes(s, moe_layer, "none", d) - layer_activation_bytes(s, moe_layer, d=d)
+    return layer_activation_bytes(s, moe_layer, "none") - layer_activation_bytes(s, moe_layer)
 
 
-def stage_activation_bytes(s, stage: int, d: Dims | None = None) -> tuple[float, float]:
+def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     """(transformer layers, embedding/LM-head extras) bytes one micro-batch keeps on a stage.
     Extras (Korthikanti section 4.3, derived op by op in ops.py): the embedding dropout mask
     (s*b*h bytes, /t with SP) on the first stage; on the last the final-norm and LM-head
     inputs (2*s*b*h each, /t with SP) and the fp32 logits (4*s*b*V/t). Never recomputed."""
-    d = d or Dims.of(s)
-    dense, moe = _layer_counts(s, (stage,))
-    layers = dense * layer_activation_bytes(s, False, d=d) + (moe * layer_activation_bytes(s, True, d=d) if moe else 0.0)
+    return _chunk_activations(Dims.of(s), s.training.recompute, _split(s), stage)
+
+
+def _chunk_activations(d: Dims, recompute: str, split: tuple, stage: int) -> tuple[float, float]:
+    dense, moe = _counts(split, (stage,))
+    layers = dense * _layer_activation_bytes(d, False, recompute)
+    if moe:
+        layers += moe * _layer_activation_bytes(d, True, recompute)
     other = 0.0
     if stage == 0:
         other += sum(op.act_bytes for op in embedding_dims_ops(d))
-    if stage == s.num_stages - 1:
+    if stage == len(split[0]) - 1:
         other += sum(op.act_bytes for op in head_dims_ops(d))
     return layers, other
 
@@ -288,36 +285,75 @@ class RankMemory:
 
 def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     """One `RankMemory` per pipeline rank of scenario `s` (`check_schedule=False` skips the
-    schedule validator, for layout searches)."""
-    walked, peaks = _schedule(s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
+    schedule validator, for layout searches). Built from two cached halves, activations and
+    model states, each keyed by only what it depends on, so that a layout search pricing
+    100,000 layouts computes each distinct half once."""
+    schedule = (s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
     d = Dims.of(s)
+    split = _split(s)
+    activations = _rank_activations(d, s.training.recompute, split, schedule)
+    shards = (s.training.precision == "fp32", s.parallel.distributed_optimizer, s.dp * s.cp, s.ep)
+    states = _rank_states(replace(d, b=1, cp=1, sp=False), split, schedule, shards)  # what params ignore
+    return [RankMemory(rank, stages, layers, params, inflight, w, g, o, acts, other,
+                       RESERVE_FIXED_BYTES + ACTIVATION_FRAGMENTATION * (acts + other), working)
+            for rank, ((acts, other, working, inflight), (stages, layers, params, w, g, o))
+            in enumerate(zip(activations, states))]
+
+
+def _rank_stages(schedule: tuple) -> tuple[tuple[int, ...], ...]:
+    name, pp, m, vpp, check = schedule
+    walked, _ = _schedule(name, pp, m, vpp, check)
+    return walked[0] if walked else tuple(tuple(c * pp + rank for c in range(vpp)) for rank in range(pp))
+
+
+@lru_cache(maxsize=65536)
+def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple) -> tuple:
+    """Per rank: (layer activations at the peak + the recompute working set, embedding /
+    head extras at the peak, that working set, peak in-flight chunks)."""
+    name, pp, m, vpp, check = schedule
+    walked, peaks = _schedule(name, pp, m, vpp, check)
+    working = {moe: _layer_activation_bytes(d, moe, "none") - _layer_activation_bytes(d, moe, recompute)
+               for moe in (False, True)}
     rows = []
-    for rank in range(s.pp):
-        stages = walked[0][rank] if walked else tuple(c * s.pp + rank for c in range(s.vpp))
-        per_chunk = [stage_activation_bytes(s, st, d) for st in stages]
+    for rank, stages in enumerate(_rank_stages(schedule)):
+        per_chunk = [_chunk_activations(d, recompute, split, stage) for stage in stages]
         if walked:
             acts, other = _activation_peak(walked[1][rank], per_chunk)
         else:  # fallback: the bound times the largest chunk
             acts, other = (peaks[rank] * max(v[i] for v in per_chunk) for i in (0, 1))
-        dense, moe = _layer_counts(s, stages)
-        working = 0.0
-        if s.training.recompute != "none":
-            working = max([layer_working_bytes(s, False, d)] * bool(dense) + [layer_working_bytes(s, True, d)] * bool(moe),
-                          default=0.0)
-        acts += working
-        p = stage_params(s, stages, d)
-        w, g, o = _state_bytes(s, p)
-        reserve = RESERVE_FIXED_BYTES + ACTIVATION_FRAGMENTATION * (acts + other)
-        rows.append(RankMemory(rank, stages, dense + moe, p.total, peaks[rank],
-                               w, g, o, acts, other, reserve, working))
-    return rows
+        dense, moe = _counts(split, stages)
+        extra = max([working[False]] * bool(dense) + [working[True]] * bool(moe), default=0.0) \
+            if recompute != "none" else 0.0
+        rows.append((acts + extra, other, extra, peaks[rank]))
+    return tuple(rows)
+
+
+@lru_cache(maxsize=65536)
+def _rank_states(d: Dims, split: tuple, schedule: tuple, shards: tuple) -> tuple:
+    """Per rank: (stages, layers, parameters, weight / grad / optimizer bytes)."""
+    fp32, distributed, dp_cp, ep = shards
+    w_bytes, g_bytes, opt_bytes = (4, 4, 8) if fp32 else (2, 4, 12)  # distrib_optimizer.md table, see header
+    dense_shards, expert_shards = (dp_cp, max(1, dp_cp // ep)) if distributed else (1, 1)
+    rows = []
+    for stages in _rank_stages(schedule):
+        dense, moe = _counts(split, stages)
+        p = _params(d, split, stages)
+        rows.append((stages, dense + moe, p.total, w_bytes * p.total, g_bytes * p.total,
+                     opt_bytes * (p.dense / dense_shards + p.expert / expert_shards)))
+    return tuple(rows)
 
 
 @dataclass(frozen=True)
 class MemoryReport:
     rows: tuple[RankMemory, ...]
     hbm_bytes: float
-    reason: str
+    scenario: object = field(repr=False, compare=False)
+
+    @cached_property
+    def reason(self) -> str:
+        """One line naming the dominant part (written when asked: a layout search prices
+        100,000 reports and reads few reasons)."""
+        return _reason(self.scenario, list(self.rows), self.hbm_bytes)
 
     @property
     def worst(self) -> RankMemory:
@@ -372,7 +408,7 @@ def _reason(s, rows: list[RankMemory], hbm: float) -> str:
 def memory_report(s, check_schedule: bool = True) -> MemoryReport:
     rows = memory_per_rank(s, check_schedule)
     hbm = s.gpu.hbm_gib * GIB
-    return MemoryReport(tuple(rows), hbm, _reason(s, rows, hbm))
+    return MemoryReport(tuple(rows), hbm, s)
 
 
 def fits_in_memory(s, check_schedule: bool = True) -> tuple[bool, str]:
