@@ -200,7 +200,9 @@ def test_plot_and_table(tmp_path):
 def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds, data):
     """The memory model prices a rank's activation peak from the frontier of its live-chunk
     counts; replaying every action (the definition) must give the same bytes and split."""
-    from sim3d.model.memory import _activation_peak, _live_frontier
+    import numpy as np
+
+    from sim3d.model.memory import _live_frontier, activation_peaks
     from sim3d.schedule import ScheduleConstraint, build
     from sim3d.schedule.dependencies import activation_changes
     name, vpp = schedule
@@ -217,8 +219,10 @@ def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds
             live = [live[0] + change * per_chunk[a.chunk][0], live[1] + change * per_chunk[a.chunk][1]]
             if change > 0 and sum(live) > sum(best):
                 best = tuple(live)
-        got = _activation_peak(_live_frontier(actions, vpp), per_chunk)
-        assert got == pytest.approx(best, rel=1e-12, abs=1e-3)
+        frontier = np.array(_live_frontier(actions, vpp), dtype=float)[None]
+        layers, other = activation_peaks(frontier, np.array([[c[0] for c in per_chunk]]),
+                                         np.array([[c[1] for c in per_chunk]]))
+        assert (layers[0], other[0]) == pytest.approx(best, rel=1e-12, abs=1e-3)
 
 
 @settings(max_examples=40, deadline=None)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
+import numpy as np
+
 from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
@@ -166,19 +168,17 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     Extras (Korthikanti section 4.3, derived op by op in ops.py): the embedding dropout mask
     (s*b*h bytes, /t with SP) on the first stage; on the last the final-norm and LM-head
     inputs (2*s*b*h each, /t with SP) and the fp32 logits (4*s*b*V/t). Never recomputed."""
-    return _chunk_activations(Dims.of(s), s.training.recompute, _split(s), stage)
+    layers, other = _stage_bytes(Dims.of(s), s.training.recompute, _split(s))
+    return float(layers[stage]), float(other[stage])
 
 
-def _chunk_activations(d: Dims, recompute: str, split: tuple, stage: int) -> tuple[float, float]:
-    dense, moe = _counts(split, (stage,))
-    layers = dense * _layer_activation_bytes(d, False, recompute)
-    if moe:
-        layers += moe * _layer_activation_bytes(d, True, recompute)
-    other = 0.0
-    if stage == 0:
-        other += sum(op.act_bytes for op in embedding_dims_ops(d))
-    if stage == len(split[0]) - 1:
-        other += sum(op.act_bytes for op in head_dims_ops(d))
+def _stage_bytes(d: Dims, recompute: str, split: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(transformer layers, extras) bytes of one micro-batch on each global stage."""
+    dense, moe = _stage_counts(split)
+    layers = dense * _layer_activation_bytes(d, False, recompute) + moe * _layer_activation_bytes(d, True, recompute)
+    other = np.zeros(len(dense))
+    other[0] += sum(op.act_bytes for op in embedding_dims_ops(d))
+    other[-1] += sum(op.act_bytes for op in head_dims_ops(d))
     return layers, other
 
 
@@ -212,7 +212,11 @@ def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
         return None, (bound,) * pp
     peaks = prove(sched).peak_inflight if check else tuple(peak_inflight(actions) for actions in sched.ranks)
     stages = tuple(tuple(sched.stages.stage(rank, c) for c in range(vpp)) for rank in range(pp))
-    return (stages, tuple(_live_frontier(actions, vpp) for actions in sched.ranks)), peaks
+    frontiers = [_live_frontier(actions, vpp) for actions in sched.ranks]
+    padded = np.zeros((pp, max(map(len, frontiers)), vpp))  # a zero row is never a strict maximum
+    for rank, frontier in enumerate(frontiers):
+        padded[rank, :len(frontier)] = frontier
+    return (stages, padded), peaks
 
 
 def _live_frontier(actions, chunks: int) -> tuple[tuple[int, ...], ...]:
@@ -222,11 +226,15 @@ def _live_frontier(actions, chunks: int) -> tuple[tuple[int, ...], ...]:
     the rank's order. A layout search then prices a rank's activation peak from a handful of
     points instead of replaying its schedule once per candidate."""
     live = [0] * chunks
-    points = []
+    points: dict[tuple[int, ...], None] = {}  # first occurrences, in order: the steady state repeats
+    rising = False
     for a, change in activation_changes(actions):
+        if rising and change < 0:  # only a point followed by a fall can cover the next ones
+            points.setdefault(tuple(live))
         live[a.chunk] += change
-        if change > 0:
-            points.append(tuple(live))
+        rising = change > 0
+    if rising:
+        points.setdefault(tuple(live))
     frontier: list[tuple[int, ...]] = []
     for p in points:
         if any(all(x <= y for x, y in zip(p, q)) for q in frontier):
@@ -236,18 +244,16 @@ def _live_frontier(actions, chunks: int) -> tuple[tuple[int, ...], ...]:
     return tuple(frontier)
 
 
-def _activation_peak(frontier, per_chunk: list[tuple[float, float]]) -> tuple[float, float]:
-    """(layers, extras) bytes at the first point where their sum is largest: a chunk's
-    activations live from its F to its B (or BW), and chunks of one rank may differ (uneven
-    layers, embedding / head), so bytes are summed per chunk rather than multiplying the
-    in-flight count by one size; with equal chunks the two agree."""
-    best = (0.0, 0.0)
-    for counts in frontier:
-        layers = sum(n * c[0] for n, c in zip(counts, per_chunk))
-        other = sum(n * c[1] for n, c in zip(counts, per_chunk))
-        if layers + other > best[0] + best[1]:
-            best = (layers, other)
-    return best
+def activation_peaks(frontiers: np.ndarray, layers: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, (layers, extras) bytes at the first point of its frontier where their sum is
+    largest. `frontiers`: (rank, point, chunk) live counts; `layers`, `other`: (rank, chunk)
+    bytes of one micro-batch. A chunk's activations live from its F to its B (or BW), and
+    chunks of one rank may differ (uneven layers, embedding / head), so bytes are summed per
+    chunk rather than multiplying the in-flight count by one size."""
+    at_layers = np.einsum("rpc,rc->rp", frontiers, layers)
+    at_other = np.einsum("rpc,rc->rp", frontiers, other)
+    first_peak = np.argmax(at_layers + at_other, axis=1)[:, None]
+    return (np.take_along_axis(at_layers, first_peak, 1)[:, 0], np.take_along_axis(at_other, first_peak, 1)[:, 0])
 
 
 # ---- per-rank report ----------------------------------------------------------------------
@@ -292,12 +298,23 @@ def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     d = Dims.of(s)
     split = _split(s)
     activations = _rank_activations(d, s.training.recompute, split, schedule)
-    shards = (s.training.precision == "fp32", s.parallel.distributed_optimizer, s.dp * s.cp, s.ep)
-    states = _rank_states(replace(d, b=1, cp=1, sp=False), split, schedule, shards)  # what params ignore
+    states = _states_of(s, d, schedule)
     return [RankMemory(rank, stages, layers, params, inflight, w, g, o, acts, other,
                        RESERVE_FIXED_BYTES + ACTIVATION_FRAGMENTATION * (acts + other), working)
             for rank, ((acts, other, working, inflight), (stages, layers, params, w, g, o))
             in enumerate(zip(activations, states))]
+
+
+def model_state_bytes(s) -> float:
+    """Weights, gradients and optimizer state of the fullest pipeline rank: a lower bound of its
+    peak that a layout search checks before pricing activations."""
+    schedule = (s.schedule, s.pp, s.num_microbatches, s.vpp, False)
+    return max(w + g + o for *_, w, g, o in _states_of(s, Dims.of(s), schedule))
+
+
+def _states_of(s, d: Dims, schedule: tuple) -> tuple:
+    shards = (s.training.precision == "fp32", s.parallel.distributed_optimizer, s.dp * s.cp, s.ep)
+    return _rank_states(replace(d, b=1, cp=1, sp=False), _split(s), schedule, shards)  # what params ignore
 
 
 def _rank_stages(schedule: tuple) -> tuple[tuple[int, ...], ...]:
@@ -312,20 +329,27 @@ def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple) ->
     head extras at the peak, that working set, peak in-flight chunks)."""
     name, pp, m, vpp, check = schedule
     walked, peaks = _schedule(name, pp, m, vpp, check)
-    working = {moe: _layer_activation_bytes(d, moe, "none") - _layer_activation_bytes(d, moe, recompute)
-               for moe in (False, True)}
-    rows = []
-    for rank, stages in enumerate(_rank_stages(schedule)):
-        per_chunk = [_chunk_activations(d, recompute, split, stage) for stage in stages]
-        if walked:
-            acts, other = _activation_peak(walked[1][rank], per_chunk)
-        else:  # fallback: the bound times the largest chunk
-            acts, other = (peaks[rank] * max(v[i] for v in per_chunk) for i in (0, 1))
-        dense, moe = _counts(split, stages)
-        extra = max([working[False]] * bool(dense) + [working[True]] * bool(moe), default=0.0) \
-            if recompute != "none" else 0.0
-        rows.append((acts + extra, other, extra, peaks[rank]))
-    return tuple(rows)
+    stages = np.array(_rank_stages(schedule))  # (rank, chunk) -> global stage
+    layer_bytes, other_bytes = _stage_bytes(d, recompute, split)
+    layers, other = layer_bytes[stages], other_bytes[stages]
+    if walked:
+        acts, extras = activation_peaks(walked[1], layers, other)
+    else:  # fallback: the bound times the largest chunk
+        bound = np.array(peaks)
+        acts, extras = bound * layers.max(axis=1), bound * other.max(axis=1)
+    working = np.zeros(pp)
+    if recompute != "none":
+        for is_moe, count in zip((False, True), _stage_counts(split)):
+            rebuilt = _layer_activation_bytes(d, is_moe, "none") - _layer_activation_bytes(d, is_moe, recompute)
+            working = np.maximum(working, np.where(count[stages].sum(axis=1) > 0, rebuilt, 0.0))
+    return tuple(zip((acts + working).tolist(), extras.tolist(), working.tolist(), peaks))
+
+
+@lru_cache(maxsize=1024)
+def _stage_counts(split: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, MoE) layers of each global stage."""
+    counts = np.array([_counts(split, (stage,)) for stage in range(len(split[0]))], dtype=float)
+    return counts[:, 0], counts[:, 1]
 
 
 @lru_cache(maxsize=65536)
