@@ -270,3 +270,21 @@ def test_interpreter_teaches_every_kind_once():
         send = recv = reduce_gradients = gather_parameters = optimizer_step = Partial.compute
 
     assert Whole().dispatch(Action(Kind.BI, 0)) is Kind.BI
+
+
+@pytest.mark.parametrize("name,vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2), ("zb-h1", 1), ("zbv", 2),
+                                      ("dualpipev", 2)])
+def test_every_chunk_reduces_its_gradients_once_after_its_last_backward(name, vpp):
+    """DualPipeV mixes full backwards (B) with split ones (BI + BW): a chunk's gradients are
+    complete after its m-th B or BW, whichever kind each micro-batch used. Lowering once
+    counted only one kind and dropped every DP reduction of such schedules."""
+    from sim3d.schedule import lower
+    from sim3d.schedule.ir import Kind
+    pp, m, buckets = 4, 16, 3
+    sched = lower(build(name, pp, m, vpp), buckets_per_chunk=buckets)
+    for actions in sched.ranks:
+        for chunk in range(vpp):
+            grads = [i for i, a in enumerate(actions) if a.chunk == chunk and a.kind in (Kind.B, Kind.BW)]
+            reduces = [i for i, a in enumerate(actions) if a.kind is Kind.DP_REDUCE and a.chunk == chunk]
+            assert len(grads) == m and len(reduces) == buckets
+            assert min(reduces) > max(grads)

@@ -73,7 +73,6 @@ def add_dp(schedule: Schedule, buckets_per_chunk: int = 1, param_gather: bool = 
     out = []
     for actions in schedule.ranks:
         seen = {c: 0 for c in range(schedule.vpp)}
-        done_kind = BW if any(a.kind is BW for a in actions) else B
         lowered: list[Action] = []
         ready: list[Action] = []  # reductions waiting for the SEND that follows their backward
         for a in actions:
@@ -81,7 +80,7 @@ def add_dp(schedule: Schedule, buckets_per_chunk: int = 1, param_gather: bool = 
                 lowered += ready
                 ready = []
             lowered.append(a)
-            if a.kind is done_kind:
+            if a.kind is B or a.kind is BW:  # a micro-batch's weight gradients are complete
                 seen[a.chunk] += 1
                 if seen[a.chunk] == m:
                     first = a.chunk * buckets_per_chunk
