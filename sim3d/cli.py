@@ -236,42 +236,91 @@ def _progress(description: str):
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
     counter = TaskProgressColumn() if description == "simulate" else MofNCompleteColumn()
-    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), counter,
+    rate = [TextColumn("{task.fields[rate]}")] if description == "plan" else []
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), counter, *rate,
                     TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
 
 
 @app.command()
 @guarded
-def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model and cluster kind are kept)."),
+def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model, batch and cluster kind are kept)."),
          gpus: int = typer.Option(..., "--gpus", min=1, help="GPUs to lay the run out on."),
-         top: int = typer.Option(10, "--top", min=1),
-         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Parallel simulations (default: cores)."),
-         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each layout as Megatron-LM "
-                                            "arguments."),
+         top: int = typer.Option(10, "--top", min=1, help="Rows of the ranked table."),
+         finalists: int = typer.Option(100, "--finalists", min=1, help="Best estimates simulated on the event "
+                                       "engine and ranked by the simulated step."),
+         fix: list[str] = typer.Option([], "--fix", help="KEY=V: hold a dimension, e.g. parallel.tp=8 (repeatable)."),
+         space: list[str] = typer.Option([], "--space", help="KEY=V1,V2: the values of a dimension, e.g. "
+                                         "parallel.cp=1,2,4,8,16 (repeatable)."),
+         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes (default: cores)."),
+         out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for candidates.csv and finalists.csv "
+                                                "(default reports/<name>-plan-<gpus>/)."),
+         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each ranked layout as "
+                                            "Megatron-LM arguments."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
-    """Search layouts; rank those that fit in memory by predicted step time."""
+    """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
     from .limits import GPUS
     GPUS.check(gpus, "--gpus")
-    from .studies.plan import candidates, plan as search, plan_table
+    from .studies.plan import check_gpus, estimate_misses, plan as search, plan_table, write_outputs
+    from .studies.space import parse_choices
 
-    found = candidates(scenario, gpus)
-    fitting, considered = found.fitting, found.considered
-    if not fitting:
-        raise BadInput(found.why_none(gpus))
+    choices = parse_choices(fix, space)
+    base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
+    check_gpus(scenario, gpus)
+    folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
     with _progress("plan") as progress:
-        task = progress.add_task(f"simulating {len(fitting)} layouts", total=len(fitting))
-        ranked, _ = search(scenario, gpus, top, workers, found=found,
-                           progress=lambda done, total: progress.update(task, completed=done))
-    flags = [_megatron_line(load_scenario(scenario, list(c.overrides))) for c in ranked]
+        tasks: dict[str, int] = {}
+
+        def advance(phase: str, n: int, total: int) -> None:
+            if phase not in tasks:
+                label = "estimating layouts" if phase == "price" else "simulating finalists"
+                tasks[phase] = progress.add_task(label, total=total, rate="")
+            progress.update(tasks[phase], advance=n)
+            task = progress.tasks[tasks[phase]]
+            if task.elapsed:
+                progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
+
+        result = search(scenario, gpus, choices, finalists, workers, advance)
+    written = write_outputs(result, folder)
+    if not result.fitting:
+        raise BadInput(result.why_none())
+    ranked = result.finalists.head(top)
+    flags = [_plan_megatron_line(scenario, row["overrides"]) for _, row in ranked.iterrows()]
     if as_json:
-        _print_json({"considered": considered, "fitting": len(fitting), "invalid": found.invalid,
-                     "ranked": [{"overrides": list(c.overrides), "peak_memory_gib": c.peak_gib, **c.summary,
-                                 "megatron_args": f} for c, f in zip(ranked, flags)]})
-    else:
-        out.print(plan_table(ranked, considered, len(fitting)))
-        if megatron_args:
-            for rank, line in enumerate(flags, 1):
-                out.print(f"#{rank}: {line}", highlight=False, soft_wrap=True)
+        _print_json({"considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
+                     "simulated": len(result.finalists), "estimate_error": result.estimate_error(),
+                     "estimate_misses": estimate_misses(result),
+                     "ranked": [{**_json_row(row), "megatron_args": f} for (_, row), f in zip(ranked.iterrows(), flags)],
+                     "files": [str(p) for p in written]})
+        return
+    out.print(plan_table(result, top))
+    err = result.estimate_error()
+    if err["median"] is not None:
+        out.print(f"estimate vs simulation over {len(result.finalists)} finalists: median |error| {err['median']:.1%}, "
+                  f"worst {err['worst']:+.1%} ({err['worst_layout']})", highlight=False)
+    misses = estimate_misses(result)
+    if misses:
+        out.print(f"{len(misses)} finalist(s) the estimate got wrong by more than 10% (the simulated step ranks them):",
+                  highlight=False)
+        for line in misses[:top]:
+            out.print("  " + line, highlight=False)
+        if len(misses) > top:
+            out.print(f"  ... and {len(misses) - top} more in finalists.csv (column est_off_by)", highlight=False)
+    if megatron_args:
+        for rank, line in enumerate(flags, 1):
+            out.print(f"#{rank}: {line}", highlight=False, soft_wrap=True)
+    out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+
+
+def _plan_megatron_line(scenario: Path, overrides: str) -> str:
+    from .importers import SCHEDULE_ELSEWHERE
+    s = load_scenario(scenario, overrides.split())
+    line = _megatron_line(s)
+    note = SCHEDULE_ELSEWHERE.get(s.schedule)
+    return f"{line}  # {note}" if note else line
+
+
+def _json_row(row) -> dict:
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
 
 
 @app.command()

@@ -46,6 +46,8 @@ SWITCH_FLAGS = {  # flags without a value
     "fp8": ("training.precision", "fp8"),  # NeMo's model.fp8: true (Transformer Engine FP8)
     "account_for_embedding_in_pipeline_split": ("parallel.account_for_embedding_in_pipeline_split", True),
     "account_for_loss_in_pipeline_split": ("parallel.account_for_loss_in_pipeline_split", True),
+    # Megatron-LM arguments.py: initialise ranks in tp-cp-ep-pp-dp order instead of tp-cp-ep-dp-pp
+    "use_tp_pp_dp_mapping": ("parallel.order", "tp-cp-ep-pp-dp"),
 }
 # Arguments that do not change a step's time or memory: accepted without a note.
 IRRELEVANT = {
@@ -290,6 +292,15 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
     return out
 
 
+# Schedules Megatron-LM's own flags cannot ask for, and where they run instead.
+SCHEDULE_ELSEWHERE = {
+    "gpipe": "GPipe is not a Megatron-LM schedule (all forwards, then all backwards)",
+    "zb-h1": "ZB-H1 runs on sail-sg/zero-bubble-pipeline-parallelism's Megatron fork, not Megatron-LM itself",
+    "zbv": "ZB-V runs on sail-sg/zero-bubble-pipeline-parallelism's Megatron fork, not Megatron-LM itself",
+    "dualpipev": "DualPipeV is deepseek-ai/DualPipe's schedule, not a Megatron-LM one",
+}
+
+
 def to_megatron_args(s) -> list[str]:
     """The Megatron-LM arguments of a scenario's model, layout and training settings (the
     inverse of `from_megatron` for everything a scenario holds; data, optimizer and logging
@@ -314,6 +325,8 @@ def to_megatron_args(s) -> list[str]:
             if value is not None:
                 args += [flag, value]
     args += ["--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp]
+    if p.order == "tp-cp-ep-pp-dp":
+        args.append("--use-tp-pp-dp-mapping")
     if s.cp > 1:
         args += ["--context-parallel-size", s.cp]
     if s.ep > 1:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 
+
+@lru_cache(maxsize=4096)  # a layout search asks for the same few splits 100,000 times
 def middle_heavy_layers(layers: int, stages: int) -> tuple[int, ...]:
     """An even split; the extra layers of an uneven one go to the middle stages, away from
     the first (embedding) and last (LM head) stages."""

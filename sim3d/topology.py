@@ -14,6 +14,8 @@ the graph's edges.
 
 from __future__ import annotations
 
+import copy
+
 from collections import Counter
 from dataclasses import dataclass
 
@@ -72,6 +74,15 @@ class Topology:
         self._nic_choice: dict[tuple[int, int], int] = {}
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
+
+    def for_layout(self, scenario) -> "Topology":
+        """The same fabric under another layout of the same cluster: a layout search builds
+        the graph once. Loads and links are the new placement's own."""
+        if scenario.cluster != self.scenario.cluster or scenario.faults != self.scenario.faults:
+            raise ValueError("for_layout: a different cluster or faults need a topology of their own")
+        other = copy.copy(self)
+        other.scenario, other.placement, other._link_load = scenario, Placement.of(scenario), {}
+        return other
 
     # ---- graph ---------------------------------------------------------------------------
     def _nic_rates(self) -> dict[tuple[int, int], float]:

@@ -111,8 +111,9 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     assert len(pd.read_csv(tmp_path / "results.csv")) == 3
 
 
-def test_plan_ranks_layouts_that_fit():
-    result = invoke("plan", ROOT / "scenarios" / "gpt-1.3b.yaml", "--gpus", 8, "--top", 3, "--workers", 1)
+def test_plan_ranks_layouts_that_fit(tmp_path):
+    result = invoke("plan", ROOT / "scenarios" / "gpt-1.3b.yaml", "--gpus", 8, "--top", 3, "--workers", 1,
+                    "--finalists", 6, "--out", tmp_path)
     assert result.exit_code == 0, result.stderr
     assert "best layouts" in result.stdout
     lines = [line for line in result.stdout.splitlines() if line.startswith("│ 1 ")]
@@ -132,7 +133,7 @@ def test_every_result_command_prints_only_json_with_json(tmp_path):
     commands = {
         "validate": ["validate", tiny],
         "schedule": ["schedule", "1f1b", "--pp", 4, "-m", 8],
-        "plan": ["plan", tiny, "--gpus", 2, "--workers", 1],
+        "plan": ["plan", tiny, "--gpus", 2, "--workers", 1, "--out", tmp_path / "plan"],
         "sweep": ["sweep", tiny, "--grid", "training.micro_batch=1,2", "--out", tmp_path / "sweep", "--workers", 1],
         "execute": ["execute", tiny, "--steps", 1, "--out", tmp_path / "exec"],
         "compare": ["compare", tmp_path / "a", tmp_path / "a"],

@@ -233,7 +233,7 @@ def test_second_pass_yaml_and_flags(tmp_path, text, expected):
     (["sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "cluster.inter_node.nic_gbps=" + ",".join(map(str, range(1, 200))),
       "--grid", "training.micro_batch=" + ",".join(map(str, range(1, 200)))], "SIM3D_MAX_SWEEP_POINTS"),
     (["calibrate", "--device", "cuda", "--quick"], "no CUDA GPU"),
-    (["plan", ROOT / "scenarios" / "tiny.yaml", "--gpus", 7], "every one is invalid, e.g. training.global_batch"),
+    (["plan", ROOT / "scenarios" / "tiny.yaml", "--gpus", 7], "no valid layout of this model on 7 GPUs"),
     (["run", ROOT / "scenarios" / "tiny.yaml", "--out", ""], "name a folder"),
     (["validate", ROOT / "scenarios"], "is a folder"),
     (["validate", ROOT / "scenarios" / "tiny.yaml", "--set", "cluster.gpu=H100-SXM"], "did you mean h100-sxm"),

@@ -96,7 +96,7 @@ def test_run_and_plan_print_megatron_arguments(tmp_path):
     flags = json.loads(result.stdout)["megatron_args"].split()
     assert flags[flags.index("--global-batch-size") + 1] == "8"
     result = runner.invoke(app, ["plan", str(ROOT / "scenarios" / "tiny.yaml"), "--gpus", "8", "--top", "2",
-                                 "--json", "--workers", "1"])
+                                 "--json", "--workers", "1", "--out", str(tmp_path / "plan")])
     assert result.exit_code == 0, result.output
     for entry in json.loads(result.stdout)["ranked"]:
         flags = entry["megatron_args"].split()

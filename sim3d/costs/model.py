@@ -214,18 +214,24 @@ class CostModel:
 
     def _action(self, stage: int, kind: str, links: dict) -> ActionCost:
         s = self.s
-        total = ActionCost(0.0)
-        if stage == 0:
-            total = total + self._block_cost("embedding_block", embedding_ops(s), kind, links)
+        total = self.block("embedding", kind, links) if stage == 0 else ActionCost(0.0)
         for layer in stage_layer_range(s, stage):
-            moe = is_moe_layer(s, layer)
-            key = (moe, kind, tuple(links.values()))
-            if key not in self._layer_cache:  # every dense (every MoE) layer costs the same
-                self._layer_cache[key] = self._block_cost("block", layer_ops(s, moe), kind, links)
-            total = total + self._layer_cache[key]
+            total = total + self.block("moe_layer" if is_moe_layer(s, layer) else "layer", kind, links)
         if stage == s.num_stages - 1:
-            total = total + self._block_cost("head_block", head_ops(s), kind, links)
+            total = total + self.block("head", kind, links)
         return total
+
+    def block(self, name: str, kind: str, links: dict) -> ActionCost:
+        """F, B, BI or BW of one micro-batch through the embedding, one dense or MoE layer, or
+        the head (`name`), its collectives on `links` (axis -> GroupLink for tp, cp, ep)."""
+        key = (name, kind, tuple(links.values()))
+        if key not in self._layer_cache:  # every dense (every MoE) layer costs the same
+            block, ops = {"embedding": ("embedding_block", lambda: embedding_ops(self.s)),
+                          "layer": ("block", lambda: layer_ops(self.s, False)),
+                          "moe_layer": ("block", lambda: layer_ops(self.s, True)),
+                          "head": ("head_block", lambda: head_ops(self.s))}[name]
+            self._layer_cache[key] = self._block_cost(block, ops(), kind, links)
+        return self._layer_cache[key]
 
     def _block_cost(self, block: str, ops, kind: str, links: dict) -> ActionCost:
         return self._measured_block(block, ops, kind, links) or self.ops_cost(ops, kind, links)

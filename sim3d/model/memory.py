@@ -314,7 +314,14 @@ def model_state_bytes(s) -> float:
 
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
     shards = (s.training.precision == "fp32", s.parallel.distributed_optimizer, s.dp * s.cp, s.ep)
-    return _rank_states(replace(d, b=1, cp=1, sp=False), _split(s), schedule, shards)  # what params ignore
+    return _rank_states(_params_dims(d), _split(s), schedule, shards)
+
+
+@lru_cache(maxsize=4096)
+def _params_dims(d: Dims) -> Dims:
+    """`d` without what parameter counts ignore, so that layouts differing only there share
+    one cache entry."""
+    return replace(d, b=1, cp=1, sp=False)
 
 
 def _rank_stages(schedule: tuple) -> tuple[tuple[int, ...], ...]:
@@ -343,6 +350,11 @@ def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple) ->
             rebuilt = _layer_activation_bytes(d, is_moe, "none") - _layer_activation_bytes(d, is_moe, recompute)
             working = np.maximum(working, np.where(count[stages].sum(axis=1) > 0, rebuilt, 0.0))
     return tuple(zip((acts + working).tolist(), extras.tolist(), working.tolist(), peaks))
+
+
+def stage_layer_counts(s) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, MoE) transformer layers of each global stage (arrays: read, do not write)."""
+    return _stage_counts(_split(s))
 
 
 @lru_cache(maxsize=1024)

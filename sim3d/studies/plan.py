@@ -1,120 +1,271 @@
-"""Layout search: which (tp, pp, dp, vpp, micro_batch, schedule, recompute) to use on N GPUs.
+"""`sim3d plan`: which layout to run a model on N GPUs, in two tiers.
 
-Candidates are every valid layout of the scenario's model on `gpus` GPUs (tp within a node
-and dividing the heads, pp dividing the layers, dp what remains); the memory model discards
-those that do not fit (cheap, no simulation), the rest are simulated and ranked by step time.
+Tier one prices every layout of the space (space.py): the exact memory model first (the
+model states alone, then the full per-rank peak), then, for those that fit, a closed-form
+step estimate (estimate.py). It runs in worker processes, one group of layouts sharing
+tp, cp, ep and pp at a time, so that each worker's caches serve a whole group. Tier two
+simulates the best `finalists` on the event engine, and those are ranked by the simulated
+step; the estimate's error on each is kept, so the first tier's error is visible.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
-from ..model.memory import memory_report
-from ..scenario import ScenarioError, load_scenario, read_scenario_yaml, scenario_from_dict
-from .runner import run_jobs
+import pandas as pd
 
-MICRO_BATCHES = (1, 2, 4)
-RECOMPUTE = ("none", "selective", "full")
+from ..engine.run import load_profile
+from ..lifetime import die_with_parent
+from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
+from ..scenario import ScenarioError, load_scenario
+from .estimate import Estimate, Estimator
+from .runner import run_jobs
+from .space import Layout, Space
+
+FINALISTS = 200
+LAYOUT_COLUMNS = [f.name for f in fields(Layout)]
 
 
 @dataclass
-class Candidate:
-    overrides: tuple[str, ...]
-    peak_gib: float
-    summary: dict | None = None
+class Plan:
+    space: Space
+    candidates: pd.DataFrame  # every layout: its fields, memory verdict and estimate
+    dropped: dict[str, int]  # combinations each exclusion removed (space.py)
+    finalists: pd.DataFrame  # the simulated ones, best simulated step first
 
     @property
-    def label(self) -> str:
-        return " ".join(o.split(".")[-1] for o in self.overrides)
+    def fitting(self) -> int:
+        return int(self.candidates["fits"].sum())
+
+    def estimate_error(self) -> dict:
+        """How far tier one was from the simulation over the finalists: median |error| and
+        the worst one, with its layout."""
+        done = self.finalists.dropna(subset=["est_error"]) if not self.finalists.empty else self.finalists
+        if done.empty:
+            return {"median": None, "worst": None, "worst_layout": None}
+        worst = done.loc[done["est_error"].abs().idxmax()]
+        return {"median": float(done["est_error"].abs().median()), "worst": float(worst["est_error"]),
+                "worst_layout": describe(worst)}
+
+    def why_none(self) -> str:
+        gpus = self.space.gpus
+        if self.candidates.empty:
+            reasons = ", ".join(f"{n:,} {why}" for why, n in self.dropped.items() if n)
+            return f"no valid layout of this model on {gpus} GPUs (excluded: {reasons})"
+        best = self.candidates.sort_values("peak_gib").iloc[0]
+        return (f"none of {len(self.candidates):,} layouts of this model on {gpus} GPUs fits in memory; the "
+                f"closest, {describe(best)}, needs {best['peak_gib']:.1f} GiB of {self.space.base.gpu.hbm_gib:g} "
+                f"({best['why_not']})")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def describe(row) -> str:
+    text = f"tp{row['tp']} pp{row['pp']} dp{row['dp']}"
+    text += "".join(f" {k}{row[k]}" for k in ("cp", "ep", "vpp") if row[k] > 1)
+    return f"{text} mb{row['micro_batch']} {row['schedule']} {row['recompute']}"
 
 
-@dataclass
-class Search:
-    fitting: list[Candidate]
-    considered: int
-    invalid: int = 0  # layouts the scenario checks reject (batch not divisible, ...)
-    first_invalid: str = ""  # the first such reason, to show when nothing fits
+# ---- tier one ------------------------------------------------------------------------------
 
-    def why_none(self, gpus: int) -> str:
-        text = f"none of {self.considered} layouts of this model on {gpus} GPUs fits"
-        if self.invalid == self.considered:
-            return f"{text}: every one is invalid, e.g. {self.first_invalid}"
-        if self.invalid:
-            return f"{text}: {self.invalid} are invalid (e.g. {self.first_invalid}), the rest exceed memory"
-        return f"{text} in memory"
+_WORKER: dict[tuple, tuple[Space, Estimator]] = {}  # per process: the space and its caches
 
 
-def candidates(path: Path, gpus: int) -> Search:
-    """The layouts that fit in memory, and how many were considered or rejected."""
-    base = load_scenario(path)
-    raw = read_scenario_yaml(Path(path))  # parsed once; each candidate is the same dict with its overrides
-    per_node = base.gpus_per_node
-    if gpus % per_node and gpus > per_node:
-        raise ScenarioError(f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes")
-    domain = base.cluster.intra_node.domain_nodes
-    if domain > 1 and gpus % base.nvlink_domain_gpus:
-        raise ScenarioError(f"--gpus {gpus} is not a whole number of {base.nvlink_domain_gpus}-GPU NVLink domains "
-                            f"(cluster.intra_node.domain_nodes: {domain})")
-    nodes, per_node = (gpus // per_node, per_node) if gpus >= per_node else (1, gpus)
-    m = base.model
-    domain = min(base.nvlink_domain_gpus, gpus)  # tensor parallelism stays on NVLink
-    tps = [t for t in _divisors(domain) if m.heads % t == 0 and m.num_kv_heads % t == 0 and m.vocab % t == 0]
-    pps = [p for p in _divisors(m.layers) if p <= 64]
-    fitting, considered, invalid, first_invalid = [], 0, 0, ""
-    for tp, pp, mb, recompute in itertools.product(tps, pps, MICRO_BATCHES, RECOMPUTE):
-        if gpus % (tp * pp):
-            continue
-        dp = gpus // (tp * pp)
-        schedules = [("1f1b", 1)] + ([("interleaved-1f1b", 2)] if pp > 1 and m.layers % (2 * pp) == 0 else [])
-        for schedule, vpp in schedules:
-            considered += 1
-            overrides = (f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.vpp={vpp}",
-                         f"training.micro_batch={mb}", f"training.recompute={recompute}", f"schedule={schedule}",
-                         f"cluster.nodes={nodes}", f"cluster.gpus_per_node={per_node}")
-            try:
-                scenario = scenario_from_dict(raw, overrides)
-            except ScenarioError as e:
-                invalid += 1
-                first_invalid = first_invalid or e.problems[0]
-                continue
-            report = memory_report(scenario, check_schedule=False)
-            if report.fits:
-                fitting.append(Candidate(overrides, report.peak_gib))
-    return Search(fitting, considered, invalid, first_invalid)
+def _tier_one(args: tuple) -> list[dict]:
+    """Memory verdict and estimate of a batch of layouts (in a worker process)."""
+    key, base, gpus, choices, layouts = args
+    if key not in _WORKER:
+        space = Space(base, gpus, choices)
+        _WORKER.clear()
+        _WORKER[key] = (space, Estimator(space, load_profile(base)))
+    space, estimator = _WORKER[key]
+    hbm = base.gpu.hbm_gib * GIB
+    memory: dict[tuple, tuple] = {}
+    rows = []
+    for layout in layouts:
+        scenario = None
+        # order and TP overlap change neither what a rank holds nor when
+        mem_key = (layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.vpp, layout.micro_batch,
+                   layout.schedule, layout.recompute, layout.sequence_parallel, layout.distributed_optimizer)
+        if mem_key not in memory:
+            scenario = space.scenario(layout)
+            memory[mem_key] = _memory_verdict(scenario, hbm)
+        fits, peak, why = memory[mem_key]
+        row = {**layout.row(), "fits": fits, "peak_gib": peak, "why_not": why}
+        if fits:
+            est: Estimate = estimator.estimate(layout, scenario or space.scenario(layout))
+            row.update(est_step_s=est.step_s, est_pipeline_s=est.pipeline_s, est_p2p_s=est.p2p_s,
+                       est_dp_s=est.dp_s, est_optimizer_s=est.optimizer_s)
+        rows.append(row)
+    return rows
 
 
-def plan(path: Path, gpus: int, top: int = 10, workers: int | None = None,
-         progress: Callable[[int, int], None] | None = None,
-         found: Search | None = None) -> tuple[list[Candidate], int]:
-    """`found`: what `candidates(path, gpus)` returned, when the caller has it already."""
-    found = found or candidates(path, gpus)
-    fitting, considered = found.fitting, found.considered
-    jobs = [(str(i), str(path), c.overrides) for i, c in enumerate(fitting)]
-    for count, (index, summary) in enumerate(run_jobs(jobs, workers), start=1):
-        fitting[int(index)].summary = summary
+def _memory_verdict(scenario, hbm: float) -> tuple[bool, float, str]:
+    """(fits, peak GiB, why not): the model states first, the whole peak only where they fit
+    (the states alone are a lower bound of the peak, and enough for the verdict)."""
+    states = model_state_bytes(scenario) + RESERVE_FIXED_BYTES
+    if states > hbm:
+        return False, states / GIB, f"model states + reserve {states / GIB:.1f} GiB > {hbm / GIB:g}"
+    report = memory_report(scenario, check_schedule=False)
+    if report.fits:
+        return True, report.peak_gib, ""
+    return False, report.peak_gib, f"peak {report.peak_gib:.1f} GiB > {hbm / GIB:g} (pipeline rank {report.worst.rank})"
+
+
+def _batches(layouts: list[Layout], workers: int) -> list[list[Layout]]:
+    """Layouts grouped by (tp, cp, ep, pp), the groups dealt into batches of similar size:
+    enough batches to show progress and balance the workers, few enough to keep caches warm."""
+    groups: dict[tuple, list[Layout]] = {}
+    for layout in layouts:
+        groups.setdefault((layout.tp, layout.cp, layout.ep, layout.pp), []).append(layout)
+    target = max(1, math.ceil(len(layouts) / max(8 * workers, 1)))
+    batches, current = [], []
+    for group in groups.values():
+        for start in range(0, len(group), target):
+            current += group[start:start + target]
+            if len(current) >= target:
+                batches.append(current)
+                current = []
+    if current:
+        batches.append(current)
+    return batches
+
+
+def price(space: Space, layouts: list[Layout], workers: int,
+          progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Tier one over every layout: a row each, in worker processes (`workers` 1: here)."""
+    key = (id(space), space.gpus)
+    jobs = [(key, space.base, space.gpus, space.choices, batch) for batch in _batches(layouts, workers)]
+    rows: list[dict] = []
+    if workers == 1:
+        for job in jobs:
+            rows += _tier_one(job)
+            if progress:
+                progress(len(job[-1]))
+    else:
+        with ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) as pool:
+            futures = {pool.submit(_tier_one, job): len(job[-1]) for job in jobs}
+            for future in as_completed(futures):
+                rows += future.result()
+                if progress:
+                    progress(futures[future])
+    frame = pd.DataFrame(rows, columns=LAYOUT_COLUMNS + ["fits", "peak_gib", "why_not", "est_step_s", "est_pipeline_s",
+                                                         "est_p2p_s", "est_dp_s", "est_optimizer_s"])
+    return frame.sort_values(["fits", "est_step_s"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+# ---- tier two ------------------------------------------------------------------------------
+
+def simulate_finalists(path: Path, space: Space, candidates: pd.DataFrame, count: int, workers: int,
+                       progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """The `count` best estimates, simulated; ranked by simulated step (errors last)."""
+    best = candidates[candidates["fits"]].head(count)
+    layouts = [Layout(**{k: _plain(row[k]) for k in LAYOUT_COLUMNS}) for _, row in best.iterrows()]
+    jobs = [(str(i), str(path), space.overrides(layout)) for i, layout in enumerate(layouts)]
+    results: dict[int, dict] = {}
+    for index, summary in run_jobs(jobs, workers):
+        results[int(index)] = summary
         if progress:
-            progress(count, len(jobs))
-    ranked = sorted((c for c in fitting if c.summary and not c.summary.get("error")),
-                    key=lambda c: c.summary["step_time_s"])
-    return ranked[:top], considered
+            progress(1)
+    rows = []
+    for i, (layout, (_, estimate)) in enumerate(zip(layouts, best.iterrows())):
+        summary = results[i]
+        step = summary.get("step_time_s")
+        rows.append({**layout.row(), "peak_gib": estimate["peak_gib"], "est_step_s": estimate["est_step_s"],
+                     "step_time_s": step, "est_error": estimate["est_step_s"] / step - 1 if step else None,
+                     "est_off_by": _off_by(estimate, summary.get("breakdown")) if step else "",
+                     "mfu": summary.get("mfu"), "bubble_fraction": summary.get("bubble_fraction"),
+                     "error": summary.get("error", ""), "overrides": " ".join(jobs[i][2])})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    frame["failed"] = frame["error"].astype(bool)
+    frame = frame.sort_values(["failed", "step_time_s"], kind="stable").drop(columns="failed")
+    return frame.reset_index(drop=True)
 
 
-def plan_table(ranked: list[Candidate], considered: int, fitting: int):
+# the simulation's critical-path breakdown (DESIGN.md summary keys) grouped as the estimate's parts
+PARTS = {"pipeline": ("compute", "recompute", "tp", "cp", "ep", "tp_sync", "pipeline_wait"),
+         "p2p": ("pipeline_p2p",), "dp": ("dp",), "optimizer": ("optimizer",)}
+PART_NAMES = {"pipeline": "compute and bubble", "p2p": "pipeline transfers", "dp": "data-parallel tail",
+              "optimizer": "optimizer step"}
+
+
+def _off_by(estimate, breakdown: dict | None) -> str:
+    """The part of the step the estimate got most wrong, against the simulated breakdown."""
+    if not breakdown:
+        return ""
+    sim = {part: sum(breakdown.get(k, 0.0) for k in keys) for part, keys in PARTS.items()}
+    part = max(PARTS, key=lambda p: abs(estimate[f"est_{p}_s"] - sim[p]))
+    return f"{PART_NAMES[part]}: estimated {estimate[f'est_{part}_s']:.2f} s, simulated {sim[part]:.2f} s"
+
+
+def _plain(value):
+    """numpy scalars from a DataFrame row back to Python ones."""
+    return value.item() if hasattr(value, "item") else value
+
+
+# ---- the whole search ------------------------------------------------------------------------
+
+def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FINALISTS,
+         workers: int | None = None, progress: Callable[[str, int, int], None] | None = None) -> Plan:
+    """Search the layout space of `path`'s model on `gpus` GPUs. `progress(phase, advance,
+    total)` with phase "price" or "simulate"."""
+    base = load_scenario(path)
+    base.gpu  # derived once; every layout's scenario is copied from this one
+    space = Space(base, gpus, choices or {})
+    layouts, dropped = space.layouts()
+    workers = workers or max(1, os.cpu_count() or 1)
+    tick = (lambda phase, total: (lambda n: progress(phase, n, total))) if progress else (lambda phase, total: None)
+    candidates = price(space, layouts, workers, tick("price", len(layouts)))
+    count = min(finalists, int(candidates["fits"].sum()))
+    done = simulate_finalists(path, space, candidates, count, workers, tick("simulate", count)) if count else pd.DataFrame()
+    return Plan(space, candidates, dropped, done)
+
+
+def write_outputs(result: Plan, folder: Path) -> list[Path]:
+    """candidates.csv (every layout, its verdict and estimate) and finalists.csv."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / "candidates.csv", folder / "finalists.csv"]
+    result.candidates.to_csv(written[0], index=False)
+    result.finalists.to_csv(written[1], index=False)
+    return written
+
+
+def plan_table(result: Plan, top: int):
     from rich.table import Table
-    table = Table(title=f"best layouts ({fitting} of {considered} candidates fit in memory)", title_justify="left")
-    for col in ("#", "tp", "pp", "dp", "vpp", "mb", "schedule", "recompute", "step s", "MFU", "bubble", "GiB"):
-        table.add_column(col, justify="right")
-    for i, c in enumerate(ranked, start=1):
-        s = c.summary
-        recompute = next(o.split("=")[1] for o in c.overrides if o.startswith("training.recompute"))
-        table.add_row(str(i), str(s["tp"]), str(s["pp"]), str(s["dp"]), str(s["vpp"]), str(s["micro_batch"]),
-                      s["schedule"], recompute, f"{s['step_time_s']:.2f}", f"{s['mfu']:.1%}",
-                      f"{s['bubble_fraction']:.1%}", f"{c.peak_gib:.1f}")
+    ranked = result.finalists.head(top)
+    title = (f"best layouts: {len(result.candidates):,} candidates, {result.fitting:,} fit in memory, "
+             f"{len(result.finalists)} simulated")
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "layout", "schedule", "recompute", "switches", "step s", "estimate", "MFU", "bubble", "GiB"):
+        table.add_column(col, justify="left" if col in ("layout", "schedule", "switches") else "right")
+    for i, row in ranked.iterrows():
+        if row["error"]:
+            table.add_row(str(i + 1), describe(row), row["schedule"], row["recompute"], "", "error", "", "", "", "")
+            continue
+        switches = [name for name, on in (("SP", row["sequence_parallel"]), ("dist-opt", row["distributed_optimizer"]),
+                                          ("TP-overlap", row["tp_comm_overlap"]),
+                                          ("pp-dp order", row["order"].endswith("pp-dp"))) if on]
+        table.add_row(str(i + 1), describe(row).rsplit(" ", 2)[0], row["schedule"], row["recompute"],
+                      " ".join(switches), f"{row['step_time_s']:.2f}", f"{row['est_error']:+.1%}",
+                      f"{row['mfu']:.1%}", f"{row['bubble_fraction']:.1%}", f"{row['peak_gib']:.1f}")
     return table
+
+
+def estimate_misses(result: Plan, threshold: float = 0.10) -> list[str]:
+    """Finalists whose estimate was off by more than `threshold`, and which part was."""
+    done = result.finalists.dropna(subset=["est_error"]) if not result.finalists.empty else result.finalists
+    return [f"#{i + 1} {describe(row)}: estimate {row['est_error']:+.1%}; {row['est_off_by']}"
+            for i, row in done.iterrows() if abs(row["est_error"]) > threshold]
+
+
+def check_gpus(path: Path, gpus: int) -> None:
+    """ScenarioError now if `gpus` cannot hold the scenario's nodes or NVLink domains."""
+    Space(load_scenario(path), gpus, {})
+
+
+__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "write_outputs", "check_gpus", "ScenarioError"]

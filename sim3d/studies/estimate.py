@@ -1,0 +1,202 @@
+"""Tier one of `sim3d plan`: a step-time estimate for every layout that fits, in bulk.
+
+The costs are the simulator's own (costs/model.py): one micro-batch of the embedding, a
+layer and the head per (F, B, BI, BW), priced once per distinct shape and shared by every
+layout with that shape; group links are taken from the placed topology once per
+(tp, cp, ep, dp, pp, order). What the estimate replaces is the replay: the pipeline is a
+closed form of the per-rank costs (shared/reference/schedules.md section 7, generalised
+from uniform stages to the busiest rank), the bubble of V schedules is read off the
+schedule replayed with unit costs, and the data-parallel tail is the gradient reduction
+the first rank cannot hide behind its last backward. The finalists are then simulated,
+and the table shows how far each estimate was off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..costs.model import CostModel
+from ..model.memory import stage_layer_counts, steady_microbatches
+from ..schedule import build
+from ..schedule.evaluate import evaluate, uniform_costs
+from ..schedule.ir import StageMap
+from ..step import dp_buckets_per_chunk
+from ..topology import Topology
+from .space import Layout, Space
+
+KINDS = ("F", "B", "BI", "BW")
+V_SCHEDULES = ("zbv", "dualpipev")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step_s: float
+    pipeline_s: float  # compute, TP/CP/EP collectives and bubble of the busiest rank
+    p2p_s: float  # pipeline transfers on the fill and drain path
+    dp_s: float  # data-parallel communication not hidden behind compute
+    optimizer_s: float
+
+
+@lru_cache(maxsize=4096)
+def unit_timeline(schedule: str, pp: int, m: int) -> tuple[float, tuple[tuple[float, ...], ...]]:
+    """A V schedule replayed with every F, BI and BW costing 1 (read at `steady_microbatches`:
+    the steady state repeats): the busiest rank's idle time, and per rank and chunk how long
+    before the end its last weight gradient is computed, in those units."""
+    m = steady_microbatches(schedule, pp, m)
+    sched = build(schedule, pp, m, 2)
+    timeline = evaluate(sched, uniform_costs(1.0, 2.0, 1.0, 1.0))
+    ready = [[0.0, 0.0] for _ in range(pp)]
+    for (rank, index), (_, end) in timeline.spans.items():
+        action = sched.ranks[rank][index]
+        if action.kind.value in ("B", "BW"):
+            ready[rank][action.chunk] = max(ready[rank][action.chunk], end)
+    before_end = tuple(tuple(timeline.step_time - r for r in chunks) for chunks in ready)
+    return timeline.step_time - max(timeline.busy), before_end
+
+
+class Estimator:
+    """Prices layouts of one `Space`. Every part of an estimate is cached under the layout
+    fields it depends on, so 100,000 layouts cost a few thousand cost-model calls."""
+
+    def __init__(self, space: Space, profile=None):
+        self.space = space
+        self.profile = profile
+        self._cache: dict[tuple, object] = {}
+
+    def _memo(self, key: tuple, compute):
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def _placed(self, layout: Layout, scenario) -> tuple:
+        """(topology, {axis: GroupLink}) of a layout's process groups, shared by every layout
+        with the same sizes and rank order."""
+        def place():
+            fabric = self._memo(("fabric",), lambda: Topology(scenario))
+            topology = fabric.for_layout(scenario)
+            return topology, {axis: topology.group_link(axis) for axis in ("tp", "cp", "ep", "dp")}
+        return self._memo(("placed", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order), place)
+
+    def _costs(self, layout: Layout, scenario) -> CostModel:
+        topology, links = self._placed(layout, scenario)
+        costs = CostModel(scenario, topology, self.profile, folded=True)
+        costs.__dict__["_folded_links"] = links  # priced once per placement, not per layout
+        return costs
+
+    def estimate(self, layout: Layout, scenario) -> Estimate:
+        costs = None
+
+        def cost_model() -> CostModel:  # built only when a cache below misses
+            nonlocal costs
+            costs = costs or self._costs(layout, scenario)
+            return costs
+
+        v_shape = layout.schedule in V_SCHEDULES
+        links = self._placed(layout, scenario)[1]
+        compute_key = (layout.tp, layout.cp, layout.ep, layout.micro_batch, layout.recompute,
+                       layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
+        per_rank = self._memo(("work", compute_key, layout.pp, layout.vpp, v_shape),
+                              lambda: self._rank_work(layout, scenario, cost_model(), compute_key))
+        pipeline = self._pipeline(layout, scenario.num_microbatches, per_rank)
+        p2p = self._memo(("p2p", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
+                          layout.micro_batch, layout.sequence_parallel), lambda: self._p2p(cost_model(), layout.pp))
+        states_key = (layout.tp, layout.pp, layout.vpp, v_shape, layout.dp, layout.cp, layout.ep,
+                      layout.distributed_optimizer)
+        dp = self._memo(("dp",) + states_key + (layout.order,), lambda: self._dp(layout, scenario, cost_model()))
+        dp_tail = self._dp_tail(layout, scenario, dp, per_rank)
+        optimizer = self._memo(("optimizer",) + states_key, lambda: self._optimizer(cost_model(), layout))
+        return Estimate(pipeline + p2p + dp_tail + optimizer, pipeline, p2p, dp_tail, optimizer)
+
+    def _rank_work(self, layout: Layout, s, costs: CostModel, compute_key: tuple) -> list[dict]:
+        """Per pipeline rank, {kind: seconds} of one micro-batch through all its chunks."""
+        blocks = self._memo(("blocks",) + compute_key, lambda: self._blocks(costs, compute_key))
+        dense, moe = stage_layer_counts(s)
+        stage_map = _stage_map(layout)
+        held = np.array([[stage_map.stage(r, c) for c in range(layout.vpp)] for r in range(layout.pp)])
+        work = {}
+        for kind in KINDS:
+            per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)
+            per_stage[0] += blocks[("embedding", kind)]
+            per_stage[-1] += blocks[("head", kind)]
+            work[kind] = per_stage[held].sum(axis=1).tolist()
+        return [{kind: work[kind][r] for kind in KINDS} for r in range(layout.pp)]
+
+    @staticmethod
+    def _blocks(costs: CostModel, compute_key: tuple) -> dict:
+        """{(block, kind): seconds} of one micro-batch through the embedding, a layer, the head."""
+        links = dict(zip(("tp", "cp", "ep"), compute_key[-3:]))
+        names = ("embedding", "layer", "head") + (("moe_layer",) if costs.s.model.moe else ())
+        return {(name, kind): costs.block(name, kind, links).seconds for name in names for kind in KINDS}
+
+    @staticmethod
+    def _pipeline(layout: Layout, m: int, per_rank: list[dict]) -> float:
+        """The busiest rank's compute plus the schedule's bubble (schedules.md section 7)."""
+        pp, vpp = layout.pp, layout.vpp
+        split = layout.schedule in ("zb-h1",) + V_SCHEDULES
+        work = [r["F"] + (r["BI"] + r["BW"] if split else r["B"]) for r in per_rank]
+        busiest, mean = max(work), sum(work) / pp
+        if layout.schedule in ("1f1b", "gpipe"):
+            return (m - 1) * busiest + sum(work)
+        if layout.schedule == "interleaved-1f1b":
+            return m * busiest + (pp - 1) * mean / vpp
+        if layout.schedule == "zb-h1":
+            return m * busiest + (pp - 1) * sum(r["F"] + r["BI"] - r["BW"] for r in per_rank) / pp
+        # V schedules: unit-cost bubble, a unit being a third of one chunk's F + BI + BW
+        return m * busiest + unit_timeline(layout.schedule, pp, m)[0] * mean / (3 * vpp)
+
+    @staticmethod
+    def _p2p(costs: CostModel, pp: int) -> float:
+        """Replica 0's pipeline transfers along the fill and the drain."""
+        pipe = costs.placement.pipeline()
+        return 2 * sum(costs.transfer(pipe[r], pipe[r + 1]) for r in range(pp - 1))
+
+    @staticmethod
+    def _dp(layout: Layout, s, costs: CostModel) -> tuple[float, float, int]:
+        """(gradient reduction, parameter gather) seconds of the first stage's buckets, and
+        the bucket count."""
+        if layout.dp * layout.cp == 1:
+            return 0.0, 0.0, 1
+        buckets = dp_buckets_per_chunk(s)
+        reduce_s = costs.dp_reduce(0, 0, buckets)[0] * buckets
+        gather_s = costs.param_gather(0, 0, buckets)[0] * buckets if layout.distributed_optimizer else 0.0
+        return reduce_s, gather_s, buckets
+
+    @staticmethod
+    def _dp_tail(layout: Layout, s, dp: tuple, per_rank: list[dict]) -> float:
+        """What the data-parallel communication adds after the last backward. Loop schedules:
+        the first rank finishes last; with overlap its buckets reduce during its last
+        backward, all but what that backward cannot cover (at least one bucket); without
+        overlap all of it waits. V schedules defer weight gradients: when each chunk's last
+        one is computed is read from the unit-cost replay, only that weight-gradient pass
+        covers the chunk's buckets, and the reductions queue on one stream."""
+        reduce_s, gather_s, buckets = dp
+        if not reduce_s:
+            return 0.0
+        gather_tail = 0.0 if s.training.overlap_param_gather else gather_s * layout.vpp
+        if not s.training.overlap_grad_reduce:
+            return reduce_s * layout.vpp + gather_tail
+        if layout.schedule not in V_SCHEDULES:
+            return max(reduce_s / buckets, reduce_s - per_rank[0]["B"] / layout.vpp) + gather_tail
+        _, before_end = unit_timeline(layout.schedule, layout.pp, s.num_microbatches)
+        unit = sum(r["F"] + r["BI"] + r["BW"] for r in per_rank) / layout.pp / (3 * layout.vpp)
+        tail = 0.0
+        for rank, chunks in enumerate(before_end):
+            covered = min(reduce_s * (1 - 1 / buckets), per_rank[rank]["BW"] / layout.vpp)
+            stream = -float("inf")  # when the rank's data-parallel stream is free, relative to the end
+            for lead in sorted(chunks, reverse=True):
+                stream = max(stream, -lead * unit - covered) + reduce_s
+            tail = max(tail, stream)
+        return max(tail, reduce_s / buckets) + gather_tail
+
+    @staticmethod
+    def _optimizer(costs: CostModel, layout: Layout) -> float:
+        stage_map = _stage_map(layout)
+        return max(costs.optimizer(r, tuple(stage_map.stage(r, c) for c in range(layout.vpp)))
+                   for r in range(layout.pp))
+
+
+def _stage_map(layout: Layout) -> StageMap:
+    return StageMap(layout.pp, layout.vpp, "v" if layout.schedule in V_SCHEDULES else "loop")

@@ -1,0 +1,255 @@
+"""The layout space `sim3d plan` searches: every dimension, its default values, the rules that
+exclude a combination, and the scenario a layout makes.
+
+A layout is the product of the dimensions below with dp derived (GPUs / (tp*cp*pp)). The
+exclusions are the ones Megatron-LM itself enforces or that make two layouts the same run,
+each named so that a search can count what it dropped and why:
+
+- `gpus`: tp*cp*pp does not divide the GPUs;
+- `batch`: micro_batch*dp does not divide the global batch;
+- `shape`: tp does not divide heads, kv heads, ffn and vocab; pp*vpp does not divide the
+  layers (uneven splits are for hand-made layouts); cp does not divide seq_len/2 (Megatron's
+  load-balanced ring); ep does not divide the experts or dp*cp;
+- `schedule`: a schedule's own rule (interleaved: vpp >= 2 and micro-batches a multiple of
+  pp; zbv / dualpipev: vpp = 2, dualpipev at least 2*pp micro-batches; every schedule but
+  1f1b needs pp > 1, where they are all 1f1b);
+- `same run`: a switch that changes nothing is held at its default (sequence parallelism and
+  TP overlap without tp > 1, TP overlap without sequence parallelism, which Megatron asserts,
+  the distributed optimizer without dp*cp > 1, the rank order without both pp > 1 and
+  dp > 1), so each run is counted once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields
+from functools import cached_property
+
+from ..scenario import ScenarioError
+from ..scenario_model import Scenario
+
+MICRO_BATCHES = tuple(range(1, 9))  # and every divisor of the global batch
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")  # gpipe: 1f1b's time, more memory
+CONTEXT_PARALLEL = (1, 2, 4, 8)
+SWITCHES = (False, True)
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    vpp: int
+    micro_batch: int
+    schedule: str
+    recompute: str
+    sequence_parallel: bool
+    distributed_optimizer: bool
+    tp_comm_overlap: bool
+    order: str
+
+    def row(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# layout field -> scenario key (what --fix / --space and the overrides name)
+KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "cp": "parallel.cp", "ep": "parallel.ep",
+        "vpp": "parallel.vpp", "micro_batch": "training.micro_batch", "schedule": "schedule",
+        "recompute": "training.recompute", "sequence_parallel": "parallel.sequence_parallel",
+        "distributed_optimizer": "parallel.distributed_optimizer", "tp_comm_overlap": "training.tp_comm_overlap",
+        "order": "parallel.order"}
+FIELD_OF = {key: name for name, key in KEYS.items()} | {key.split(".")[-1]: name for name, key in KEYS.items()}
+BOOLEAN = {"sequence_parallel", "distributed_optimizer", "tp_comm_overlap"}
+TEXT = {"schedule", "recompute", "order"}
+# Megatron-LM's rank orders: the default, and --use-tp-pp-dp-mapping (pipeline stages on
+# neighbouring ranks, data-parallel replicas far apart; megatron/training/arguments.py)
+ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+
+
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def _value(name: str, text: str):
+    text = text.strip()
+    if name in BOOLEAN:
+        if text.lower() not in ("true", "false"):
+            raise ScenarioError(f"{KEYS[name]}: expected true or false, got {text!r}")
+        return text.lower() == "true"
+    if name in TEXT:
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise ScenarioError(f"{KEYS[name]}: expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise ScenarioError(f"{KEYS[name]}: expected a positive number, got {value}")
+    return value
+
+
+def parse_choices(fix: list[str], space: list[str]) -> dict[str, tuple]:
+    """`--fix KEY=V` and `--space KEY=V1,V2` as {layout field: values}."""
+    out: dict[str, tuple] = {}
+    for option, items, many in (("--fix", fix, False), ("--space", space, True)):
+        for item in items:
+            key, sep, values = item.partition("=")
+            name = FIELD_OF.get(key.strip())
+            if not sep or not values.strip():
+                raise ScenarioError(f"{option} {item!r}: expected KEY=VALUE{',VALUE...' if many else ''}")
+            if name is None:
+                raise ScenarioError(f"{option} {key!r}: not a layout dimension; known: {', '.join(KEYS.values())}")
+            if name in out:
+                raise ScenarioError(f"{option} {key}: given twice")
+            parts = values.split(",") if many else [values]
+            if name == "schedule":
+                unknown = [p for p in parts if p.strip() not in SCHEDULES + ("gpipe",)]
+                if unknown:
+                    raise ScenarioError(f"{option} {key}: unknown schedule {unknown[0]!r}; known: gpipe, "
+                                        + ", ".join(SCHEDULES))
+            if name == "recompute" and any(p.strip() not in RECOMPUTE for p in parts):
+                raise ScenarioError(f"{option} {key}: expected {', '.join(RECOMPUTE)}, got {values!r}")
+            out[name] = tuple(dict.fromkeys(_value(name, p) for p in parts))
+    return out
+
+
+@dataclass
+class Space:
+    """The layouts of the base scenario's model on `gpus` GPUs of its cluster kind."""
+
+    base: Scenario
+    gpus: int
+    choices: dict[str, tuple]  # --fix / --space, by layout field
+
+    def __post_init__(self):
+        per_node = self.base.gpus_per_node
+        if self.gpus % per_node and self.gpus > per_node:
+            raise ScenarioError(f"--gpus {self.gpus} is not a whole number of {per_node}-GPU nodes")
+        domain = self.base.cluster.intra_node.domain_nodes
+        if domain > 1 and self.gpus % self.base.nvlink_domain_gpus:
+            raise ScenarioError(f"--gpus {self.gpus} is not a whole number of {self.base.nvlink_domain_gpus}-GPU "
+                                f"NVLink domains (cluster.intra_node.domain_nodes: {domain})")
+        self.nodes, self.gpus_per_node = (self.gpus // per_node, per_node) if self.gpus >= per_node else (1, self.gpus)
+
+    # ---- the dimensions -------------------------------------------------------------
+    @cached_property
+    def dimensions(self) -> dict[str, tuple]:
+        """Values of each dimension before the exclusions (dp is derived, not a dimension)."""
+        m = self.base.model
+        domain = min(self.base.nvlink_domain_gpus, self.gpus)  # tensor parallelism stays on NVLink
+        dims = {
+            "tp": _divisors(domain),
+            "cp": tuple(c for c in CONTEXT_PARALLEL if c <= self.gpus),
+            "ep": _divisors(m.moe.experts) if m.moe else (1,),
+            "pp": _divisors(m.layers),
+            "vpp": _divisors(m.layers),
+            "micro_batch": tuple(sorted(set(MICRO_BATCHES) | set(_divisors(self.base.training.global_batch)))),
+            "schedule": SCHEDULES,
+            "recompute": RECOMPUTE,
+            "sequence_parallel": SWITCHES,
+            "distributed_optimizer": SWITCHES,
+            "tp_comm_overlap": SWITCHES,
+            "order": ORDERS,
+        }
+        dims.update({k: v for k, v in self.choices.items() if k != "dp"})
+        return dims
+
+    def size(self) -> int:
+        """The product of the dimensions: what the exclusions are counted against."""
+        n = 1
+        for values in self.dimensions.values():
+            n *= len(values)
+        return n
+
+    def layouts(self) -> tuple[list[Layout], dict[str, int]]:
+        """Every valid layout, and how many combinations each exclusion dropped."""
+        d, m, g = self.dimensions, self.base.model, self.gpus
+        dropped = dict.fromkeys(("gpus", "batch", "shape", "schedule", "same run", "fixed dp"), 0)
+        out: list[Layout] = []
+        rest = 1
+        for key in ("micro_batch", "vpp", "schedule", "recompute", "sequence_parallel", "distributed_optimizer",
+                    "tp_comm_overlap", "order"):
+            rest *= len(d[key])
+        inner = rest // (len(d["micro_batch"]) * len(d["vpp"]) * len(d["schedule"]))
+        want_dp = self.choices.get("dp")
+        for tp, cp, ep, pp in itertools.product(d["tp"], d["cp"], d["ep"], d["pp"]):
+            if g % (tp * cp * pp):
+                dropped["gpus"] += rest
+                continue
+            dp = g // (tp * cp * pp)
+            if want_dp is not None and dp not in want_dp:
+                dropped["fixed dp"] += rest
+                continue
+            if not self._shape_ok(tp, cp, ep, pp, dp):
+                dropped["shape"] += rest
+                continue
+            for mb in d["micro_batch"]:
+                if self.base.training.global_batch % (mb * dp):
+                    dropped["batch"] += rest // len(d["micro_batch"])
+                    continue
+                micro = self.base.training.global_batch // (mb * dp)
+                for vpp, schedule in itertools.product(d["vpp"], d["schedule"]):
+                    problem = self._schedule_problem(schedule, pp, vpp, micro, m.layers)
+                    if problem:
+                        dropped[problem] += inner
+                        continue
+                    for recompute, sp, dist, overlap, order in itertools.product(
+                            d["recompute"], d["sequence_parallel"], d["distributed_optimizer"], d["tp_comm_overlap"],
+                            d["order"]):
+                        if ((sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1)
+                                or (order != d["order"][0] and (pp == 1 or dp == 1))):
+                            dropped["same run"] += 1
+                            continue
+                        out.append(Layout(tp, pp, dp, cp, ep, vpp, mb, schedule, recompute, sp, dist, overlap, order))
+        return out, dropped
+
+    def _shape_ok(self, tp: int, cp: int, ep: int, pp: int, dp: int) -> bool:
+        m = self.base.model
+        if m.heads % tp or m.num_kv_heads % tp or m.ffn % tp or m.vocab % tp:
+            return False
+        if cp > 1 and m.seq_len % (2 * cp):
+            return False
+        if m.moe and (m.moe.experts % ep or (dp * cp) % ep):
+            return False
+        return m.layers % pp == 0
+
+    @staticmethod
+    def _schedule_problem(schedule: str, pp: int, vpp: int, micro: int, layers: int) -> str:
+        if layers % (pp * vpp):
+            return "shape"
+        if pp == 1:
+            return "" if (schedule, vpp) == ("1f1b", 1) else "schedule"
+        if schedule in ("1f1b", "zb-h1", "gpipe"):
+            return "" if vpp == 1 else "schedule"
+        if schedule == "interleaved-1f1b":
+            return "" if vpp >= 2 and micro % pp == 0 else "schedule"
+        if schedule == "zbv":
+            return "" if vpp == 2 else "schedule"
+        return "" if vpp == 2 and micro >= 2 * pp else "schedule"  # dualpipev
+
+    # ---- a layout as a scenario ---------------------------------------------------------
+    def overrides(self, layout: Layout) -> tuple[str, ...]:
+        """The `--set` texts that make `layout` of the base scenario (as `scenario` does)."""
+        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items())
+        gather = self.base.training.overlap_param_gather and layout.distributed_optimizer
+        return sets + (f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
+                       f"cluster.gpus_per_node={self.gpus_per_node}")
+
+    def scenario(self, layout: Layout) -> Scenario:
+        """The base scenario with this layout, built without re-validating (the space only
+        holds layouts the scenario checks accept; the finalists are re-read from YAML)."""
+        base = self.base
+        parallel = base.parallel.model_copy(update={
+            "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep, "vpp": layout.vpp,
+            "sequence_parallel": layout.sequence_parallel, "distributed_optimizer": layout.distributed_optimizer,
+            "order": layout.order})
+        training = base.training.model_copy(update={
+            "micro_batch": layout.micro_batch, "recompute": layout.recompute, "tp_comm_overlap": layout.tp_comm_overlap,
+            "overlap_param_gather": base.training.overlap_param_gather and layout.distributed_optimizer})
+        cluster = base.cluster.model_copy(update={"nodes": self.nodes, "gpus_per_node": self.gpus_per_node})
+        s = base.model_copy(update={"parallel": parallel, "training": training, "cluster": cluster,
+                                    "schedule": layout.schedule})
+        s.__dict__.pop("stage_layers", None)  # derived from the layout: never the base's
+        return s

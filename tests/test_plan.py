@@ -1,0 +1,139 @@
+"""`sim3d plan`: the space it searches, its two tiers, and what it writes."""
+
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from sim3d import ScenarioError, simulate
+from sim3d.cli import app
+from sim3d.model.memory import memory_report
+from sim3d.scenario import scenario_from_dict
+from sim3d.studies.plan import plan
+from sim3d.studies.space import Layout, Space, parse_choices
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny.yaml"
+SMALL = {  # tiny's model on 8-GPU nodes, with a batch that divides many ways
+    "name": "small", "schedule": "1f1b",
+    "model": {"layers": 8, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64},
+    "training": {"micro_batch": 1, "global_batch": 16, "precision": "bf16"},
+    "cluster": {"gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
+}
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_the_space_is_the_product_of_its_dimensions_less_the_documented_exclusions():
+    """Counted here from space.py's docstring alone, combination by combination."""
+    base = scenario_from_dict(SMALL)
+    space = Space(base, 8, {})
+    layouts, dropped = space.layouts()
+    m, batch = base.model, base.training.global_batch
+    dims = dict(tp=[1, 2, 4, 8], cp=[1, 2, 4, 8], ep=[1], pp=_divisors(8), vpp=_divisors(8),
+                mb=sorted(set(range(1, 9)) | set(_divisors(batch))),
+                schedule=["1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"],
+                recompute=["none", "selective", "full"], sp=[False, True], dist=[False, True], overlap=[False, True],
+                order=["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])
+    expected = 0
+    for tp, cp, ep, pp, vpp, mb, schedule, recompute, sp, dist, overlap, order in itertools.product(*dims.values()):
+        if 8 % (tp * cp * pp):
+            continue
+        dp = 8 // (tp * cp * pp)
+        micro = batch // (mb * dp) if batch % (mb * dp) == 0 else None
+        shape_ok = (m.heads % tp == 0 and m.vocab % tp == 0 and (4 * m.hidden) % tp == 0 and m.layers % pp == 0
+                    and (cp == 1 or m.seq_len % (2 * cp) == 0) and m.layers % (pp * vpp) == 0)
+        if not shape_ok or micro is None:
+            continue
+        if pp == 1:
+            ok = schedule == "1f1b" and vpp == 1
+        else:
+            ok = {"1f1b": vpp == 1, "zb-h1": vpp == 1, "interleaved-1f1b": vpp >= 2 and micro % pp == 0,
+                  "zbv": vpp == 2, "dualpipev": vpp == 2 and micro >= 2 * pp}[schedule]
+        same_run = (sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1) or \
+            (order != "tp-cp-ep-dp-pp" and (pp == 1 or dp == 1))
+        expected += ok and not same_run
+    assert len(layouts) == expected
+    assert len(set(layouts)) == len(layouts)
+    assert len(layouts) + sum(dropped.values()) == space.size() == len(list(itertools.product(*dims.values())))
+
+
+def test_fix_and_space_narrow_and_widen_the_dimensions():
+    base = scenario_from_dict(SMALL)
+    narrow = Space(base, 8, parse_choices(["parallel.tp=2", "schedule=1f1b"], ["training.recompute=none,full"]))
+    layouts, _ = narrow.layouts()
+    assert layouts and {(x.tp, x.schedule) for x in layouts} == {(2, "1f1b")}
+    assert {x.recompute for x in layouts} == {"none", "full"}
+    wide = Space(base, 8, parse_choices([], ["parallel.cp=1,16"]))
+    assert 16 in wide.dimensions["cp"] and not any(x.cp == 16 for x in wide.layouts()[0])  # 16 > 8 GPUs
+    for bad, message in ((["parallel.tpp=2"], "not a layout dimension"), (["parallel.tp=two"], "whole number"),
+                         (["schedule=zz"], "unknown schedule"), (["parallel.tp"], "expected KEY=VALUE")):
+        with pytest.raises(ScenarioError, match=message):
+            parse_choices(bad, [])
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_layout_scenario_is_the_scenario_its_overrides_make(data):
+    """Tier one copies the base scenario without validation; the finalists are re-read from
+    YAML with the overrides. Both must be the same scenario, with the same memory."""
+    base = scenario_from_dict(SMALL)
+    space = Space(base, 8, {})
+    layout = data.draw(st.sampled_from(space.layouts()[0]))
+    fast = space.scenario(layout)
+    slow = scenario_from_dict(SMALL, list(space.overrides(layout)))
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.stage_layers == slow.stage_layers
+    assert memory_report(fast, check_schedule=False).peak_bytes == memory_report(slow).peak_bytes
+
+
+def test_the_planners_best_is_the_best_of_simulating_every_layout(tmp_path):
+    """Tier one only chooses what to simulate: with a fifth of the fitting layouts simulated,
+    the best must be the best of simulating all of them."""
+    path = tmp_path / "small.yaml"
+    path.write_text(json.dumps(SMALL))
+    choices = parse_choices(["training.recompute=none", "parallel.order=tp-cp-ep-dp-pp"], [])
+    result = plan(path, 8, choices, finalists=1, workers=1)
+    fitting = result.candidates[result.candidates["fits"]]
+    assert len(fitting) > 50
+    result = plan(path, 8, choices, finalists=len(fitting) // 5, workers=1)
+    steps = []
+    for _, row in fitting.iterrows():
+        layout = Layout(**{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items() if k in Layout.__annotations__})
+        steps.append(simulate(result.space.scenario(layout)).step_time)
+    assert result.finalists["step_time_s"].iloc[0] == pytest.approx(min(steps), rel=1e-12)
+    assert result.finalists["step_time_s"].is_monotonic_increasing
+
+
+def test_plan_writes_every_candidate_with_its_verdict_and_the_finalists_flags(tmp_path):
+    path = tmp_path / "small.yaml"
+    model = {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 32768, "seq_len": 2048}  # ~130M parameters
+    path.write_text(json.dumps({**SMALL, "model": model, "cluster": {**SMALL["cluster"], "hbm_gib": 3}}))
+    result = CliRunner().invoke(app, ["plan", str(path), "--gpus", "8", "--workers", "1", "--finalists", "5",
+                                      "--fix", "training.recompute=none", "--json", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    candidates = pd.read_csv(tmp_path / "out" / "candidates.csv")
+    assert len(candidates) == report["considered"] and candidates["fits"].sum() == report["fitting"]
+    refused = candidates[~candidates["fits"]]
+    assert len(refused) and refused["why_not"].str.contains("GiB >").all()
+    assert candidates.loc[candidates["fits"], "est_step_s"].gt(0).all()
+    assert len(pd.read_csv(tmp_path / "out" / "finalists.csv")) == report["simulated"] == 5
+    for entry in report["ranked"]:
+        flags = entry["megatron_args"].split()
+        assert int(flags[flags.index("--pipeline-model-parallel-size") + 1]) == entry["pp"]
+        assert ("--use-tp-pp-dp-mapping" in flags) == (entry["order"] == "tp-cp-ep-pp-dp")
+
+
+def test_plan_refuses_bad_dimensions_before_any_work(tmp_path):
+    result = CliRunner().invoke(app, ["plan", str(TINY), "--gpus", "2", "--fix", "parallel.pipeline=2",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "not a layout dimension" in result.output
+    assert not (tmp_path / "out").exists()
