@@ -45,6 +45,11 @@ class Placement:
             stride *= getattr(self, axis)
         return strides
 
+    def stride(self, axis: str) -> int:
+        """Rank distance between neighbours of a dense axis: with the axis size and the world
+        size it fixes every group along that axis."""
+        return self._strides[axis]
+
     def rank(self, tp: int = 0, pp: int = 0, dp: int = 0, cp: int = 0) -> int:
         coords = {"tp": tp, "pp": pp, "dp": dp, "cp": cp}
         return sum(coords[a] * self._strides[a] for a in DENSE_AXES)

@@ -72,12 +72,17 @@ class Estimator:
         return self._cache[key]
 
     def _placed(self, layout: Layout, scenario) -> tuple:
-        """(topology, {axis: GroupLink}) of a layout's process groups, shared by every layout
-        with the same sizes and rank order."""
+        """(topology, {axis: GroupLink}) of a layout's process groups. The graph is built once;
+        a dense axis's groups are fixed by its stride and size, so its link is priced once per
+        (stride, size) however many layouts share it."""
         def place():
-            fabric = self._memo(("fabric",), lambda: Topology(scenario))
-            topology = fabric.for_layout(scenario)
-            return topology, {axis: topology.group_link(axis) for axis in ("tp", "cp", "ep", "dp")}
+            topology = self._memo(("fabric",), lambda: Topology(scenario)).for_layout(scenario)
+            links = {}
+            for axis in ("tp", "cp", "ep", "dp"):
+                key = (("link", axis, topology.placement.stride(axis), getattr(layout, axis)) if axis != "ep"
+                       else ("link", axis, layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order))
+                links[axis] = self._memo(key, lambda: topology.group_link(axis))
+            return topology, links
         return self._memo(("placed", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order), place)
 
     def _costs(self, layout: Layout, scenario) -> CostModel:

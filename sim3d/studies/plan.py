@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -74,8 +74,14 @@ def describe(row) -> str:
 _WORKER: dict[tuple, tuple[Space, Estimator]] = {}  # per process: the space and its caches
 
 
-def _tier_one(args: tuple) -> list[dict]:
-    """Memory verdict and estimate of a batch of layouts (in a worker process)."""
+CANDIDATE_COLUMNS = LAYOUT_COLUMNS + ["fits", "peak_gib", "why_not", "est_step_s", "est_pipeline_s", "est_p2p_s",
+                                     "est_dp_s", "est_optimizer_s"]
+UNPRICED = (None,) * 5
+
+
+def _tier_one(args: tuple) -> list[tuple]:
+    """Memory verdict and estimate of a batch of layouts (in a worker process), as rows of
+    CANDIDATE_COLUMNS (tuples: 100,000 of them cross a process boundary)."""
     key, base, gpus, choices, layouts = args
     if key not in _WORKER:
         space = Space(base, gpus, choices)
@@ -94,12 +100,12 @@ def _tier_one(args: tuple) -> list[dict]:
             scenario = space.scenario(layout)
             memory[mem_key] = _memory_verdict(scenario, hbm)
         fits, peak, why = memory[mem_key]
-        row = {**layout.row(), "fits": fits, "peak_gib": peak, "why_not": why}
         if fits:
             est: Estimate = estimator.estimate(layout, scenario or space.scenario(layout))
-            row.update(est_step_s=est.step_s, est_pipeline_s=est.pipeline_s, est_p2p_s=est.p2p_s,
-                       est_dp_s=est.dp_s, est_optimizer_s=est.optimizer_s)
-        rows.append(row)
+            rows.append(astuple(layout) + (fits, peak, why, est.step_s, est.pipeline_s, est.p2p_s, est.dp_s,
+                                           est.optimizer_s))
+        else:
+            rows.append(astuple(layout) + (fits, peak, why) + UNPRICED)
     return rows
 
 
@@ -139,7 +145,7 @@ def price(space: Space, layouts: list[Layout], workers: int,
     """Tier one over every layout: a row each, in worker processes (`workers` 1: here)."""
     key = (id(space), space.gpus)
     jobs = [(key, space.base, space.gpus, space.choices, batch) for batch in _batches(layouts, workers)]
-    rows: list[dict] = []
+    rows: list[tuple] = []
     if workers == 1:
         for job in jobs:
             rows += _tier_one(job)
@@ -152,8 +158,7 @@ def price(space: Space, layouts: list[Layout], workers: int,
                 rows += future.result()
                 if progress:
                     progress(futures[future])
-    frame = pd.DataFrame(rows, columns=LAYOUT_COLUMNS + ["fits", "peak_gib", "why_not", "est_step_s", "est_pipeline_s",
-                                                         "est_p2p_s", "est_dp_s", "est_optimizer_s"])
+    frame = pd.DataFrame.from_records(rows, columns=CANDIDATE_COLUMNS)
     return frame.sort_values(["fits", "est_step_s"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
