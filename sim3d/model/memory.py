@@ -294,7 +294,7 @@ def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     schedule validator, for layout searches). Built from two cached halves, activations and
     model states, each keyed by only what it depends on, so that a layout search pricing
     100,000 layouts computes each distinct half once."""
-    schedule = (s.schedule, s.pp, s.num_microbatches, s.vpp, check_schedule)
+    schedule = _schedule_key(s, check_schedule)
     d = Dims.of(s)
     split = _split(s)
     activations = _rank_activations(d, s.training.recompute, split, schedule)
@@ -308,8 +308,15 @@ def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
 def model_state_bytes(s) -> float:
     """Weights, gradients and optimizer state of the fullest pipeline rank: a lower bound of its
     peak that a layout search checks before pricing activations."""
-    schedule = (s.schedule, s.pp, s.num_microbatches, s.vpp, False)
+    schedule = _schedule_key(s, False)
     return max(w + g + o for *_, w, g, o in _states_of(s, Dims.of(s), schedule))
+
+
+def _schedule_key(s, check: bool) -> tuple:
+    """What the per-rank halves depend on of the schedule; unchecked, the micro-batch count as
+    `_schedule` walks it, so that layouts differing only beyond the steady state share it."""
+    m = s.num_microbatches if check else steady_microbatches(s.schedule, s.pp, s.num_microbatches)
+    return s.schedule, s.pp, m, s.vpp, check
 
 
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:

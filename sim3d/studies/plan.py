@@ -90,6 +90,7 @@ def _tier_one(args: tuple) -> list[tuple]:
     space, estimator = _WORKER[key]
     hbm = base.gpu.hbm_gib * GIB
     memory: dict[tuple, tuple] = {}
+    states: dict[tuple, float] = {}
     rows = []
     for layout in layouts:
         scenario = None
@@ -98,7 +99,12 @@ def _tier_one(args: tuple) -> list[tuple]:
                    layout.schedule, layout.recompute, layout.sequence_parallel, layout.distributed_optimizer)
         if mem_key not in memory:
             scenario = space.scenario(layout)
-            memory[mem_key] = _memory_verdict(scenario, hbm)
+            # the model states depend on fewer fields: a layout whose states alone overflow
+            # rules out every micro-batch, recompute and SP choice with the same states
+            states_key = mem_key[:6] + (layout.schedule, layout.distributed_optimizer)
+            if states_key not in states:
+                states[states_key] = model_state_bytes(scenario) + RESERVE_FIXED_BYTES
+            memory[mem_key] = _memory_verdict(scenario, states[states_key], hbm)
         fits, peak, why = memory[mem_key]
         if fits:
             est: Estimate = estimator.estimate(layout, scenario or space.scenario(layout))
@@ -109,10 +115,9 @@ def _tier_one(args: tuple) -> list[tuple]:
     return rows
 
 
-def _memory_verdict(scenario, hbm: float) -> tuple[bool, float, str]:
-    """(fits, peak GiB, why not): the model states first, the whole peak only where they fit
-    (the states alone are a lower bound of the peak, and enough for the verdict)."""
-    states = model_state_bytes(scenario) + RESERVE_FIXED_BYTES
+def _memory_verdict(scenario, states: float, hbm: float) -> tuple[bool, float, str]:
+    """(fits, peak GiB, why not) given the fullest rank's model states + reserve: the whole
+    peak only where those fit (they are a lower bound of the peak, and enough for the verdict)."""
     if states > hbm:
         return False, states / GIB, f"model states + reserve {states / GIB:.1f} GiB > {hbm / GIB:g}"
     report = memory_report(scenario, check_schedule=False)
