@@ -256,6 +256,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                                                 "(default reports/<name>-plan-<gpus>/)."),
          megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each ranked layout as "
                                             "Megatron-LM arguments."),
+         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plan.png."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
     from .limits import GPUS
@@ -280,7 +281,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                 progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
 
         result = search(scenario, gpus, choices, finalists, workers, advance)
-    written = write_outputs(result, folder)
+    written = write_outputs(result, folder, plots)
     if not result.fitting:
         raise BadInput(result.why_none())
     ranked = result.finalists.head(top)

@@ -126,6 +126,7 @@ def test_plan_writes_every_candidate_with_its_verdict_and_the_finalists_flags(tm
     assert len(refused) and refused["why_not"].str.contains("GiB >").all()
     assert candidates.loc[candidates["fits"], "est_step_s"].gt(0).all()
     assert len(pd.read_csv(tmp_path / "out" / "finalists.csv")) == report["simulated"] == 5
+    assert (tmp_path / "out" / "plan.png").stat().st_size > 0
     for entry in report["ranked"]:
         flags = entry["megatron_args"].split()
         assert int(flags[flags.index("--pipeline-model-parallel-size") + 1]) == entry["pp"]

@@ -236,12 +236,16 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     return Plan(space, candidates, dropped, done)
 
 
-def write_outputs(result: Plan, folder: Path) -> list[Path]:
-    """candidates.csv (every layout, its verdict and estimate) and finalists.csv."""
+def write_outputs(result: Plan, folder: Path, plots: bool = True) -> list[Path]:
+    """candidates.csv (every layout, its verdict and estimate), finalists.csv and plan.png."""
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / "candidates.csv", folder / "finalists.csv"]
     result.candidates.to_csv(written[0], index=False)
     result.finalists.to_csv(written[1], index=False)
+    if plots and result.fitting:
+        from ..report.plan_plot import plot_plan
+        written.append(plot_plan(result.candidates, result.finalists, result.space.base.gpu.hbm_gib,
+                                 folder / "plan.png"))
     return written
 
 
