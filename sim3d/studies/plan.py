@@ -255,15 +255,16 @@ def plan_table(result: Plan, top: int):
     title = (f"best layouts: {len(result.candidates):,} candidates, {result.fitting:,} fit in memory, "
              f"{len(result.finalists)} simulated")
     table = Table(title=title, title_justify="left")
-    for col in ("#", "layout", "schedule", "recompute", "switches", "step s", "estimate", "MFU", "bubble", "GiB"):
-        table.add_column(col, justify="left" if col in ("layout", "schedule", "switches") else "right")
+    for col in ("#", "layout", "schedule", "recompute", "switches", "step s", "est.", "MFU", "bubble", "GiB"):
+        table.add_column(col, justify="left" if col in ("layout", "schedule", "recompute", "switches") else "right",
+                         no_wrap=True)
     for i, row in ranked.iterrows():
         if row["error"]:
             table.add_row(str(i + 1), describe(row), row["schedule"], row["recompute"], "", "error", "", "", "", "")
             continue
-        switches = [name for name, on in (("SP", row["sequence_parallel"]), ("dist-opt", row["distributed_optimizer"]),
-                                          ("TP-overlap", row["tp_comm_overlap"]),
-                                          ("pp-dp order", row["order"].endswith("pp-dp"))) if on]
+        switches = [name for name, on in (("SP", row["sequence_parallel"]), ("DO", row["distributed_optimizer"]),
+                                          ("TPO", row["tp_comm_overlap"]),
+                                          ("pp-dp", row["order"].endswith("pp-dp"))) if on]
         table.add_row(str(i + 1), describe(row).rsplit(" ", 2)[0], row["schedule"], row["recompute"],
                       " ".join(switches), f"{row['step_time_s']:.2f}", f"{row['est_error']:+.1%}",
                       f"{row['mfu']:.1%}", f"{row['bubble_fraction']:.1%}", f"{row['peak_gib']:.1f}")
