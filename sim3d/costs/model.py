@@ -471,40 +471,6 @@ class CostModel:
         return seconds * self.slowdown(rank)
 
     def explain(self) -> list[tuple[str, str]]:
-        compute = sorted(k for k in self.sources if k.startswith("compute"))
-        rows = [("cluster", self.topology.describe())]
-        rows += [(key, self._describe(key, self.sources[key])) for key in compute]
-        for key in sorted(k for k in self.sources if not k.startswith("compute")):
-            rows.append((key, self._describe(key, self.sources[key])))
-        if self.s.costs.network == "flow":
-            rows.append(("network", "flow: pipeline transfers and data-parallel buckets are flows on their routed "
-                         "links, sharing them max-min fairly as they meet (rates recomputed at every start and end); "
-                         "alone, each takes its analytical time. TP / CP / EP collectives inside compute stay "
-                         "analytical"))
-        rows.append(("optimizer step", "memory-bound kernels, bytes per parameter: "
-                     f"grad-norm {GRAD_NORM_BYTES} + Adam {ADAM_BYTES} + master copy {MASTER_COPY_BYTES}"
-                     f"{f' + unscale {UNSCALE_BYTES}' if self.s.training.precision == 'fp16' else ''} per shard, "
-                     f"zero-grad {ZERO_GRAD_BYTES} per local parameter (Megatron optimizer.py)"))
-        return rows
-
-    def _describe(self, kind: str, sources: set[str]) -> str:
-        parts = []
-        if "profile" in sources and self.profile is not None:
-            parts.append(self.profile.describe("compute" if kind.startswith("compute") else "collective"))
-        if "analytical" in sources:
-            if kind.startswith("compute"):
-                parts.append(self.compute_model.describe(kind))
-            elif kind == "pipeline p2p":
-                parts.append(f"analytical: latency + {self.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path")
-            elif kind.startswith("tp overlap"):
-                parts.append({
-                    "tp overlap: ring exchange": "all-gather in tp chunks over the copy engines (1 SM), pipelined "
-                                                "with the GEMM cut into tp row slices",
-                    "tp overlap: pipelined": f"reduce-scatter on {COMM_SMS} SMs pipelined with the GEMM cut into "
-                                             f"{PIPELINE_SPLITS} slices",
-                    "tp overlap: bulk": f"one collective beside the whole GEMM, taking {COMM_SMS} SMs from it",
-                }[kind] + " (TE userbuffers module/base.py defaults; Megatron async grad all-reduce)")
-            else:
-                parts.append("analytical: NCCL-like ring / tree / NVLS / hierarchical on the placed links, measured "
-                             "busbw per GPU preset, Hockney n_1/2 inside a node")
-        return "; ".join(parts)
+        """(cost, where it comes from) rows for `sim3d run --explain` (explain.py)."""
+        from .explain import explain
+        return explain(self)
