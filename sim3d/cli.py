@@ -261,12 +261,12 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
     from .limits import GPUS
     GPUS.check(gpus, "--gpus")
-    from .studies.plan import check_gpus, estimate_misses, plan as search, plan_table, write_outputs
+    from .studies.plan import check_space, estimate_misses, plan as search, plan_table, write_outputs
     from .studies.space import parse_choices
 
     choices = parse_choices(fix, space)
     base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
-    check_gpus(scenario, gpus)
+    check_space(scenario, gpus, choices)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
     with _progress("plan") as progress:
         tasks: dict[str, int] = {}

@@ -59,6 +59,13 @@ LOCAL_PROCESSES = Limit("SIM3D_MAX_LOCAL_PROCESSES", max(16, 4 * (os.cpu_count()
                         "4 per core of this machine, at least 16")
 
 
+# sim3d plan's first tier prices ~9,000 layouts a second on this 2-core machine (168,594 in
+# 18 s); the combinations it walks to find them cost ~1 us each.
+PLAN_LAYOUTS = Limit("SIM3D_MAX_PLAN_LAYOUTS", 2_000_000, "layouts", "about four minutes of tier one here")
+PLAN_COMBINATIONS = Limit("SIM3D_MAX_PLAN_COMBINATIONS", 10**9, "combinations of the dimensions",
+                          "minutes just to walk them")
+
+
 # A sweep point takes 0.05-1 s: 10,000 points is minutes to hours on a laptop-sized machine.
 SWEEP_POINTS = Limit("SIM3D_MAX_SWEEP_POINTS", 10_000, "grid points", "minutes to hours of simulation")
 # The executor measures a step; a few dozen steps give a stable median.

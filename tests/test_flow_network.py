@@ -285,12 +285,12 @@ def test_a_slow_server_nic_does_not_shrink_its_leafs_uplinks(monkeypatch):
 
 def test_plan_refuses_gpus_that_are_not_whole_nvlink_domains(tmp_path):
     import yaml
-    from sim3d.studies.plan import check_gpus
+    from sim3d.studies.plan import check_space
     from sim3d.studies.space import Space
     path = tmp_path / "trays.yaml"
     path.write_text(yaml.safe_dump(domain_layout(4, 8, 2, 4)))
     with pytest.raises(sim3d.ScenarioError, match="not a whole number of 8-GPU NVLink domains"):
-        check_gpus(path, 12)
+        check_space(path, 12)
     layouts, _ = Space(sim3d.load_scenario(path), 16, {}).layouts()
     assert max(layout.tp for layout in layouts) == 8  # tensor parallelism spans the domain's two trays
 

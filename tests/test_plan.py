@@ -138,3 +138,11 @@ def test_plan_refuses_bad_dimensions_before_any_work(tmp_path):
                                       "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "not a layout dimension" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_space_too_large_is_refused_before_the_output_folder_is_made(tmp_path):
+    vpp = ",".join(map(str, range(1, 3001)))
+    result = CliRunner().invoke(app, ["plan", str(TINY), "--gpus", "8", "--space", f"parallel.vpp={vpp}",
+                                      "--space", "training.micro_batch=" + vpp, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "SIM3D_MAX_PLAN_COMBINATIONS" in result.output
+    assert not (tmp_path / "out").exists()

@@ -278,9 +278,10 @@ def estimate_misses(result: Plan, threshold: float = 0.10) -> list[str]:
             for i, row in done.iterrows() if abs(row["est_error"]) > threshold]
 
 
-def check_gpus(path: Path, gpus: int) -> None:
-    """ScenarioError now if `gpus` cannot hold the scenario's nodes or NVLink domains."""
-    Space(load_scenario(path), gpus, {})
+def check_space(path: Path, gpus: int, choices: dict | None = None) -> None:
+    """ScenarioError now if `gpus` cannot hold the scenario's nodes or NVLink domains, and
+    WorkLimitExceeded if the dimensions are too many to walk."""
+    Space(load_scenario(path), gpus, choices or {}).check_size()
 
 
-__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "write_outputs", "check_gpus", "ScenarioError"]
+__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "write_outputs", "check_space", "ScenarioError"]

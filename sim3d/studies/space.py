@@ -25,6 +25,7 @@ import itertools
 from dataclasses import dataclass, fields
 from functools import cached_property
 
+from ..limits import PLAN_COMBINATIONS, PLAN_LAYOUTS
 from ..scenario import ScenarioError
 from ..scenario_model import Scenario
 
@@ -163,8 +164,13 @@ class Space:
             n *= len(values)
         return n
 
+    def check_size(self) -> None:
+        """WorkLimitExceeded when the dimensions' product is too large to walk."""
+        PLAN_COMBINATIONS.check(self.size(), " x ".join(f"{len(v)} {k}" for k, v in self.dimensions.items()))
+
     def layouts(self) -> tuple[list[Layout], dict[str, int]]:
         """Every valid layout, and how many combinations each exclusion dropped."""
+        self.check_size()
         d, m, g = self.dimensions, self.base.model, self.gpus
         dropped = dict.fromkeys(("gpus", "batch", "shape", "schedule", "same run", "fixed dp"), 0)
         out: list[Layout] = []
@@ -203,6 +209,9 @@ class Space:
                             dropped["same run"] += 1
                             continue
                         out.append(Layout(tp, pp, dp, cp, ep, vpp, mb, schedule, recompute, sp, dist, overlap, order))
+                if len(out) > PLAN_LAYOUTS.value:
+                    PLAN_LAYOUTS.check(len(out), "valid layouts of this space, counted so far (narrow it with --fix or "
+                                                  "--space)")
         return out, dropped
 
     def _shape_ok(self, tp: int, cp: int, ep: int, pp: int, dp: int) -> bool:
