@@ -146,3 +146,8 @@ def test_a_space_too_large_is_refused_before_the_output_folder_is_made(tmp_path)
                                       "--space", "training.micro_batch=" + vpp, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "SIM3D_MAX_PLAN_COMBINATIONS" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_plan_refuses_a_scenario_with_faults():
+    with pytest.raises(ScenarioError, match="healthy cluster"):
+        Space(scenario_from_dict({**SMALL, "faults": [{"straggler": {"rank": 3, "slowdown": 1.2}}]}), 8, {})

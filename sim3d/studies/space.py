@@ -125,6 +125,9 @@ class Space:
     choices: dict[str, tuple]  # --fix / --space, by layout field
 
     def __post_init__(self):
+        if self.base.faults:
+            raise ScenarioError("plan searches layouts of a healthy cluster: faults name ranks, nodes and NICs of one "
+                                "layout; remove them, plan, then run the pick with its faults")
         per_node = self.base.gpus_per_node
         if self.gpus % per_node and self.gpus > per_node:
             raise ScenarioError(f"--gpus {self.gpus} is not a whole number of {per_node}-GPU nodes")
