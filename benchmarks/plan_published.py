@@ -41,8 +41,8 @@ def main() -> None:
     args = parser.parse_args()
     rows = {r["id"]: r for r in csv.DictReader(open(DEFAULT_CSV))}
     print("| run | published layout | simulated | rank, every schedule | best, every schedule | "
-          "rank, Megatron-LM schedules | best, Megatron-LM schedules |")
-    print("|---|---|---:|---:|---|---:|---|")
+          "rank, Megatron-LM schedules | best, Megatron-LM schedules | estimate error (median, worst) |")
+    print("|---|---|---:|---:|---|---:|---|---|")
     megatron = parse_choices([], ["schedule=1f1b,interleaved-1f1b"])
     with tempfile.TemporaryDirectory() as tmp:
         for run in RUNS:
@@ -51,15 +51,17 @@ def main() -> None:
             path.write_text(yaml.safe_dump(scenario))
             gpus = int(rows[run]["num_gpus"])
             published = simulate(path).step_time
-            cells = []
+            cells, errors = [], []
             for choices in ({}, megatron):
                 result = plan(path, gpus, choices, finalists=args.finalists)
                 steps = result.finalists["step_time_s"].dropna()
                 rank = int((steps < published * (1 - 1e-9)).sum()) + 1
                 best = result.finalists.iloc[0]
                 cells += [f"{rank} of {len(steps) + 1}", f"{describe(best)} {best['step_time_s']:.3f} s"]
+                err = result.estimate_error()
+                errors.append(f"{err['median']:.1%}, {err['worst']:+.1%}")
             print(f"| {run} ({gpus} GPUs) | {describe(published_layout(scenario))} | {published:.3f} s | "
-                  + " | ".join(cells) + " |")
+                  + " | ".join(cells) + f" | {'; '.join(errors)} |")
 
 
 if __name__ == "__main__":
