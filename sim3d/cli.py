@@ -259,8 +259,10 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plan.png."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
-    from .limits import GPUS
+    from .limits import GPUS, LOCAL_PROCESSES
     GPUS.check(gpus, "--gpus")
+    if workers is not None:
+        LOCAL_PROCESSES.check(workers, "--workers")
     from .studies.plan import check_space, estimate_misses, plan as search, plan_table, write_outputs
     from .studies.space import parse_choices
 
@@ -321,7 +323,11 @@ def _plan_megatron_line(scenario: Path, overrides: str) -> str:
 
 
 def _json_row(row) -> dict:
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+    """A finalists row as JSON values: numpy scalars as Python ones, NaN (a failed finalist's
+    step) as null."""
+    import math
+    plain = {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in plain.items()}
 
 
 @app.command()

@@ -226,7 +226,8 @@ def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds
 
 
 @settings(max_examples=40, deadline=None)
-@given(schedule=st.sampled_from([("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("zb-h1", 1),
+@given(schedule=st.sampled_from([("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 3),
+                                 ("interleaved-1f1b", 6), ("interleaved-1f1b", 12), ("zb-h1", 1),
                                  ("zbv", 2), ("dualpipev", 2), ("gpipe", 1)]),
        pp=st.integers(1, 8), extra=st.integers(0, 200))
 def test_a_layout_search_may_replay_fewer_micro_batches_with_the_same_peaks(schedule, pp, extra):

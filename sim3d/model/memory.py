@@ -140,11 +140,11 @@ def model_params(s) -> float:
 
 # ---- activations --------------------------------------------------------------------------
 
-def layer_activation_bytes(s, moe_layer: bool = False, recompute: str | None = None, d: Dims | None = None) -> float:
+def layer_activation_bytes(s, moe_layer: bool = False, recompute: str | None = None) -> float:
     """Activation bytes one layer keeps per micro-batch on one rank (Korthikanti Table 2):
     none: sum of every op's saved tensors; selective: minus the core attention;
     full: only the layer input, 2*s*b*h (/t with sequence parallelism)."""
-    return _layer_activation_bytes(d or Dims.of(s), moe_layer, recompute or s.training.recompute)
+    return _layer_activation_bytes(Dims.of(s), moe_layer, recompute or s.training.recompute)
 
 
 @lru_cache(maxsize=1024)  # layouts searches and deep models ask for the same few shapes again and again

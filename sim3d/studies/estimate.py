@@ -2,13 +2,14 @@
 
 The costs are the simulator's own (costs/model.py): one micro-batch of the embedding, a
 layer and the head per (F, B, BI, BW), priced once per distinct shape and shared by every
-layout with that shape; group links are taken from the placed topology once per
-(tp, cp, ep, dp, pp, order). What the estimate replaces is the replay: the pipeline is a
-closed form of the per-rank costs (shared/reference/schedules.md section 7, generalised
-from uniform stages to the busiest rank), the bubble of V schedules is read off the
-schedule replayed with unit costs, and the data-parallel tail is the gradient reduction
-the first rank cannot hide behind its last backward. The finalists are then simulated,
-and the table shows how far each estimate was off.
+layout with that shape. The fabric's graph is built once, and a group link is priced once
+per (axis, stride, size), which fix every group along that axis. What the estimate replaces
+is the replay: the pipeline is a closed form of the per-rank costs (shared/reference/
+schedules.md section 7, generalised from uniform stages to the busiest rank); V schedules
+read their bubble, and when each chunk's last weight gradient is done, off the schedule
+replayed with unit costs; the data-parallel tail is the gradient reduction the last
+backward cannot hide. The finalists are then simulated, and the table shows how far each
+estimate was off.
 """
 
 from __future__ import annotations

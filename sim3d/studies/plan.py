@@ -34,7 +34,9 @@ LAYOUT_COLUMNS = [f.name for f in fields(Layout)]
 @dataclass
 class Plan:
     space: Space
-    candidates: pd.DataFrame  # every layout: its fields, memory verdict and estimate
+    # every layout: its fields, memory verdict and estimate; peak_gib is the model states +
+    # reserve (a lower bound) where those alone overflow, as why_not says
+    candidates: pd.DataFrame
     dropped: dict[str, int]  # combinations each exclusion removed (space.py)
     finalists: pd.DataFrame  # the simulated ones, best simulated step first
 
@@ -58,9 +60,10 @@ class Plan:
             reasons = ", ".join(f"{n:,} {why}" for why, n in self.dropped.items() if n)
             return f"no valid layout of this model on {gpus} GPUs (excluded: {reasons})"
         best = self.candidates.sort_values("peak_gib").iloc[0]
+        bound = "at least " if best["why_not"].startswith("model states") else ""
         return (f"none of {len(self.candidates):,} layouts of this model on {gpus} GPUs fits in memory; the "
-                f"closest, {describe(best)}, needs {best['peak_gib']:.1f} GiB of {self.space.base.gpu.hbm_gib:g} "
-                f"({best['why_not']})")
+                f"closest, {describe(best)}, needs {bound}{best['peak_gib']:.1f} GiB of "
+                f"{self.space.base.gpu.hbm_gib:g} ({best['why_not']})")
 
 
 def describe(row) -> str:
@@ -148,7 +151,7 @@ def _batches(layouts: list[Layout], workers: int) -> list[list[Layout]]:
 def price(space: Space, layouts: list[Layout], workers: int,
           progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Tier one over every layout: a row each, in worker processes (`workers` 1: here)."""
-    key = (id(space), space.gpus)
+    key = (space.base.model_dump_json(), space.gpus, repr(sorted(space.choices.items())))
     jobs = [(key, space.base, space.gpus, space.choices, batch) for batch in _batches(layouts, workers)]
     rows: list[tuple] = []
     if workers == 1:
@@ -163,6 +166,7 @@ def price(space: Space, layouts: list[Layout], workers: int,
                 rows += future.result()
                 if progress:
                     progress(futures[future])
+    _WORKER.clear()  # this process's caches belong to this space only
     frame = pd.DataFrame.from_records(rows, columns=CANDIDATE_COLUMNS)
     return frame.sort_values(["fits", "est_step_s"], ascending=[False, True], kind="stable").reset_index(drop=True)
 

@@ -8,11 +8,14 @@ each named so that a search can count what it dropped and why:
 - `gpus`: tp*cp*pp does not divide the GPUs;
 - `batch`: micro_batch*dp does not divide the global batch;
 - `shape`: tp does not divide heads, kv heads, ffn and vocab; pp*vpp does not divide the
-  layers (uneven splits are for hand-made layouts); cp does not divide seq_len/2 (Megatron's
-  load-balanced ring); ep does not divide the experts or dp*cp;
+  layers (uneven splits are for hand-made layouts; with the base scenario's Megatron split
+  options, the split Megatron would refuse); cp does not divide seq_len/2 (Megatron's
+  load-balanced ring); ep > 1 on a dense model, or ep not dividing the experts or dp*cp;
 - `schedule`: a schedule's own rule (interleaved: vpp >= 2 and micro-batches a multiple of
   pp; zbv / dualpipev: vpp = 2, dualpipev at least 2*pp micro-batches; every schedule but
-  1f1b needs pp > 1, where they are all 1f1b);
+  1f1b needs pp > 1, where they are all 1f1b; V schedules do not take Megatron's split
+  options; a schedule whose replay exceeds SIM3D_MAX_ACTIONS);
+- `order`: Megatron-LM allows --use-tp-pp-dp-mapping only with cp = ep = 1 (arguments.py);
 - `same run`: a switch that changes nothing is held at its default (sequence parallelism and
   TP overlap without tp > 1, TP overlap without sequence parallelism, which Megatron asserts,
   the distributed optimizer without dp*cp > 1, the rank order without both pp > 1 and
@@ -24,9 +27,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, fields
 from functools import cached_property
+from types import SimpleNamespace
 
-from ..limits import PLAN_COMBINATIONS, PLAN_LAYOUTS
+from ..limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded, check_schedule_size
+from ..pipeline_split import megatron_stage_layers
 from ..scenario import ScenarioError
+from ..scenario_checks import AXES
 from ..scenario_model import Scenario
 
 MICRO_BATCHES = tuple(range(1, 9))  # and every divisor of the global batch
@@ -68,6 +74,8 @@ TEXT = {"schedule", "recompute", "order"}
 # Megatron-LM's rank orders: the default, and --use-tp-pp-dp-mapping (pipeline stages on
 # neighbouring ranks, data-parallel replicas far apart; megatron/training/arguments.py)
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+PP_DP_ORDER = ORDERS[1]
+V_SCHEDULES = ("zbv", "dualpipev")
 
 
 def _divisors(n: int) -> tuple[int, ...]:
@@ -110,6 +118,9 @@ def parse_choices(fix: list[str], space: list[str]) -> dict[str, tuple]:
                 if unknown:
                     raise ScenarioError(f"{option} {key}: unknown schedule {unknown[0]!r}; known: gpipe, "
                                         + ", ".join(SCHEDULES))
+            if name == "order" and any(sorted(p.strip().split("-")) != sorted(AXES) for p in parts):
+                raise ScenarioError(f"{option} {key}: a rank order lists each of {', '.join(AXES)} once, joined by '-' "
+                                    f"(e.g. {ORDERS[0]}), got {values!r}")
             if name == "recompute" and any(p.strip() not in RECOMPUTE for p in parts):
                 raise ScenarioError(f"{option} {key}: expected {', '.join(RECOMPUTE)}, got {values!r}")
             out[name] = tuple(dict.fromkeys(_value(name, p) for p in parts))
@@ -174,8 +185,8 @@ class Space:
     def layouts(self) -> tuple[list[Layout], dict[str, int]]:
         """Every valid layout, and how many combinations each exclusion dropped."""
         self.check_size()
-        d, m, g = self.dimensions, self.base.model, self.gpus
-        dropped = dict.fromkeys(("gpus", "batch", "shape", "schedule", "same run", "fixed dp"), 0)
+        d, g = self.dimensions, self.gpus
+        dropped = dict.fromkeys(("gpus", "batch", "shape", "schedule", "order", "same run", "fixed dp"), 0)
         out: list[Layout] = []
         rest = 1
         for key in ("micro_batch", "vpp", "schedule", "recompute", "sequence_parallel", "distributed_optimizer",
@@ -200,7 +211,7 @@ class Space:
                     continue
                 micro = self.base.training.global_batch // (mb * dp)
                 for vpp, schedule in itertools.product(d["vpp"], d["schedule"]):
-                    problem = self._schedule_problem(schedule, pp, vpp, micro, m.layers)
+                    problem = self._schedule_problem(schedule, pp, vpp, micro)
                     if problem:
                         dropped[problem] += inner
                         continue
@@ -210,6 +221,9 @@ class Space:
                         if ((sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1)
                                 or (order != d["order"][0] and (pp == 1 or dp == 1))):
                             dropped["same run"] += 1
+                            continue
+                        if order == PP_DP_ORDER and (cp > 1 or ep > 1):
+                            dropped["order"] += 1
                             continue
                         out.append(Layout(tp, pp, dp, cp, ep, vpp, mb, schedule, recompute, sp, dist, overlap, order))
                 if len(out) > PLAN_LAYOUTS.value:
@@ -223,16 +237,21 @@ class Space:
             return False
         if cp > 1 and m.seq_len % (2 * cp):
             return False
-        if m.moe and (m.moe.experts % ep or (dp * cp) % ep):
+        if (dp * cp) % ep or (ep > 1 and (m.moe is None or m.moe.experts % ep)):
             return False
-        return m.layers % pp == 0
+        return self.base.megatron_split or m.layers % pp == 0
 
-    @staticmethod
-    def _schedule_problem(schedule: str, pp: int, vpp: int, micro: int, layers: int) -> str:
-        if layers % (pp * vpp):
+    def _schedule_problem(self, schedule: str, pp: int, vpp: int, micro: int) -> str:
+        if self._split_problem(pp, vpp):
             return "shape"
         if pp == 1:
             return "" if (schedule, vpp) == ("1f1b", 1) else "schedule"
+        if self.base.megatron_split and schedule in V_SCHEDULES:
+            return "schedule"
+        try:
+            check_schedule_size(pp, micro, vpp)
+        except WorkLimitExceeded:
+            return "schedule"
         if schedule in ("1f1b", "zb-h1", "gpipe"):
             return "" if vpp == 1 else "schedule"
         if schedule == "interleaved-1f1b":
@@ -240,6 +259,14 @@ class Space:
         if schedule == "zbv":
             return "" if vpp == 2 else "schedule"
         return "" if vpp == 2 and micro >= 2 * pp else "schedule"  # dualpipev
+
+    def _split_problem(self, pp: int, vpp: int) -> bool:
+        """The layers do not split over pp*vpp stages (Megatron's rules when the base scenario
+        uses its split options, evenly otherwise)."""
+        if not self.base.megatron_split:
+            return self.base.model.layers % (pp * vpp) != 0
+        shape = SimpleNamespace(parallel=self.base.parallel, pp=pp, vpp=vpp, model=self.base.model)
+        return megatron_stage_layers(shape)[1] is not None
 
     # ---- a layout as a scenario ---------------------------------------------------------
     def overrides(self, layout: Layout) -> tuple[str, ...]:
