@@ -158,8 +158,8 @@ class Space:
             "tp": _divisors(domain),
             "cp": tuple(c for c in CONTEXT_PARALLEL if c <= self.gpus),
             "ep": _divisors(m.moe.experts) if m.moe else (1,),
-            "pp": _divisors(m.layers),
-            "vpp": _divisors(m.layers),
+            "pp": self._stage_counts(),
+            "vpp": self._stage_counts(),
             "micro_batch": tuple(sorted(set(MICRO_BATCHES) | set(_divisors(self.base.training.global_batch)))),
             "schedule": SCHEDULES,
             "recompute": RECOMPUTE,
@@ -170,6 +170,13 @@ class Space:
         }
         dims.update({k: v for k, v in self.choices.items() if k != "dp"})
         return dims
+
+    def _stage_counts(self) -> tuple[int, ...]:
+        """Divisors of the layers, and with Megatron's split options of the layers counted with
+        the embedding and loss too (Llama 3.1 405B: 126 + 2 = 128 over pp 8 x vpp 8)."""
+        par, layers = self.base.parallel, self.base.model.layers
+        counted = layers + par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
+        return tuple(sorted(set(_divisors(layers)) | set(_divisors(counted))))
 
     def size(self) -> int:
         """The product of the dimensions: what the exclusions are counted against."""
