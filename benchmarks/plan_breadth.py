@@ -27,6 +27,8 @@ def whole_process(out: Path) -> tuple[float, dict]:
 
 
 def tiers() -> dict[str, float]:
+    from concurrent.futures import ProcessPoolExecutor
+
     from sim3d import load_scenario
     from sim3d.studies.plan import price, simulate_finalists
     from sim3d.studies.space import Space
@@ -34,13 +36,14 @@ def tiers() -> dict[str, float]:
     base = load_scenario(path)
     base.gpu
     space = Space(base, 1024, {})
-    t0 = time.perf_counter()
-    layouts, _ = space.layouts()
-    t1 = time.perf_counter()
-    candidates = price(space, layouts, 2)
-    t2 = time.perf_counter()
-    simulate_finalists(path, space, candidates, 100, 2)
-    t3 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        t0 = time.perf_counter()
+        layouts, _ = space.layouts()
+        t1 = time.perf_counter()
+        candidates = price(space, layouts, pool)
+        t2 = time.perf_counter()
+        simulate_finalists(path, space, candidates, 100, pool)
+        t3 = time.perf_counter()
     return {"enumerate": t1 - t0, "tier one (2 workers)": t2 - t1, "tier two, 100 finalists (2 workers)": t3 - t2}
 
 

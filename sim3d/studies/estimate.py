@@ -86,7 +86,9 @@ class Estimator:
             return topology, links
         return self._memo(("placed", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order), place)
 
-    def _costs(self, layout: Layout, scenario) -> CostModel:
+    def cost_model(self, layout: Layout, scenario) -> CostModel:
+        """The folded cost model of a layout's scenario, on the shared fabric and links (what
+        a simulation of it prices, without building them again)."""
         topology, links = self._placed(layout, scenario)
         costs = CostModel(scenario, topology, self.profile, folded=True)
         costs.__dict__["_folded_links"] = links  # priced once per placement, not per layout
@@ -97,7 +99,7 @@ class Estimator:
 
         def cost_model() -> CostModel:  # built only when a cache below misses
             nonlocal costs
-            costs = costs or self._costs(layout, scenario)
+            costs = costs or self.cost_model(layout, scenario)
             return costs
 
         v_shape = layout.schedule in V_SCHEDULES

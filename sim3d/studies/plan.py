@@ -19,12 +19,11 @@ from typing import Callable
 
 import pandas as pd
 
-from ..engine.run import load_profile
+from ..engine.run import load_profile, replay_step
 from ..lifetime import die_with_parent
 from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
 from ..scenario import ScenarioError, load_scenario
 from .estimate import Estimate, Estimator
-from .runner import run_jobs
 from .space import Layout, Space
 
 FINALISTS = 200
@@ -82,15 +81,24 @@ CANDIDATE_COLUMNS = LAYOUT_COLUMNS + ["fits", "peak_gib", "why_not", "est_step_s
 UNPRICED = (None,) * 5
 
 
+def _worker_state(key: tuple, base, gpus: int, choices: dict) -> tuple[Space, Estimator]:
+    """This process's space and estimator caches, made on its first job for that space."""
+    if key not in _WORKER:
+        _WORKER.clear()
+        space = Space(base, gpus, choices)
+        _WORKER[key] = (space, Estimator(space, load_profile(base)))
+    return _WORKER[key]
+
+
+def _space_key(space: Space) -> tuple:
+    return space.base.model_dump_json(), space.gpus, repr(sorted(space.choices.items()))
+
+
 def _tier_one(args: tuple) -> list[tuple]:
     """Memory verdict and estimate of a batch of layouts (in a worker process), as rows of
     CANDIDATE_COLUMNS (tuples: 100,000 of them cross a process boundary)."""
     key, base, gpus, choices, layouts = args
-    if key not in _WORKER:
-        space = Space(base, gpus, choices)
-        _WORKER.clear()
-        _WORKER[key] = (space, Estimator(space, load_profile(base)))
-    space, estimator = _WORKER[key]
+    space, estimator = _worker_state(key, base, gpus, choices)
     hbm = base.gpu.hbm_gib * GIB
     memory: dict[tuple, tuple] = {}
     states: dict[tuple, float] = {}
@@ -148,51 +156,74 @@ def _batches(layouts: list[Layout], workers: int) -> list[list[Layout]]:
     return batches
 
 
-def price(space: Space, layouts: list[Layout], workers: int,
+def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None,
           progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    """Tier one over every layout: a row each, in worker processes (`workers` 1: here)."""
-    key = (space.base.model_dump_json(), space.gpus, repr(sorted(space.choices.items())))
-    jobs = [(key, space.base, space.gpus, space.choices, batch) for batch in _batches(layouts, workers)]
+    """Tier one over every layout: a row each, in `pool`'s workers (None: here)."""
+    workers = pool._max_workers if pool else 1
+    jobs = [(_space_key(space), space.base, space.gpus, space.choices, batch) for batch in _batches(layouts, workers)]
     rows: list[tuple] = []
-    if workers == 1:
-        for job in jobs:
-            rows += _tier_one(job)
-            if progress:
-                progress(len(job[-1]))
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) as pool:
-            futures = {pool.submit(_tier_one, job): len(job[-1]) for job in jobs}
-            for future in as_completed(futures):
-                rows += future.result()
-                if progress:
-                    progress(futures[future])
-    _WORKER.clear()  # this process's caches belong to this space only
+    for done, batch in _completed(pool, _tier_one, jobs):
+        rows += done
+        if progress:
+            progress(len(batch[-1]))
     frame = pd.DataFrame.from_records(rows, columns=CANDIDATE_COLUMNS)
     return frame.sort_values(["fits", "est_step_s"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
+def _completed(pool: ProcessPoolExecutor | None, fn, jobs: list):
+    """(fn(job), job) as each finishes: in `pool`, or here in order."""
+    if pool is None:
+        for job in jobs:
+            yield fn(job), job
+        return
+    futures = {pool.submit(fn, job): job for job in jobs}
+    for future in as_completed(futures):
+        yield future.result(), futures[future]
+
+
 # ---- tier two ------------------------------------------------------------------------------
 
-def simulate_finalists(path: Path, space: Space, candidates: pd.DataFrame, count: int, workers: int,
+def _tier_two(args: tuple) -> dict:
+    """One finalist simulated as `sim3d run` would (its scenario re-read and checked from the
+    file with its overrides), on the fabric and group links this worker already priced.
+    Never raises: a finalist's failure is its row's error."""
+    key, base, gpus, choices, path, overrides, layout = args
+    from ..report.summary import summarize
+    from ..schedule import ScheduleConstraint, ScheduleError
+    try:
+        _, estimator = _worker_state(key, base, gpus, choices)
+        scenario = load_scenario(path, list(overrides))
+        run = replay_step(scenario, costs=estimator.cost_model(layout, scenario))
+        return {**summarize(run, memory_report(scenario, check_schedule=False)), "error": ""}
+    except (ScenarioError, ScheduleConstraint, ScheduleError) as e:
+        return {"error": str(e).splitlines()[-1]}
+    except Exception as e:  # noqa: BLE001 - one broken finalist must not cost the others
+        return {"error": f"internal error: {type(e).__name__}: {e}".splitlines()[0]}
+
+
+def simulate_finalists(path: Path, space: Space, candidates: pd.DataFrame, count: int,
+                       pool: ProcessPoolExecutor | None = None,
                        progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """The `count` best estimates, simulated; ranked by simulated step (errors last)."""
     best = candidates[candidates["fits"]].head(count)
     layouts = [Layout(**{k: _plain(row[k]) for k in LAYOUT_COLUMNS}) for _, row in best.iterrows()]
-    jobs = [(str(i), str(path), space.overrides(layout)) for i, layout in enumerate(layouts)]
-    results: dict[int, dict] = {}
-    for index, summary in run_jobs(jobs, workers):
-        results[int(index)] = summary
+    key = _space_key(space)
+    jobs = [(key, space.base, space.gpus, space.choices, str(path), space.overrides(layout), layout)
+            for layout in layouts]
+    results: dict[Layout, dict] = {}
+    for summary, job in _completed(pool, _tier_two, jobs):
+        results[job[-1]] = summary
         if progress:
             progress(1)
     rows = []
     for i, (layout, (_, estimate)) in enumerate(zip(layouts, best.iterrows())):
-        summary = results[i]
+        summary = results[layout]
         step = summary.get("step_time_s")
         rows.append({**layout.row(), "peak_gib": estimate["peak_gib"], "est_step_s": estimate["est_step_s"],
                      "step_time_s": step, "est_error": estimate["est_step_s"] / step - 1 if step else None,
                      "est_off_by": _off_by(estimate, summary.get("breakdown")) if step else "",
                      "mfu": summary.get("mfu"), "bubble_fraction": summary.get("bubble_fraction"),
-                     "error": summary.get("error", ""), "overrides": " ".join(jobs[i][2])})
+                     "error": summary.get("error", ""), "overrides": " ".join(jobs[i][5])})
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -234,9 +265,17 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     layouts, dropped = space.layouts()
     workers = workers or max(1, os.cpu_count() or 1)
     tick = (lambda phase, total: (lambda n: progress(phase, n, total))) if progress else (lambda phase, total: None)
-    candidates = price(space, layouts, workers, tick("price", len(layouts)))
-    count = min(finalists, int(candidates["fits"].sum()))
-    done = simulate_finalists(path, space, candidates, count, workers, tick("simulate", count)) if count else pd.DataFrame()
+    # one pool for both tiers: a worker simulates finalists on the fabric and links it priced
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) if workers > 1 else None
+    try:
+        candidates = price(space, layouts, pool, tick("price", len(layouts)))
+        count = min(finalists, int(candidates["fits"].sum()))
+        done = (simulate_finalists(path, space, candidates, count, pool, tick("simulate", count)) if count
+                else pd.DataFrame())
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        _WORKER.clear()  # in-process caches belong to this space only
     return Plan(space, candidates, dropped, done)
 
 
