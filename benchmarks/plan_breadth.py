@@ -40,7 +40,7 @@ def tiers() -> dict[str, float]:
         t0 = time.perf_counter()
         layouts, _ = space.layouts()
         t1 = time.perf_counter()
-        candidates = price(space, layouts, pool)
+        candidates = price(space, layouts, pool, 2)
         t2 = time.perf_counter()
         simulate_finalists(path, space, candidates, 100, pool)
         t3 = time.perf_counter()

@@ -156,10 +156,9 @@ def _batches(layouts: list[Layout], workers: int) -> list[list[Layout]]:
     return batches
 
 
-def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None,
+def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None, workers: int = 1,
           progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    """Tier one over every layout: a row each, in `pool`'s workers (None: here)."""
-    workers = pool._max_workers if pool else 1
+    """Tier one over every layout: a row each, in `pool`'s `workers` processes (no pool: here)."""
     jobs = [(_space_key(space), space.base, space.gpus, space.choices, batch) for batch in _batches(layouts, workers)]
     rows: list[tuple] = []
     for done, batch in _completed(pool, _tier_one, jobs):
@@ -268,7 +267,7 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     # one pool for both tiers: a worker simulates finalists on the fabric and links it priced
     pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) if workers > 1 else None
     try:
-        candidates = price(space, layouts, pool, tick("price", len(layouts)))
+        candidates = price(space, layouts, pool, workers, tick("price", len(layouts)))
         count = min(finalists, int(candidates["fits"].sum()))
         done = (simulate_finalists(path, space, candidates, count, pool, tick("simulate", count)) if count
                 else pd.DataFrame())
