@@ -263,7 +263,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
-    from .studies.plan import check_space, estimate_misses, plan as search, plan_table, write_outputs
+    from .studies.plan import check_space, estimate_misses, json_row, plan as search, plan_table, write_outputs
     from .studies.space import parse_choices
 
     choices = parse_choices(fix, space)
@@ -292,7 +292,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         _print_json({"considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
                      "simulated": len(result.finalists), "estimate_error": result.estimate_error(),
                      "estimate_misses": estimate_misses(result),
-                     "ranked": [{**_json_row(row), "megatron_args": f} for (_, row), f in zip(ranked.iterrows(), flags)],
+                     "ranked": [{**json_row(row), "megatron_args": f} for (_, row), f in zip(ranked.iterrows(), flags)],
                      "files": [str(p) for p in written]})
         return
     out.print(plan_table(result, top))
@@ -320,14 +320,6 @@ def _plan_megatron_line(scenario: Path, overrides: str) -> str:
     line = _megatron_line(s)
     note = SCHEDULE_ELSEWHERE.get(s.schedule)
     return f"{line}  # {note}" if note else line
-
-
-def _json_row(row) -> dict:
-    """A finalists row as JSON values: numpy scalars as Python ones, NaN (a failed finalist's
-    step) as null."""
-    import math
-    plain = {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in plain.items()}
 
 
 @app.command()

@@ -247,6 +247,13 @@ def _off_by(estimate, breakdown: dict | None) -> str:
     return f"{PART_NAMES[part]}: estimated {estimate[f'est_{part}_s']:.2f} s, simulated {sim[part]:.2f} s"
 
 
+def json_row(row) -> dict:
+    """A finalists row as JSON values: numpy scalars as Python ones, NaN (a failed finalist's
+    step) as null."""
+    plain = {k: _plain(v) for k, v in row.items()}
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in plain.items()}
+
+
 def _plain(value):
     """numpy scalars from a DataFrame row back to Python ones."""
     return value.item() if hasattr(value, "item") else value
@@ -326,4 +333,4 @@ def check_space(path: Path, gpus: int, choices: dict | None = None) -> None:
     Space(load_scenario(path), gpus, choices or {}).check_size()
 
 
-__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "write_outputs", "check_space", "ScenarioError"]
+__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "json_row", "write_outputs", "check_space", "ScenarioError"]
