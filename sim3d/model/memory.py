@@ -200,7 +200,7 @@ def _schedule(name: str, pp: int, m: int, vpp: int, check: bool):
     """(live-chunk frontier per rank or None, peak in-flight chunk activations per rank).
     With `check` the schedule is proved by `prove` and its `peak_inflight` is used; without
     (fast path for layout searches, `prove` costs seconds at pp=64, m=512) the same count is
-    replayed here, on `steady_microbatches(pp, m)`."""
+    replayed here, on `steady_microbatches(name, pp, m)`."""
     if not check:
         m = steady_microbatches(name, pp, m)
     try:
