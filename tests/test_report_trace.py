@@ -298,3 +298,39 @@ def test_parquet_trace_round_trips_and_compares(tmp_path):
     pd.testing.assert_frame_equal(parquet, csv)
     result = runner.invoke(app, ["compare", str(tmp_path / "trace.parquet"), str(tmp_path / "trace.csv"), "--json"])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("size", ["column", "screen"])
+def test_gantt_text_stays_inside_the_figure(monkeypatch, size):
+    """Margins are measured, not found by a layout engine: every text (title, legend, row
+    names, bubble column) must still land inside the figure. A long title and a seven-entry
+    legend overflowed an IEEE column before the title was wrapped and the legend's columns
+    fitted to the width."""
+    from sim3d.report import gantt
+    kept = []
+    monkeypatch.setattr(gantt, "save", lambda fig, paths, dpi: kept.append(fig) or [])
+    trace = with_comm(unit_trace("interleaved-1f1b", 4, 8, vpp=2, tf=1e-3, tb=2e-3), pp=4)
+    long_title = "gpt3-175b-512-interleaved: interleaved-1f1b, tp8 pp8 dp8, 128 micro-batches, step 34.56 s"
+    gantt.plot_gantt(trace, ["unused.png"], long_title, rank_labels={r: f"pp{r} tp0 dp0" for r in range(4)}, size=size)
+    fig = kept[0]
+    fig.draw_without_rendering()  # legend entries are positioned at draw time
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    texts = [t for ax in fig.axes for t in (*ax.texts, ax.title)] + [t for leg in fig.legends for t in leg.get_texts()]
+    assert len(texts) > 10
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, \
+            (text.get_text(), box, page)
+    ax = fig.axes[0]  # the boxes' area sits inside the page, with its labels outside it
+    assert 0 < ax.get_position().x0 < ax.get_position().x1 < 1
+
+
+def test_fit_text_breaks_at_spaces_within_the_width():
+    from sim3d.report.figure import fit_text, new_figure, text_inches
+    fig = new_figure(3.5, 2)
+    text = "one two three four five six seven eight nine ten eleven twelve\nkept break"
+    wrapped = fit_text(fig, text, 11, 1.5)
+    assert wrapped.replace("\n", " ") == text.replace("\n", " ") and wrapped.endswith("\nkept break")
+    assert all(text_inches(fig, line, 11)[0] <= 1.5 for line in wrapped.split("\n") if " " in line)
+    assert len(wrapped.split("\n")) >= 4

@@ -1,33 +1,32 @@
 """Pipeline Gantt charts from a trace (schedules.md section 6.2), and the unit-cost bridge
 from the reference evaluator's `Timeline` to a trace.
 
-Imported only when plotting: it pulls in matplotlib (Agg backend, no display needed).
+Imported only when plotting: it pulls in matplotlib (Agg canvas, no display needed).
 Boxes go through one PolyCollection per layer instead of one Rectangle per action, so tens
-of thousands of actions draw in about a second; labels are the only per-action artists and
-are emitted only where they fit.
+of thousands of actions draw in a fraction of a second; labels are the only per-action
+artists and are emitted only where they fit. The margins are measured, not found by a layout
+engine (figure.py), so the chart is drawn exactly once.
 """
 
 from __future__ import annotations
 
 import colorsys
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Literal, Mapping, Sequence
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
+from matplotlib.patches import Patch, PathPatch
+from matplotlib.path import Path
+from matplotlib.transforms import blended_transform_factory, offset_copy
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.collections import PolyCollection  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.transforms import blended_transform_factory  # noqa: E402
-
-from ..trace import canonical  # noqa: E402
-from .gantt_sizes import SIZES  # noqa: E402
-from .trace import bubble_by_rank  # noqa: E402
+from ..trace import canonical
+from .figure import artist_inches, fit_text, new_figure, place_axes, save, text_inches, widest
+from .gantt_sizes import SIZES
+from .trace import bubble_by_rank
 
 # Colour-blind-safe (Okabe-Ito blue/orange, Tol "muted" teal/green): teal and green differ
 # strongly in lightness, so BI and BW stay apart even in greyscale.
@@ -117,11 +116,23 @@ def _boxes(x0, x1, y0, y1) -> np.ndarray:
     return np.stack([np.stack([x0, y0], 1), np.stack([x1, y0], 1), np.stack([x1, y1], 1), np.stack([x0, y1], 1)], 1)
 
 
-def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
+def _add_boxes(ax, verts: np.ndarray, **style) -> PathPatch:
+    """Boxes of one colour as one compound path: one artist instead of a Path object per box
+    (building those was a third of the flagship chart's plotting time). Added as a plain
+    artist because `add_patch` walks every segment for data limits, which are set by hand."""
+    closed = np.concatenate([verts, verts[:, :1]], axis=1).reshape(-1, 2)
+    codes = np.tile(np.array([Path.MOVETO] + [Path.LINETO] * 3 + [Path.CLOSEPOLY], dtype=Path.code_type), len(verts))
+    patch = PathPatch(Path(closed, codes), transform=ax.transData, zorder=3, snap=True, **style)
+    ax.add_artist(patch)
+    patch.set_clip_path(ax.patch)
+    return patch
+
+
+def plot_gantt(df: pd.DataFrame, paths: Sequence[str | FilePath], title: str,
                color_by: Literal["kind", "microbatch"] = "kind",
                rank_labels: Mapping[int, str] | None = None, max_ranks: int = 64,
                ranks: Sequence[int] | None = None, time_unit: str | None = None, size: str = "screen",
-               window: tuple[float, float] | None = None) -> list[Path]:
+               window: tuple[float, float] | None = None) -> list[FilePath]:
     """Draw one row per rank (rank 0 on top) and write it to every path (.png/.pdf/.svg).
     `ranks` picks the rows; by default every rank, or, past `max_ranks`, one rank per
     pipeline stage. `time_unit` names a time axis that is not in seconds (e.g. "F = 1" for
@@ -181,7 +192,8 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
 
     n_rows = len(shown) + (1 if omitted else 0)
     fig_h = min(2.0 + 0.42 * n_rows * row_h, 24.0) * (0.5 + 0.5 * width / SIZES["screen"][0])
-    fig, ax = plt.subplots(figsize=(width, max(fig_h, 2.8 * font_k)), layout="constrained")
+    fig = new_figure(width, max(fig_h, 2.8 * font_k))
+    ax = fig.add_axes((0.1, 0.1, 0.8, 0.8))  # placed once the margins are measured
     ax.set_xlim(0.0, span * scale * 1.002 if span > 0 else 1.0)
     ax.set_ylim(total_h - 0.1, -0.15)
 
@@ -208,9 +220,13 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
     verts = _boxes(x0, x1, top, top + _COMPUTE_H)
     raster = len(df) > _RASTERIZE_ABOVE
     box_layers = []
-    box_layers.append(PolyCollection(verts[~hatched], facecolors=np.array(faces).reshape(-1, 3)[~hatched],
-                                     edgecolors="white", linewidths=0.4, zorder=3, rasterized=raster))
-    ax.add_collection(box_layers[0])
+    plain = np.flatnonzero(~hatched)
+    by_face: dict[tuple, list[int]] = {}
+    for i in plain:
+        by_face.setdefault(faces[i], []).append(i)
+    for face, members in by_face.items():
+        box_layers.append(_add_boxes(ax, verts[members], facecolor=face, edgecolor="white", linewidth=0.4,
+                                     rasterized=raster))
     # Weight-grad boxes (colour by micro-batch): pale fill hatched in the micro-batch hue, so
     # the label stays readable. One collection per hue: older matplotlib takes a single
     # hatch colour per collection, read from rcParams when the collection is built.
@@ -233,22 +249,26 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
         grey = LANE_GREYS[j % len(LANE_GREYS)]
         lx0 = ((sub["start_s"] - t0) * scale).to_numpy()
         lx1 = ((sub["end_s"] - t0) * scale).to_numpy()
-        ax.add_collection(PolyCollection(_boxes(lx0, lx1, ly, ly + _LANE_H), facecolors=grey,
-                                         edgecolors="none", zorder=3, rasterized=raster))
+        _add_boxes(ax, _boxes(lx0, lx1, ly, ly + _LANE_H), facecolor=grey, edgecolor="none", rasterized=raster)
         lane_handles.append(Patch(facecolor=grey, label=f"{stream} comm."))
 
     # Axes furniture.
     labels = dict(rank_labels or {})
-    ax.set_yticks([row_of[r] + _COMPUTE_H / 2 for r in shown])
-    ax.set_yticklabels([f"rank {r}" + (f"\n{labels[r]}" if labels.get(r) else "") for r in shown],
-                       fontsize=font_k * (8 if len(shown) <= 16 else 6))
-    ax.tick_params(axis="y", length=0)
-    ax.tick_params(axis="x", labelsize=font_k * 9)
+    rank_names = [f"rank {r}" + (f"\n{labels[r]}" if labels.get(r) else "") for r in shown]
+    rank_size = font_k * (8 if len(shown) <= 16 else 6)
+    # Row names are plain texts, not y ticks: a tick builds lines and markers it never shows.
+    ax.set_yticks([])
+    beside = offset_copy(blended_transform_factory(ax.transAxes, ax.transData), fig=fig, x=-0.05, units="inches")
+    for r, name in zip(shown, rank_names):
+        ax.text(0, row_of[r] + _COMPUTE_H / 2, name, transform=beside, ha="right", va="center", fontsize=rank_size,
+                clip_on=False)
     if lanes and len(shown) <= 16:  # name the thin lanes where there is room to
-        lane_y = [row_of[r] + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP) + _LANE_H / 2
-                  for r in shown for j in range(len(lanes))]
-        ax.set_yticks(lane_y, [s for _ in shown for s in lanes], minor=True, fontsize=font_k * 5.5, color="#666666")
-        ax.tick_params(axis="y", which="minor", length=0, pad=2)
+        for r in shown:
+            for j, stream in enumerate(lanes):
+                ax.text(0, row_of[r] + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP) + _LANE_H / 2, stream,
+                        transform=beside, ha="right", va="center", fontsize=font_k * 5.5, color="#666666",
+                        clip_on=False)
+    ax.tick_params(axis="x", labelsize=font_k * 9)
     ax.set_xlabel(f"time ({unit})", fontsize=font_k * 10)
     ax.grid(axis="x", color="#E4E4E4", linewidth=0.6, zorder=0)
     ax.set_axisbelow(True)
@@ -265,7 +285,8 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
         ax.text(0.5, gap_y, f"⋯ {omitted} ranks not shown ⋯", transform=right, ha="center", va="center",
                 fontsize=font_k * 8, color="#555555", style="italic")
         title = f"{title} (showing {len(shown)} of {len(all_ranks)} ranks)"
-    ax.set_title(title, fontsize=font_k * 11, loc="left")
+    title = fit_text(fig, title, font_k * 11, fig.get_figwidth() - widest(fig, rank_names, rank_size) - 0.3)
+    ax.set_title(title, fontsize=font_k * 11, loc="left", y=1.0)
 
     present = set(kinds)
     handles = []
@@ -288,13 +309,20 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
         handles.append(Patch(facecolor=OTHER_COLOR, label="other compute"))
     handles += lane_handles
     handles.append(Patch(facecolor="white", edgecolor="#999999", linewidth=0.6, label="idle (bubble)"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=-(-len(handles) // -(-len(handles) // 6)), frameon=False,
-               fontsize=font_k * 8, handlelength=1.6)
+    ncol = -(-len(handles) // -(-len(handles) // 6))
+    while True:  # as many columns as the figure's width holds
+        legend = fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), frameon=False,
+                            ncol=ncol, fontsize=font_k * 8, handlelength=1.6)
+        if ncol == 1 or artist_inches(fig, legend)[0] <= 0.98 * fig.get_figwidth():
+            break
+        legend.remove()
+        ncol -= 1
+    _place(fig, ax, legend, font_k, rank_names=rank_names, rank_size=rank_size,
+           lane_names=lanes if lanes and len(shown) <= 16 else [],
+           right_texts=["bubble"] + [f"{100.0 * bubbles.get(r, 0.0):.1f}%" for r in shown], title=title)
 
-    # Micro-batch labels where the box is wide and tall enough for the text.
-    # Done last: the draw runs the constrained layout with the legend and margins in place,
-    # which fixes the axes size, so data units convert to points.
-    fig.draw_without_rendering()
+    # Micro-batch labels where the box is wide and tall enough for the text: the axes are
+    # placed, so data units convert to points without a draw.
     bbox = ax.get_window_extent()
     pt_per_x = bbox.width * 72.0 / fig.dpi / (ax.get_xlim()[1] - ax.get_xlim()[0])
     pt_per_y = bbox.height * 72.0 / fig.dpi / total_h
@@ -314,15 +342,18 @@ def plot_gantt(df: pd.DataFrame, paths: Sequence[str | Path], title: str,
                         fontsize=fontsize, color="white" if _luminance(rgb) < 0.45 else "black", zorder=4,
                         clip_on=True)
 
+    return save(fig, paths, dpi=200)
 
-    written = []
-    for p in paths:
-        p = Path(p)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        # Editable text in vector output (TrueType in PDF, <text> in SVG), as journals ask;
-        # vector formats use the dpi only for rasterized layers.
-        with matplotlib.rc_context({"pdf.fonttype": 42, "svg.fonttype": "none"}):
-            fig.savefig(p, dpi=200)
-        written.append(p)
-    plt.close(fig)
-    return written
+
+def _place(fig, ax, legend, font_k: float, rank_names: list[str], rank_size: float, lane_names: list[str],
+           right_texts: list[str], title: str) -> None:
+    """Margins in inches from what sits in them: rank labels (and the lanes' names) on the
+    left, the bubble column on the right, the title on top, tick labels, axis label and legend
+    below."""
+    pad = 0.08
+    left = max(widest(fig, rank_names, rank_size), widest(fig, lane_names, font_k * 5.5)) + 0.07 + pad
+    right = widest(fig, right_texts, font_k * 8, weight="bold") + 0.02 * fig.get_figwidth() + pad
+    top = text_inches(fig, title, font_k * 11)[1] + 0.12 + pad
+    legend_h = artist_inches(fig, legend)[1]
+    below = text_inches(fig, "0", font_k * 9)[1] + text_inches(fig, "time (s)", font_k * 10)[1] + 0.2
+    place_axes(fig, ax, left=left, right=right, top=top, bottom=legend_h + below + pad)

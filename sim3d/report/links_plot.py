@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from .figure import new_figure, place_axes, save, text_inches, widest
 
 KIND_COLORS = {"nvlink": "#4c72b0", "pcie": "#8172b2", "ib": "#dd8452", "uplink": "#c44e52"}
 KIND_NAMES = {"nvlink": "NVLink", "pcie": "GPU-NIC (PCIe)", "ib": "NIC-leaf (IB)", "uplink": "leaf-spine"}
@@ -17,7 +14,8 @@ KIND_NAMES = {"nvlink": "NVLink", "pcie": "GPU-NIC (PCIe)", "ib": "NIC-leaf (IB)
 
 def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) -> list[Path]:
     paths = [paths] if isinstance(paths, Path) else list(paths)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [3, 2]})
+    fig = new_figure(12, 5)
+    left, right = fig.add_axes((0.1, 0.1, 0.4, 0.8)), fig.add_axes((0.6, 0.1, 0.3, 0.8))
     kinds = [k for k in KIND_NAMES if k in set(links.kind)] + sorted(set(links.kind) - set(KIND_NAMES))
     per_kind = max(1, top // max(1, len(kinds)))  # the busiest of every kind, so no kind hides another
     busiest = links.groupby("kind", sort=False).head(per_kind)
@@ -27,7 +25,7 @@ def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) 
     for y, (frac, nbytes) in enumerate(zip(busiest.busy_fraction, busiest.bytes)):
         left.text(frac * 100, y, f" {nbytes / 1e9:,.1f} GB", va="center", fontsize=7)
     left.set_xlabel("busy (% of the step, mean utilisation of that direction)")
-    left.set_title(f"busiest {per_kind} link directions of each kind (of {len(links)})", fontsize=10)
+    left.set_title(f"busiest {per_kind} link directions of each kind (of {len(links)})", fontsize=10, y=1.01)
     left.tick_params(axis="y", labelsize=7)
     kinds = [k for k in kinds if k in KIND_NAMES]
     data = [links.busy_fraction[links.kind == k] * 100 for k in kinds]
@@ -37,11 +35,21 @@ def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) 
     right.set_xticks(range(1, len(kinds) + 1), [KIND_NAMES[k] for k in kinds], rotation=15, fontsize=8)
     right.set_ylabel("busy (%)")
     totals = [links.bytes[links.kind == k].sum() / 1e12 for k in kinds]
-    right.set_title("by kind of link; TB moved: " + ", ".join(f"{t:,.1f}" for t in totals), fontsize=10)
+    right.set_title("by kind of link; TB moved: " + ", ".join(f"{t:,.1f}" for t in totals), fontsize=10, y=1.01)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
+    _place(fig, left, right, labels, [KIND_NAMES[k] for k in kinds], title)
+    return save(fig, paths, dpi=120)
+
+
+def _place(fig, left, right, bar_labels: list[str], kind_names: list[str], title: str) -> None:
+    """Both panels side by side, margins measured from their labels (figure.py): the bar
+    labels on the left, the rotated kind names and axis labels below, the titles on top."""
+    top = (text_inches(fig, title, 11)[1] if title else 0) + text_inches(fig, "busiest", 10)[1] + 0.35
+    bottom = text_inches(fig, "busy", 10)[1] + max(0.3, 0.3 * widest(fig, kind_names, 8)) + 0.25
+    label_w = widest(fig, bar_labels, 7) + 0.25
+    width = fig.get_figwidth()
+    gap, y_label = 0.35, text_inches(fig, "busy (%)", 10)[1] + widest(fig, ["100"], 10) + 0.15
+    usable = width - label_w - gap - y_label - 0.2
+    place_axes(fig, left, left=label_w, right=width - label_w - 0.6 * usable, top=top, bottom=bottom)
+    place_axes(fig, right, left=label_w + 0.6 * usable + gap + y_label, right=0.2, top=top, bottom=bottom)

@@ -20,15 +20,11 @@ def plot_memory(rows, path_png: str | Path, title: str, hbm_gib: float | None = 
     if hasattr(rows, "rows"):
         hbm_gib = hbm_gib or rows.hbm_bytes / GIB
         rows = list(rows.rows)
-    import matplotlib
+    from .figure import artist_inches, new_figure, place_axes, save, text_inches, widest
 
-    matplotlib.use("Agg")  # headless: never needs a display
-    import matplotlib.pyplot as plt
-
-    path = Path(path_png)
-    path.parent.mkdir(parents=True, exist_ok=True)
     n = len(rows)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * n + 3), 4.5), constrained_layout=True)
+    fig = new_figure(max(6.0, 0.45 * n + 3), 4.5)
+    ax = fig.add_axes((0.1, 0.1, 0.8, 0.8))  # placed once the margins are measured
     xs = list(range(n))
     bottom = [0.0] * n
     for part, color in zip(PARTS, COLORS):
@@ -40,19 +36,23 @@ def plot_memory(rows, path_png: str | Path, title: str, hbm_gib: float | None = 
     for x, total in zip(xs, bottom):
         if n <= 32:
             ax.text(x, total, f"{total:.0f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([_label(r) for r in rows], fontsize=8 if n <= 16 else 6,
-                       rotation=0 if n <= 16 else 90)
+    labels, label_size = [_label(r) for r in rows], 8 if n <= 16 else 6
+    ax.set_xticks(xs, labels, fontsize=label_size, rotation=0 if n <= 16 else 90)
     ax.set_xlabel("pipeline rank (stages held)")
     ax.set_ylabel("memory per GPU [GiB]")
-    ax.set_title(title)
+    ax.set_title(title, y=1.01)
     top = max(bottom + [hbm_gib or 0.0])
     ax.set_ylim(0, top * 1.12 if top else 1)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=8, frameon=False)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    legend = fig.legend(*ax.get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=4,
+                        fontsize=8, frameon=False)
+    # margins from what sits in them (figure.py): no layout engine, one draw
+    tick_w, tick_h = (max((text_inches(fig, t, label_size) for t in labels), default=(0, 0)) if n <= 16 else
+                      (0, widest(fig, labels, label_size)))
+    left = widest(fig, [f"{top * 1.12:.0f}"], 10) + text_inches(fig, "memory", 10)[1] + 0.3
+    bottom = artist_inches(fig, legend)[1] + tick_h + text_inches(fig, "pipeline", 10)[1] + 0.3
+    place_axes(fig, ax, left=left, right=0.15, top=text_inches(fig, title, 12)[1] + 0.25, bottom=bottom)
+    return save(fig, [path_png], dpi=150)[0]
 
 
 def _label(row) -> str:
