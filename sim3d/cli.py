@@ -11,8 +11,8 @@ import typer
 from rich.text import Text
 
 from .cli_import import import_app
-from .cli_support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_file,
-                          _writable_folder, err, guarded, out, say)
+from .cli_support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _gantt_options, _load, _print_json,
+                          _writable_file, _writable_folder, err, guarded, out, say)
 from .scenario import load_scenario
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -41,13 +41,25 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
                                                   "(default: all, or one per pipeline stage).")):
     """Simulate one training step and write summary, trace and plots."""
-    from .api import simulate
-    from .report.summary import breakdown_table, summary_table
-
-    from .report.outputs import TRACE_FORMATS
+    from .report.outputs import TRACE_FORMATS, start_plotting
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
     gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
+    plotter = start_plotting() if plots else None  # imports matplotlib while the step is simulated
+    try:
+        summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf,
+                       gantt, plotter)
+    finally:
+        if plotter is not None:
+            plotter.close()
+    if strict and not summary["fits_in_memory"]:
+        raise BadInput(f"--strict: the layout does not fit in memory: {summary['memory_note']}")
+
+
+def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
+         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict, plotter) -> dict:
+    from .api import simulate
+    from .report.summary import breakdown_table, summary_table
     s = _load(scenario, set_)
     folder = _writable_folder(out_dir or _default_folder(s.name))
     every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -84,11 +96,11 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
             _print_explain(result)
         if flags:
             out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
-    written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, **gantt)
+    written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
+                             **gantt)
     if not as_json:
         out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
-    if strict and not summary["fits_in_memory"]:
-        raise BadInput(f"--strict: the layout does not fit in memory: {summary['memory_note']}")
+    return summary
 
 
 def _megatron_line(scenario) -> str:
@@ -113,35 +125,13 @@ def _print_explain(result) -> None:
     out.print(table)
 
 
-def _gantt_options(size: str, window: Optional[str], ranks: Optional[str] = None) -> dict:
-    """--gantt-size, --gantt-window and --gantt-ranks, checked before any work."""
-    from .report.gantt_sizes import SIZES
-    if size not in SIZES:
-        raise BadInput(f"--gantt-size {size!r}: expected one of {', '.join(SIZES)}")
-    span = None
-    if window is not None:
-        try:
-            start, end = (float(part) for part in window.split(","))
-        except ValueError:
-            raise BadInput(f"--gantt-window {window!r}: expected START,END in seconds, e.g. 0,4") from None
-        if not 0 <= start < end:
-            raise BadInput(f"--gantt-window {window!r}: expected 0 <= START < END")
-        span = (start, end)
-    picked = None
-    if ranks is not None:
-        try:
-            picked = sorted({int(part) for part in ranks.split(",")})
-        except ValueError:
-            raise BadInput(f"--gantt-ranks {ranks!r}: expected global ranks, e.g. 0,64,128") from None
-    return {"gantt_size": size, "gantt_window": span, "gantt_ranks": picked}
-
-
-def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, **gantt) -> list[Path]:
+def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, plotter=None,
+                   **gantt) -> list[Path]:
     from .report.outputs import write_run_outputs
     if quiet:
-        return write_run_outputs(result, folder, plots, trace, pdf, **gantt)
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
     with err.status(f"writing trace and plots to {folder}/ ..."):
-        return write_run_outputs(result, folder, plots, trace, pdf, **gantt)
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
 
 
 @app.command()

@@ -104,3 +104,26 @@ def _writable_file(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> P
         raise BadInput(f"{option} {path}: is a folder, expected a file")
     _writable_folder(path.parent, option, cwd_ok=True)  # x.csv in the working directory is fine
     return path
+
+
+def _gantt_options(size: str, window: str | None, ranks: str | None = None) -> dict:
+    """--gantt-size, --gantt-window and --gantt-ranks, checked before any work."""
+    from .report.gantt_sizes import SIZES
+    if size not in SIZES:
+        raise BadInput(f"--gantt-size {size!r}: expected one of {', '.join(SIZES)}")
+    span = None
+    if window is not None:
+        try:
+            start, end = (float(part) for part in window.split(","))
+        except ValueError:
+            raise BadInput(f"--gantt-window {window!r}: expected START,END in seconds, e.g. 0,4") from None
+        if not 0 <= start < end:
+            raise BadInput(f"--gantt-window {window!r}: expected 0 <= START < END")
+        span = (start, end)
+    picked = None
+    if ranks is not None:
+        try:
+            picked = sorted({int(part) for part in ranks.split(",")})
+        except ValueError:
+            raise BadInput(f"--gantt-ranks {ranks!r}: expected global ranks, e.g. 0,64,128") from None
+    return {"gantt_size": size, "gantt_window": span, "gantt_ranks": picked}

@@ -63,8 +63,18 @@ class Placement:
         out["ep"] = (out["dp"] * self.cp + out["cp"]) % self.ep
         return out
 
+    @cached_property
+    def _groups(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        return {}
+
     def group(self, axis: str, rank: int) -> list[int]:
         """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, or ep), in group order."""
+        key = (axis, rank)
+        if key not in self._groups:
+            self._groups[key] = tuple(self._list_group(axis, rank))
+        return list(self._groups[key])
+
+    def _list_group(self, axis: str, rank: int) -> list[int]:
         c = self.coords(rank)
         if axis in DENSE_AXES:
             return [self.rank(**{**_dense(c), axis: i}) for i in range(getattr(self, axis))]

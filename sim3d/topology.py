@@ -72,6 +72,7 @@ class Topology:
         self._nic_rate = self._nic_rates()
         self._refuse_cut_off_nodes()
         self._nic_choice: dict[tuple[int, int], int] = {}
+        self._paths: dict[tuple[int, int], tuple] = {}
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
 
@@ -81,7 +82,7 @@ class Topology:
         if scenario.cluster != self.scenario.cluster or scenario.faults != self.scenario.faults:
             raise ValueError("for_layout: a different cluster or faults need a topology of their own")
         other = copy.copy(self)
-        other.scenario, other.placement, other._link_load = scenario, Placement.of(scenario), {}
+        other.scenario, other.placement, other._link_load, other._paths = scenario, Placement.of(scenario), {}, {}
         return other
 
     # ---- graph ---------------------------------------------------------------------------
@@ -183,8 +184,13 @@ class Topology:
         proxy = ("gpu", node, next(g for g in range(self.gpus_per_node) if self._own_nic(g) == nic))
         return [(gpu, ("switch", node)), (("switch", node), proxy), (proxy, port)]
 
-    def path(self, a: int, b: int) -> list[tuple]:
-        """Edges (u, v) from GPU of rank a to GPU of rank b."""
+    def path(self, a: int, b: int) -> tuple:
+        """Edges (u, v) from GPU of rank a to GPU of rank b (routes are fixed: computed once)."""
+        if (a, b) not in self._paths:
+            self._paths[(a, b)] = tuple(self._route(a, b))
+        return self._paths[(a, b)]
+
+    def _route(self, a: int, b: int) -> list[tuple]:
         (na, la), (nb, lb) = self.gpu_of(a), self.gpu_of(b)
         ga, gb = ("gpu", na, la), ("gpu", nb, lb)
         if na == nb:

@@ -19,6 +19,7 @@ its mean utilisation over the step (links are full duplex).
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 
 AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp"}
 LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")
@@ -164,6 +165,7 @@ def _pipelines(placement) -> list[list[int]]:
             for d in range(placement.dp) for c in range(placement.cp) for t in range(placement.tp)]
 
 
+@lru_cache(maxsize=None)
 def _name(node: tuple) -> str:
     """("gpu", 3, 5) -> "gpu3.5", ("leaf", 2) -> "leaf2": a link end readable in a CSV."""
     kind, *where = node

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ..placement import Placement
+from .beside import Beside
 from .summary import write_summary
 
 
@@ -28,15 +29,26 @@ def rank_labels(s, ranks) -> dict[int, str]:
 TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
 
 
+PLOT_MODULES = ("sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.links_plot")
+
+
+def start_plotting() -> Beside:
+    """The process that will draw the plots, started now so that matplotlib's import (half a
+    second) overlaps the simulation; pass it to `write_run_outputs`."""
+    return Beside(preload=PLOT_MODULES)
+
+
 def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: str = "json",
                       pdf: bool = False, gantt_size: str = "screen",
                       gantt_window: tuple[float, float] | None = None,
-                      gantt_ranks: list[int] | None = None) -> list[Path]:
+                      gantt_ranks: list[int] | None = None, plotter: Beside | None = None) -> list[Path]:
     """summary.json, links.csv, trace.csv (and trace.parquet when pyarrow is installed),
     schedule.csv, the Perfetto trace (`trace_format`:
     json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
     memory plot and the link traffic plot of a `sim3d.Result`; `gantt_size`, `gantt_window`
-    and `gantt_ranks` as `plot_gantt`'s size, window and ranks."""
+    and `gantt_ranks` as `plot_gantt`'s size, window and ranks. The plots are drawn by
+    `plotter` (`start_plotting()`, started here when not given) while this process writes
+    the rest."""
     from ..trace import parquet_available, write_trace_csv, write_trace_parquet
     from .trace import write_chrome_trace
 
@@ -44,35 +56,50 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         raise ValueError(f"--trace {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
     s, summary, trace = result.scenario, result.summary, result.trace
     labels = rank_labels(s, sorted(set(result.sim.ranks)))
-    written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
-    # the file also names the busiest link directions (all of them are in links.csv)
-    busiest = result.links.head(8)
-    write_summary({**summary, "busiest_links": [
-        {"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes), "busy_fraction": float(r.busy_fraction)}
-        for r in busiest.itertuples()]}, written[0])
-    result.links.to_csv(written[1], index=False, float_format="%.6g")
-    write_trace_csv(trace, written[2])
-    written[3].write_text(result.schedule.to_csv())
-    if parquet_available():  # the same table, typed and compressed, for pandas / Arrow users
-        written.append(write_trace_parquet(trace, folder / "trace.parquet"))
-    if TRACE_FORMATS[trace_format]:
-        written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels,
-                                          link_timelines=result.link_timelines()))
+    links = result.links
+    plotted = []
     if plots:
-        from .gantt import plot_gantt
-        from .links_plot import plot_links
-        from .memory_plot import plot_memory
-        gantt = [folder / "gantt.png"] + ([folder / "gantt.pdf"] if pdf else [])
-        title = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
-                 f"step {summary['step_time_s']:.2f} s")
+        plotter = plotter or start_plotting()
+        plotted = [folder / "gantt.png"] + ([folder / "gantt.pdf"] if pdf else []) + [folder / "memory.png",
+                                                                                        folder / "links.png"]
         if gantt_ranks and result.sim.represented:  # a folded TP peer is drawn as its replayed twin
             gantt_ranks = list(dict.fromkeys(result.sim.represented.get(r, r) for r in gantt_ranks))
-        plot_gantt(trace, gantt, title=title, rank_labels=labels, size=gantt_size, window=gantt_window,
-                   ranks=gantt_ranks)
-        memory = folder / "memory.png"
-        plot_memory(result.memory, memory, title=f"{s.name}: memory per pipeline stage")
-        links = folder / "links.png"
-        plot_links(result.links, links, title=f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
-                   f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
-        written += gantt + [memory, links]
-    return written
+        titles = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
+                  f"step {summary['step_time_s']:.2f} s",
+                  f"{s.name}: memory per pipeline stage",
+                  f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
+                  f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
+        plotter.submit(draw_plots, plotted, titles, trace, labels, result.memory, links,
+                       dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
+    elif plotter is not None:
+        plotter.close()
+    written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
+    # the file also names the busiest link directions (all of them are in links.csv)
+    busiest = [{"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes),
+                "busy_fraction": float(r.busy_fraction)} for r in links.head(8).itertuples()]
+    try:
+        write_summary({**summary, "busiest_links": busiest}, written[0])
+        links.to_csv(written[1], index=False, float_format="%.6g")
+        write_trace_csv(trace, written[2])
+        written[3].write_text(result.schedule.to_csv())
+        if parquet_available():  # the same table, typed and compressed, for pandas / Arrow users
+            written.append(write_trace_parquet(trace, folder / "trace.parquet"))
+        if TRACE_FORMATS[trace_format]:
+            written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels,
+                                              link_timelines=result.link_timelines()))
+    finally:
+        if plots:
+            plotter.wait()
+    return written + plotted
+
+
+def draw_plots(paths: list[Path], titles: tuple[str, str, str], trace, labels, memory, links, gantt_options) -> None:
+    """The Gantt chart (PNG, and PDF when asked), the memory plot and the link traffic plot
+    (run in the plotting process: plain data in, files out)."""
+    from .gantt import plot_gantt
+    from .links_plot import plot_links
+    from .memory_plot import plot_memory
+    *gantt, memory_png, links_png = paths
+    plot_gantt(trace, gantt, title=titles[0], rank_labels=labels, **gantt_options)
+    plot_memory(memory, memory_png, title=titles[1])
+    plot_links(links, links_png, title=titles[2])

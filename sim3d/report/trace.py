@@ -97,40 +97,61 @@ def _lanes(df: pd.DataFrame) -> list[int]:
 
 
 def chrome_trace_events(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None) -> list[dict]:
+    """The trace's Chrome Trace events as dicts (what `write_chrome_trace` writes)."""
+    return [json.loads(text) for text in _chrome_trace_texts(df, rank_labels)]
+
+
+def _chrome_trace_texts(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None) -> list[str]:
+    """One JSON object text per event. Slices and flow arrows, one per row, are formatted
+    directly: building a dict per row and encoding it took twice as long. Their strings are
+    JSON-escaped and their numbers are finite (checked), so the text is valid JSON."""
     df = canonical(df)
     labels = dict(rank_labels or {})
     tids = _tids(df["stream"].unique())
     lanes = _lanes(df)
     tid_of = [tids[stream] + LANE_STRIDE * lane for stream, lane in zip(df["stream"].tolist(), lanes)]
-    events: list[dict] = []
+    meta: list[dict] = []
     threads = sorted(set(zip(df["rank"].tolist(), df["stream"].tolist(), lanes)), key=lambda t: (t[0], tids[t[1]], t[2]))
     for rank in sorted(df["rank"].unique().tolist()):
         label = labels.get(rank)
         name = f"rank {rank} ({label})" if label else f"rank {rank}"
-        events.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": name}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+        meta.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": name}})
+        meta.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
     for rank, stream, lane in threads:
         tid = tids[stream] + LANE_STRIDE * lane
-        events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid,
-                       "args": {"name": stream if lane == 0 else f"{stream} ({lane + 1})"}})
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid,
-                       "args": {"sort_index": tids[stream] * LANE_STRIDE + lane}})
+        meta.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid,
+                     "args": {"name": stream if lane == 0 else f"{stream} ({lane + 1})"}})
+        meta.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid,
+                     "args": {"sort_index": tids[stream] * LANE_STRIDE + lane}})
+    texts = [json.dumps(e, separators=(",", ":"), allow_nan=False) for e in meta]
     us = 1e6
-    ts = (df["start_s"] * us).tolist()
-    dur = ((df["end_s"] - df["start_s"]).clip(lower=0.0) * us).tolist()
+    start, end = df["start_s"].to_numpy(dtype=float), df["end_s"].to_numpy(dtype=float)
+    ts_array, dur_array = start * us, np.clip(end - start, 0.0, None) * us
+    if not (np.isfinite(ts_array).all() and np.isfinite(dur_array).all()):
+        raise ValueError("write_chrome_trace: the trace has non-finite times")
+    ts, dur = ts_array.tolist(), dur_array.tolist()
     cols = [df[c].tolist() for c in ("rank", "stage", "chunk", "microbatch", "kind", "stream", "bytes", "peer")]
+    quoted = {kind: json.dumps(kind) for kind in set(cols[4])}
     for i, (rank, stage, chunk, mb, kind, stream, nbytes, peer) in enumerate(zip(*cols)):
-        events.append({"name": action_token(kind, chunk, mb, peer), "cat": kind, "ph": "X",
-                       "ts": ts[i], "dur": dur[i], "pid": rank, "tid": tid_of[i],
-                       "args": {"stage": stage, "chunk": chunk, "microbatch": mb, "bytes": nbytes, "peer": peer}})
+        name = json.dumps(action_token(kind, chunk, mb, peer))
+        texts.append(f'{{"name":{name},"cat":{quoted[kind]},"ph":"X","ts":{ts[i]!r},"dur":{dur[i]!r},'
+                     f'"pid":{rank},"tid":{tid_of[i]},"args":{{"stage":{stage},"chunk":{chunk},'
+                     f'"microbatch":{mb},"bytes":{_number(nbytes)},"peer":{peer}}}}}')
     # Flow arrows bind to the slice enclosing their timestamp, so anchor them mid-slice
     # (zero-duration slices are anchored at their only instant).
     for flow_id, (s, r) in enumerate(p2p_pairs(df)):
-        kind = cols[4][s]
-        common = {"name": kind, "cat": "p2p", "id": flow_id}
-        events.append({**common, "ph": "s", "ts": ts[s] + dur[s] / 2, "pid": cols[0][s], "tid": tid_of[s]})
-        events.append({**common, "ph": "f", "bp": "e", "ts": ts[r] + dur[r] / 2, "pid": cols[0][r], "tid": tid_of[r]})
-    return events
+        common = f'"name":{quoted[cols[4][s]]},"cat":"p2p","id":{flow_id}'
+        texts.append(f'{{{common},"ph":"s","ts":{ts[s] + dur[s] / 2!r},"pid":{cols[0][s]},"tid":{tid_of[s]}}}')
+        texts.append(f'{{{common},"ph":"f","bp":"e","ts":{ts[r] + dur[r] / 2!r},"pid":{cols[0][r]},'
+                     f'"tid":{tid_of[r]}}}')
+    return texts
+
+
+def _number(value) -> str:
+    """A trace's byte count as JSON: an integer where it is one (json.dumps' form)."""
+    if isinstance(value, float) and not value.is_integer():
+        return repr(value)
+    return str(int(value))
 
 
 LINKS_PID = -1  # the process that holds the link counter tracks, sorted above the ranks
@@ -159,10 +180,10 @@ def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    events = chrome_trace_events(df, rank_labels) + link_counter_events(link_timelines or {})
-    doc = {"traceEvents": events, "displayTimeUnit": "ms"}
-    # dumps (C encoder) rather than dump (pure-Python iterencode): ~5x faster on big traces.
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    events = _chrome_trace_texts(df, rank_labels) + [json.dumps(e, separators=(",", ":"), allow_nan=False)
+                                                     for e in link_counter_events(link_timelines or {})]
+    text = '{"traceEvents":[' + ",".join(events) + '],"displayTimeUnit":"ms"}'
+
     if path.suffix == ".gz":  # Perfetto opens trace.json.gz as it is
         import gzip
         with gzip.open(path, "wt", compresslevel=6) as f:

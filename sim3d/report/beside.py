@@ -1,0 +1,114 @@
+"""A second process for output work, started early so that its imports overlap the simulation.
+
+`sim3d run` spends most of its wall time importing matplotlib and drawing three PNGs, work
+that needs nothing but the finished result, while a laptop has more than one core. So the
+CLI starts a `Beside` process before it simulates: the process imports what the work needs
+(`preload`) while the step is replayed, then receives one job (a module-level function and
+its arguments, pickled: ~10 ms for the flagship's trace) and runs it while the caller writes
+the tables and traces. An error in the process is raised again in the caller, with the
+process's traceback attached; a process that dies says so with its exit code.
+
+On Linux the process is forked. Elsewhere (spawn would re-import everything) and with
+SIM3D_SERIAL_OUTPUTS=1 (debuggers, profilers), the job runs in the caller when waited for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import sys
+import traceback
+from typing import Callable, Sequence
+
+_SERIAL = os.environ.get("SIM3D_SERIAL_OUTPUTS", "") not in ("", "0")
+
+
+def can_fork() -> bool:
+    return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods() and not _SERIAL
+
+
+class Beside:
+    """Start with `Beside(preload=[module names])`; then `submit(fn, *args)` once and `wait()`,
+    or `close()` to stop it unused."""
+
+    def __init__(self, preload: Sequence[str] = ()):
+        self._job: tuple | None = None
+        self._process = None
+        if not can_fork():
+            return
+        context = multiprocessing.get_context("fork")
+        job_reader, self._jobs = context.Pipe(duplex=False)
+        self._outcomes, outcome_writer = context.Pipe(duplex=False)
+        self._process = context.Process(target=_serve, args=(tuple(preload), job_reader, outcome_writer),
+                                        name="sim3d-outputs", daemon=True)
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
+            stream.flush()
+        self._process.start()
+        job_reader.close()  # the child's ends, closed here so that a dead child reads as EOF
+        outcome_writer.close()
+
+    def submit(self, work: Callable, *args) -> None:
+        if self._job is not None:
+            raise RuntimeError("Beside runs one job")
+        self._job = (work, args)
+        if self._process is not None:
+            try:
+                self._jobs.send(self._job)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the process has ended already; wait() says why
+
+    def wait(self) -> None:
+        """Block until the job is done; raise what it raised."""
+        if self._job is None:
+            raise RuntimeError("Beside.wait: nothing was submitted")
+        if self._process is None:
+            work, args = self._job
+            work(*args)
+            return
+        try:
+            outcome = self._outcomes.recv()
+        except EOFError:  # it ended without a word: killed, or crashed in C
+            self._process.join()
+            outcome = (RuntimeError(f"the output process died (exit code {self._process.exitcode})"), "")
+        finally:
+            self._process.join()
+            self._close_pipes()
+        if outcome is not None:
+            error, detail = outcome
+            if detail:
+                error.add_note(f"in the output process:\n{detail}")
+            raise error
+
+    def close(self) -> None:
+        """Stop the process if no job was sent (bad input found after it started)."""
+        if self._process is not None and self._job is None:
+            self._jobs.send(None)
+            self._process.join()
+            self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        self._jobs.close()
+        self._outcomes.close()
+
+
+def _serve(preload: tuple[str, ...], jobs, outcomes) -> None:
+    """The process: import, wait for the one job, run it, report."""
+    try:
+        for module in preload:
+            importlib.import_module(module)
+        try:
+            job = jobs.recv()
+        except EOFError:  # the caller is gone
+            return
+        if job is None:
+            return
+        work, args = job
+        work(*args)
+        outcomes.send(None)
+    except BaseException as error:  # noqa: BLE001 - everything goes back to the caller
+        detail = traceback.format_exc()
+        try:
+            outcomes.send((error, detail))
+        except Exception:  # an exception that does not pickle still sends its text
+            outcomes.send((RuntimeError(f"{type(error).__name__}: {error}"), detail))
