@@ -57,7 +57,17 @@ def test_check_trace_names_missing_and_extra_columns():
     assert tuple(check_trace(shuffled).columns) == TRACE_COLUMNS
 
 
-def test_csv_round_trip_keeps_values_and_dtypes(tmp_path):
+@pytest.fixture(params=["arrow", "pandas"])
+def csv_writer(request, monkeypatch):
+    """write_trace_csv uses pyarrow's writer where installed, pandas' otherwise: both must round-trip."""
+    import sim3d.trace
+    if request.param == "arrow" and not sim3d.trace.parquet_available():
+        pytest.skip("pyarrow not installed")
+    monkeypatch.setattr(sim3d.trace, "parquet_available", lambda: request.param == "arrow")
+    return request.param
+
+
+def test_csv_round_trip_keeps_values_and_dtypes(tmp_path, csv_writer):
     df = with_comm(unit_trace(tf=1e-3 / 3, tb=2e-3 / 3), pp=4)  # non-terminating binary fractions
     path = write_trace_csv(df, tmp_path / "sub" / "trace.csv")
     back = read_trace_csv(path)
@@ -70,7 +80,7 @@ def test_csv_round_trip_keeps_values_and_dtypes(tmp_path):
     assert back["bytes"].max() == 3 << 33
 
 
-def test_empty_trace_round_trip(tmp_path):
+def test_empty_trace_round_trip(tmp_path, csv_writer):
     empty = empty_trace()
     assert tuple(empty.columns) == TRACE_COLUMNS and len(empty) == 0
     back = read_trace_csv(write_trace_csv(empty, tmp_path / "e.csv"))
@@ -334,3 +344,15 @@ def test_fit_text_breaks_at_spaces_within_the_width():
     assert wrapped.replace("\n", " ") == text.replace("\n", " ") and wrapped.endswith("\nkept break")
     assert all(text_inches(fig, line, 11)[0] <= 1.5 for line in wrapped.split("\n") if " " in line)
     assert len(wrapped.split("\n")) >= 4
+
+
+def test_rows_to_frame_builds_the_canonical_table_column_by_column():
+    """The engine's rows become a trace column by column (fast); it must equal pandas'
+    row-wise constructor followed by the canonical casts, dtypes included."""
+    import sim3d
+    from sim3d.trace import canonical, rows_to_frame
+    rows = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", full_fidelity=True).sim.rows
+    rows = rows + [(3, 1, 0, 2, "SEND_F", "pp", 0.5, 0.75, 7.0, 4)]  # a float byte count casts like canonical()
+    built = rows_to_frame(rows)
+    pd.testing.assert_frame_equal(built, canonical(pd.DataFrame(rows, columns=list(TRACE_COLUMNS))))
+    assert len(rows_to_frame([])) == 0 and tuple(rows_to_frame([]).columns) == TRACE_COLUMNS

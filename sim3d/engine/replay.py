@@ -20,7 +20,6 @@ data-parallel buckets are flows on the FlowNetwork instead of fixed durations.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import simpy
 
 from ..costs.interface import RankCosts
 from ..schedule.ir import Schedule
+from ..gc_paused import gc_paused
 from ..trace import rows_to_frame
 from .flow_network import FlowNetwork, NetworkStats
 from .rank_replay import RankReplay
@@ -217,15 +217,8 @@ class Engine:
                 processes.append(self.env.process(RankReplay(self, pp_rank, globals_, pipe).run()))
         if progress and horizon:
             self.env.process(self._monitor(len(processes), progress, horizon))
-        # The replay allocates millions of small events and rows that live until the end and
-        # hold no reference cycles worth collecting: the cyclic collector would only rescan them.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():  # millions of events and rows, no cycles worth collecting
             self.env.run()
-        finally:
-            if collecting:
-                gc.enable()
         missing = [r for r in ranks if r not in self.finish]
         if missing:
             waiting = "; ".join(self.waiting.get(r, f"rank {r}") for r in missing[:8])

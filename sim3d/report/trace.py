@@ -7,6 +7,7 @@ of matplotlib and torch (the Gantt chart lives in `gantt.py`).
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Mapping
@@ -53,23 +54,23 @@ def p2p_pairs(df: pd.DataFrame) -> list[tuple[int, int]]:
 
     A SEND on rank s with peer d pairs with a RECV of the same direction on rank d whose
     peer is s, for the same micro-batch; several messages on one such channel match in
-    start-time order, as NCCL / gloo messages do.
+    start-time order, as NCCL / gloo messages do. (Vectorized: numbered per channel in that
+    order, then joined on channel and number.)
     """
     df = check_trace(df).reset_index(drop=True)
-    sends: dict[tuple, list[int]] = defaultdict(list)
-    recvs: dict[tuple, list[int]] = defaultdict(list)
     p2p = df[df["kind"].isin(list(_P2P_SENDS) + list(_P2P_SENDS.values()))]  # compute rows never pair
     ordered = p2p.sort_values(["start_s", "end_s"], kind="stable")
-    for pos, rank, kind, mb, peer in zip(ordered.index.tolist(), ordered["rank"].tolist(), ordered["kind"].tolist(),
-                                         ordered["microbatch"].tolist(), ordered["peer"].tolist()):
-        if kind in _P2P_SENDS:  # tolist() gives plain ints and strs
-            sends[(rank, peer, _P2P_SENDS[kind], mb)].append(pos)
-        else:
-            recvs[(peer, rank, kind, mb)].append(pos)
-    pairs = []
-    for key, send_rows in sends.items():
-        pairs.extend(zip(send_rows, recvs.get(key, [])))
-    return sorted(pairs)
+    is_send = ordered["kind"].isin(list(_P2P_SENDS))
+    sends, recvs = ordered[is_send], ordered[~is_send]
+    channel = ["src", "dst", "direction", "microbatch"]
+    send_keys = pd.DataFrame({"src": sends["rank"], "dst": sends["peer"], "microbatch": sends["microbatch"],
+                              "direction": sends["kind"].map(_P2P_SENDS).astype(str), "send": sends.index})
+    recv_keys = pd.DataFrame({"src": recvs["peer"], "dst": recvs["rank"], "microbatch": recvs["microbatch"],
+                              "direction": recvs["kind"].astype(str), "recv": recvs.index})
+    send_keys["n"] = send_keys.groupby(channel, sort=False).cumcount()
+    recv_keys["n"] = recv_keys.groupby(channel, sort=False).cumcount()
+    matched = send_keys.merge(recv_keys, on=channel + ["n"])
+    return sorted(zip(matched["send"].tolist(), matched["recv"].tolist()))
 
 
 # Lanes of one stream get thread ids tid * LANE_STRIDE + lane (lane 0 keeps the stream's id).
@@ -132,11 +133,12 @@ def _chrome_trace_texts(df: pd.DataFrame, rank_labels: Mapping[int, str] | None 
     ts, dur = ts_array.tolist(), dur_array.tolist()
     cols = [df[c].tolist() for c in ("rank", "stage", "chunk", "microbatch", "kind", "stream", "bytes", "peer")]
     quoted = {kind: json.dumps(kind) for kind in set(cols[4])}
-    for i, (rank, stage, chunk, mb, kind, stream, nbytes, peer) in enumerate(zip(*cols)):
-        name = json.dumps(action_token(kind, chunk, mb, peer))
-        texts.append(f'{{"name":{name},"cat":{quoted[kind]},"ph":"X","ts":{ts[i]!r},"dur":{dur[i]!r},'
-                     f'"pid":{rank},"tid":{tid_of[i]},"args":{{"stage":{stage},"chunk":{chunk},'
-                     f'"microbatch":{mb},"bytes":{_number(nbytes)},"peer":{peer}}}}}')
+    # A token is its kind plus digits and . # @ -: where the kind needs no escaping, neither does it.
+    plain = {kind: _PLAIN.fullmatch(kind) is not None for kind in quoted}
+    names = [f'"{action_token(kind, chunk, mb, peer)}"' if plain[kind] else json.dumps(action_token(kind, chunk, mb, peer))
+             for _, _, chunk, mb, kind, _, _, peer in zip(*cols)]
+    texts += [_SLICE % row for row in zip(names, map(quoted.__getitem__, cols[4]), ts, dur, cols[0], tid_of, cols[1],
+                                           cols[2], cols[3], map(_number, cols[6]), cols[7])]
     # Flow arrows bind to the slice enclosing their timestamp, so anchor them mid-slice
     # (zero-duration slices are anchored at their only instant).
     for flow_id, (s, r) in enumerate(p2p_pairs(df)):
@@ -145,6 +147,11 @@ def _chrome_trace_texts(df: pd.DataFrame, rank_labels: Mapping[int, str] | None 
         texts.append(f'{{{common},"ph":"f","bp":"e","ts":{ts[r] + dur[r] / 2!r},"pid":{cols[0][r]},'
                      f'"tid":{tid_of[r]}}}')
     return texts
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_]+")
+_SLICE = ('{"name":%s,"cat":%s,"ph":"X","ts":%r,"dur":%r,"pid":%d,"tid":%d,'
+          '"args":{"stage":%d,"chunk":%d,"microbatch":%d,"bytes":%s,"peer":%d}}')
 
 
 def _number(value) -> str:
