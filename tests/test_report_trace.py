@@ -356,3 +356,27 @@ def test_rows_to_frame_builds_the_canonical_table_column_by_column():
     built = rows_to_frame(rows)
     pd.testing.assert_frame_equal(built, canonical(pd.DataFrame(rows, columns=list(TRACE_COLUMNS))))
     assert len(rows_to_frame([])) == 0 and tuple(rows_to_frame([]).columns) == TRACE_COLUMNS
+
+
+def test_bulk_slices_equal_the_row_by_row_ones(monkeypatch):
+    """trace.json's slices are formatted by Arrow where pyarrow is installed; they must parse
+    to exactly the events the row-by-row formatter (and `action_token`) gives, over every
+    token rule: buckets with and without a chunk, OPT_STEP's chunk -1, peers, no micro-batch."""
+    import sim3d
+    from sim3d.report import trace as report_trace
+    from sim3d.trace import rows_to_frame
+    pytest.importorskip("pyarrow")
+    rows = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", full_fidelity=True).sim.rows + [
+        (0, 0, 1, 3, "DP_REDUCE", "dp", 0.5, 0.6, 1 << 40, -1), (0, 0, 0, 2, "PARAM_GATHER", "dp", 0.5, 0.6, 9, -1),
+        (0, 0, 1, -1, "DP_REDUCE", "dp", 0.7, 0.8, 9, -1), (0, 0, -1, -1, "OPT_STEP", "compute", 0.9, 1.0, 0, -1),
+        (1, 5, 1, 7, "SEND_B", "pp", 0.25, 0.26, 123, 0), (1, 5, 1, 7, "B", "compute", 1e-7, 3e-7, 0, -1)]
+    trace = rows_to_frame(rows)
+    fast = report_trace.chrome_trace_events(trace)
+    monkeypatch.setattr(report_trace, "slice_texts", lambda *args: None)
+    slow = report_trace.chrome_trace_events(trace)
+    assert len(fast) == len(slow) > len(rows)
+    normal = lambda events: sorted(json.dumps({k: (float(v) if k in ("ts", "dur") else v) for k, v in e.items()},  # noqa: E731
+                                              sort_keys=True) for e in events)
+    assert normal(fast) == normal(slow)
+    names = {e["name"] for e in fast if e["ph"] == "X"}
+    assert {"DP_REDUCE#3.1", "PARAM_GATHER#2", "DP_REDUCE", "OPT_STEP", "SEND_B7.1@0", "B7.1"} <= names

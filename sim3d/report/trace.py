@@ -7,7 +7,6 @@ of matplotlib and torch (the Gantt chart lives in `gantt.py`).
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Mapping
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace import canonical, check_trace
+from .trace_slices import slice_texts
 
 # Fixed thread id per stream so every rank shows its lanes in the same order in Perfetto.
 STREAM_TIDS = {"compute": 0, "tp": 1, "cp": 2, "ep": 3, "pp": 4, "dp": 5}
@@ -99,18 +99,21 @@ def _lanes(df: pd.DataFrame) -> list[int]:
 
 def chrome_trace_events(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None) -> list[dict]:
     """The trace's Chrome Trace events as dicts (what `write_chrome_trace` writes)."""
-    return [json.loads(text) for text in _chrome_trace_texts(df, rank_labels)]
+    body = _chrome_trace_body(df, rank_labels).rstrip(b",")
+    return json.loads(b"[" + body + b"]")
 
 
-def _chrome_trace_texts(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None) -> list[str]:
-    """One JSON object text per event. Slices and flow arrows, one per row, are formatted
-    directly: building a dict per row and encoding it took twice as long. Their strings are
-    JSON-escaped and their numbers are finite (checked), so the text is valid JSON."""
+def _chrome_trace_body(df: pd.DataFrame, rank_labels: Mapping[int, str] | None = None,
+                       extra: list[dict] = ()) -> bytes:
+    """The events as JSON text, comma-separated: a slice per row (formatted in bulk where
+    pyarrow can, trace_slices.py), the flow arrows, the process and thread names, and `extra`.
+    Every number is finite (checked) and every string escaped, so the text is valid JSON."""
     df = canonical(df)
     labels = dict(rank_labels or {})
     tids = _tids(df["stream"].unique())
     lanes = _lanes(df)
-    tid_of = [tids[stream] + LANE_STRIDE * lane for stream, lane in zip(df["stream"].tolist(), lanes)]
+    tid_array = np.array([tids[stream] for stream in df["stream"].tolist()], dtype=np.int64) + LANE_STRIDE * np.array(
+        lanes, dtype=np.int64)
     meta: list[dict] = []
     threads = sorted(set(zip(df["rank"].tolist(), df["stream"].tolist(), lanes)), key=lambda t: (t[0], tids[t[1]], t[2]))
     for rank in sorted(df["rank"].unique().tolist()):
@@ -124,41 +127,41 @@ def _chrome_trace_texts(df: pd.DataFrame, rank_labels: Mapping[int, str] | None 
                      "args": {"name": stream if lane == 0 else f"{stream} ({lane + 1})"}})
         meta.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid,
                      "args": {"sort_index": tids[stream] * LANE_STRIDE + lane}})
-    texts = [json.dumps(e, separators=(",", ":"), allow_nan=False) for e in meta]
     us = 1e6
     start, end = df["start_s"].to_numpy(dtype=float), df["end_s"].to_numpy(dtype=float)
-    ts_array, dur_array = start * us, np.clip(end - start, 0.0, None) * us
-    if not (np.isfinite(ts_array).all() and np.isfinite(dur_array).all()):
+    ts, dur = start * us, np.clip(end - start, 0.0, None) * us
+    if not (np.isfinite(ts).all() and np.isfinite(dur).all()):
         raise ValueError("write_chrome_trace: the trace has non-finite times")
-    ts, dur = ts_array.tolist(), dur_array.tolist()
-    cols = [df[c].tolist() for c in ("rank", "stage", "chunk", "microbatch", "kind", "stream", "bytes", "peer")]
-    quoted = {kind: json.dumps(kind) for kind in set(cols[4])}
-    # A token is its kind plus digits and . # @ -: where the kind needs no escaping, neither does it.
-    plain = {kind: _PLAIN.fullmatch(kind) is not None for kind in quoted}
-    names = [f'"{action_token(kind, chunk, mb, peer)}"' if plain[kind] else json.dumps(action_token(kind, chunk, mb, peer))
-             for _, _, chunk, mb, kind, _, _, peer in zip(*cols)]
-    texts += [_SLICE % row for row in zip(names, map(quoted.__getitem__, cols[4]), ts, dur, cols[0], tid_of, cols[1],
-                                           cols[2], cols[3], map(_number, cols[6]), cols[7])]
+    ints = {c: df[c].to_numpy(dtype=np.int64) for c in ("rank", "stage", "chunk", "microbatch", "bytes", "peer")}
+    kinds = df["kind"].tolist()
+    blocks = slice_texts(ints, kinds, ts, dur, tid_array, _BUCKETED)
+    if blocks is None:
+        blocks = [_slice_texts_in_python(ints, kinds, ts, dur, tid_array)]
     # Flow arrows bind to the slice enclosing their timestamp, so anchor them mid-slice
     # (zero-duration slices are anchored at their only instant).
+    quoted = {kind: json.dumps(kind) for kind in set(kinds)}
+    rank_of, tid_of, mid = ints["rank"].tolist(), tid_array.tolist(), (ts + dur / 2).tolist()
+    texts = []
     for flow_id, (s, r) in enumerate(p2p_pairs(df)):
-        common = f'"name":{quoted[cols[4][s]]},"cat":"p2p","id":{flow_id}'
-        texts.append(f'{{{common},"ph":"s","ts":{ts[s] + dur[s] / 2!r},"pid":{cols[0][s]},"tid":{tid_of[s]}}}')
-        texts.append(f'{{{common},"ph":"f","bp":"e","ts":{ts[r] + dur[r] / 2!r},"pid":{cols[0][r]},'
-                     f'"tid":{tid_of[r]}}}')
-    return texts
+        common = f'"name":{quoted[kinds[s]]},"cat":"p2p","id":{flow_id}'
+        texts.append(f'{{{common},"ph":"s","ts":{mid[s]!r},"pid":{rank_of[s]},"tid":{tid_of[s]}}}')
+        texts.append(f'{{{common},"ph":"f","bp":"e","ts":{mid[r]!r},"pid":{rank_of[r]},"tid":{tid_of[r]}}}')
+    texts += [json.dumps(e, separators=(",", ":"), allow_nan=False) for e in [*meta, *extra]]
+    return b"".join(blocks) + ",".join(texts).encode()
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_]+")
+def _slice_texts_in_python(ints, kinds, ts, dur, tids) -> bytes:
+    cols = {c: v.tolist() for c, v in ints.items()}
+    quoted = {kind: json.dumps(kind) for kind in set(kinds)}
+    names = [json.dumps(action_token(kind, chunk, mb, peer))
+             for kind, chunk, mb, peer in zip(kinds, cols["chunk"], cols["microbatch"], cols["peer"])]
+    return "".join(_SLICE % row for row in zip(names, map(quoted.__getitem__, kinds), ts.tolist(), dur.tolist(),
+                                                  cols["rank"], tids.tolist(), cols["stage"], cols["chunk"],
+                                                  cols["microbatch"], cols["bytes"], cols["peer"])).encode()
+
+
 _SLICE = ('{"name":%s,"cat":%s,"ph":"X","ts":%r,"dur":%r,"pid":%d,"tid":%d,'
-          '"args":{"stage":%d,"chunk":%d,"microbatch":%d,"bytes":%s,"peer":%d}}')
-
-
-def _number(value) -> str:
-    """A trace's byte count as JSON: an integer where it is one (json.dumps' form)."""
-    if isinstance(value, float) and not value.is_integer():
-        return repr(value)
-    return str(int(value))
+          '"args":{"stage":%d,"chunk":%d,"microbatch":%d,"bytes":%d,"peer":%d}},')
 
 
 LINKS_PID = -1  # the process that holds the link counter tracks, sorted above the ranks
@@ -187,16 +190,14 @@ def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    events = _chrome_trace_texts(df, rank_labels) + [json.dumps(e, separators=(",", ":"), allow_nan=False)
-                                                     for e in link_counter_events(link_timelines or {})]
-    text = '{"traceEvents":[' + ",".join(events) + '],"displayTimeUnit":"ms"}'
-
+    body = _chrome_trace_body(df, rank_labels, extra=link_counter_events(link_timelines or {})).rstrip(b",")
+    text = b'{"traceEvents":[' + body + b'],"displayTimeUnit":"ms"}'
     if path.suffix == ".gz":  # Perfetto opens trace.json.gz as it is
         import gzip
-        with gzip.open(path, "wt", compresslevel=6) as f:
+        with gzip.open(path, "wb", compresslevel=6) as f:
             f.write(text)
     else:
-        path.write_text(text)
+        path.write_bytes(text)
     return path
 
 
