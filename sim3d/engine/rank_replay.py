@@ -13,6 +13,29 @@ from ..schedule.interpreter import Interpreter
 from ..schedule.ir import Action, Kind
 
 NOTHING = ()  # what a method that takes no simulated time yields from
+COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.BI, Kind.BW})
+
+
+def compute_plan(stages, pp_rank: int, actions: list[Action]) -> list[tuple | None]:
+    """Per action of a pipeline rank, what it needs that no clock changes. A compute: (stage,
+    the arrival it waits on or None, kind, the arrival it produces, whether it ends a
+    backward), the arrivals without their pipeline; a send: (stage, kind, its consumer, the
+    matching receive's kind). Derived once per pipeline rank instead of
+    once per action of every simulated rank."""
+    plan: list[tuple | None] = []
+    for a in actions:
+        if a.kind in (Kind.SEND_F, Kind.SEND_B):  # (stage, kind, its consumer, the matching receive)
+            plan.append((stages.stage(pp_rank, a.chunk), a.kind.value, output_to(stages, pp_rank, a),
+                         Kind.RECV_F if a.kind is Kind.SEND_F else Kind.RECV_B))
+            continue
+        if a.kind not in COMPUTE_KINDS:
+            plan.append(None)
+            continue
+        stage = stages.stage(pp_rank, a.chunk)
+        src = input_of(stages, pp_rank, a)
+        waits_on = None if src is None else (src.stage, src.family, a.mb, "local" if src.rank == pp_rank else "remote")
+        plan.append((stage, waits_on, a.kind.value, (stage, family(a.kind), a.mb, "local"), a.kind in (Kind.B, Kind.BW)))
+    return plan
 
 
 class RankReplay(Interpreter):
@@ -30,7 +53,11 @@ class RankReplay(Interpreter):
         self.dp_seq = 0  # data-parallel collectives issued (rendezvous name at full fidelity)
         self.index = 0
         self.tp_peers = engine.tp_replayed(self.me) if engine.full else 1
+        self.tp_key = engine.group_key("tp", self.me) if self.tp_peers > 1 else None
         self.dp_stand_ins = engine.dp_stand_ins.get(self.me, ())
+        if pp_rank not in engine.compute_plans:  # the same for this pipeline rank of every pipeline
+            engine.compute_plans[pp_rank] = compute_plan(self.stages, pp_rank, self.actions)
+        self.plan = engine.compute_plans[pp_rank]
         if engine.network is not None:
             self._flow_streams()
 
@@ -75,54 +102,65 @@ class RankReplay(Interpreter):
     # ---- compute ---------------------------------------------------------------------------
     def compute(self, a: Action):
         env, engine, parts, me = self.env, self.engine, self.parts, self.me
-        stage = self.stages.stage(self.pp_rank, a.chunk)
-        src = input_of(self.stages, self.pp_rank, a)
-        if src is not None:
-            event = engine.arrival((self.pipe_id, src.stage, src.family, a.mb,
-                                    "local" if src.rank == self.pp_rank else "remote"))
+        stage, waits_on, kind, produces, backward = self.plan[self.index]
+        if waits_on is not None:
+            event = engine.arrival((self.pipe_id, *waits_on))
             if not event.triggered:
-                engine.waiting[me] = f"rank {me} at action {self.index} ({a})"
+                engine.waiting[me] = (self.index, a)  # named in a deadlock's message
                 ready_at = env.now
                 yield event
                 # only the transfer is communication; waiting for the producer is bubble
                 transfer = max(0.0, env.now - max(ready_at, event.value))
                 parts["pipeline_p2p"] += transfer
                 parts["pipeline_wait"] += env.now - ready_at - transfer
-        cost = self.costs.compute(me, stage, a.kind.value)
+        seconds, recompute, exposed, comm_rows, tp_ep = self._cost(stage, kind)
         begin = env.now
         for bucket in self.bucket_ready.get(self.index, ()) if engine.network is not None else ():
             k = bucket.bucket - bucket.chunk * engine.buckets
-            self._start_dp("reduce", bucket, begin + (k + 1) / engine.buckets * cost.seconds)
-        yield env.timeout(cost.seconds)
-        exposed = sum(cost.exposed.values())
-        parts["compute"] += cost.seconds - cost.recompute - exposed
-        parts["recompute"] += cost.recompute
-        for stream, seconds in cost.exposed.items():
-            parts[stream] += seconds
-        if self.tp_peers > 1:
+            self._start_dp("reduce", bucket, begin + (k + 1) / engine.buckets * seconds)
+        yield env.timeout(seconds)
+        parts["compute"] += seconds - recompute - sum(exposed.values())
+        parts["recompute"] += recompute
+        for stream, exposed_s in exposed.items():
+            parts[stream] += exposed_s
+        if self.tp_key is not None:
             computed = env.now
-            yield engine.gather((*engine.group_key("tp", me), self.index), self.tp_peers).arrive(env.now)
+            yield engine.gather((*self.tp_key, self.index), self.tp_peers).arrive(env.now)
             parts["tp_sync"] += env.now - computed
-        engine.busy[me] += env.now - begin
-        engine.tp_busy[me] += sum(cost.comm.get(k, 0.0) for k in ("tp", "ep"))
-        engine.rows.append((me, stage, a.chunk, a.mb, a.kind.value, "compute", begin, env.now, 0, -1))
-        for stream, seconds in cost.comm.items():
-            if seconds:
-                engine.rows.append((me, stage, a.chunk, a.mb, f"{stream.upper()}_COMM", stream,
-                                    env.now - seconds, env.now, round(cost.wire.get(stream, 0.0)), -1))
-        if a.kind in (Kind.B, Kind.BW):
-            self.last_backward[a.chunk] = (begin, env.now - begin)
+        now = env.now
+        engine.busy[me] += now - begin
+        engine.tp_busy[me] += tp_ep
+        rows = engine.rows
+        rows.append((me, stage, a.chunk, a.mb, kind, "compute", begin, now, 0, -1))
+        for comm_kind, stream, comm_s, nbytes in comm_rows:
+            rows.append((me, stage, a.chunk, a.mb, comm_kind, stream, now - comm_s, now, nbytes, -1))
+        if backward:
+            self.last_backward[a.chunk] = (begin, now - begin)
         # a consumer on this rank (V turnaround) finds the output here
-        engine.arrival((self.pipe_id, stage, family(a.kind), a.mb, "local")).succeed(env.now)
+        engine.arrival((self.pipe_id, *produces)).succeed(now)
+
+    def _cost(self, stage: int, kind: str) -> tuple:
+        """(seconds, recompute, exposed per stream, trace rows of its collectives, TP+EP
+        busy seconds) of a compute on this rank, derived once per (stage, kind)."""
+        key = (self.me, stage, kind)
+        view = self.engine.cost_views.get(key)
+        if view is None:
+            cost = self.costs.compute(self.me, stage, kind)
+            comm_rows = tuple((f"{stream.upper()}_COMM", stream, seconds, round(cost.wire.get(stream, 0.0)))
+                              for stream, seconds in cost.comm.items() if seconds)
+            view = self.engine.cost_views[key] = (cost.seconds, cost.recompute, cost.exposed, comm_rows,
+                                                  sum(cost.comm.get(k, 0.0) for k in ("tp", "ep")))
+        return view
 
     forward = backward = backward_input = backward_weight = compute
 
     # ---- pipeline ----------------------------------------------------------------------------
     def send(self, a: Action):
+        route = self.plan[self.index]  # taken now: a transfer's process starts after the walk moves on
         if self.engine.network is None:
-            delivered = self._priced_transfer(a)
+            delivered = self._priced_transfer(a, route)
         else:
-            delivered = self.env.process(self._transfer(a))
+            delivered = self.env.process(self._transfer(a, route))
         if self.engine.overlap_p2p:
             return NOTHING
         return self._blocking(delivered)
@@ -133,7 +171,7 @@ class RankReplay(Interpreter):
         yield delivered
         self.parts["pipeline_p2p"] += self.env.now - begin
 
-    def _priced_transfer(self, a: Action):
+    def _priced_transfer(self, a: Action, route: tuple):
         """A transfer of known duration, without a process: its channel (messages go one at a
         time, in order, as in NCCL and gloo) is a free-at time, and one timeout delivers it."""
         env, engine = self.env, self.engine
@@ -143,7 +181,7 @@ class RankReplay(Interpreter):
         end = begin + self.costs.transfer(self.me, self.pipe_ranks[a.peer])
         engine.channel_free[key] = end
         delivery = env.timeout(end - issued)
-        delivery.callbacks.append(lambda _event: self._delivered(a, begin, issued))
+        delivery.callbacks.append(lambda _event: self._delivered(a, route, begin, issued))
         return delivery
 
     def recv(self, a: Action):
@@ -156,7 +194,7 @@ class RankReplay(Interpreter):
             self.engine.rows.append(row[:6] + (self.env.now, self.env.now) + row[8:])
         return NOTHING
 
-    def _transfer(self, a: Action):
+    def _transfer(self, a: Action, route: tuple):
         """A transfer on the flow network: its duration is known only when its flow arrives."""
         env, engine = self.env, self.engine
         issued = env.now  # the producing compute just ended
@@ -164,26 +202,24 @@ class RankReplay(Interpreter):
             yield slot
             begin = env.now
             yield engine.network.transfer(self.costs.transfer_flows(self.me, self.pipe_ranks[a.peer]))
-        self._delivered(a, begin, issued)
+        self._delivered(a, route, begin, issued)
 
-    def _delivered(self, a: Action, begin: float, issued: float) -> None:
+    def _delivered(self, a: Action, route: tuple, begin: float, issued: float) -> None:
         """The message is in: its SEND row, its RECV row (or the note for the receiver's post),
         and the arrival its consumer waits on."""
         env, engine = self.env, self.engine
-        stage = self.stages.stage(self.pp_rank, a.chunk)
-        forward = a.kind is Kind.SEND_F
+        stage, kind, consumer, recv = route
         src, dst = self.me, self.pipe_ranks[a.peer]
         nbytes = round(self.costs.p2p_bytes)
-        engine.rows.append((src, stage, a.chunk, a.mb, a.kind.value, "pp", begin, env.now, nbytes, dst))
-        consumer = output_to(self.stages, self.pp_rank, a)
-        recv = Kind.RECV_F if forward else Kind.RECV_B
-        row = (dst, consumer.stage, consumer.chunk, a.mb, recv.value, "pp", begin, env.now, nbytes, src)
+        now = env.now
+        engine.rows.append((src, stage, a.chunk, a.mb, kind, "pp", begin, now, nbytes, dst))
+        row = (dst, consumer.stage, consumer.chunk, a.mb, recv.value, "pp", begin, now, nbytes, src)
         key = (self.pipe_id, consumer.stage, a.mb, recv)
         post = engine.posted.pop(key, None)
         if post is None:  # not posted yet: the receiver's RECV writes the row
             engine.delivered[key] = row
         else:
-            engine.rows.append(row[:6] + (max(post, begin), env.now) + row[8:])
+            engine.rows.append(row[:6] + (max(post, begin), now) + row[8:])
         engine.arrival((self.pipe_id, stage, consumer.family, a.mb, "remote")).succeed(issued)
 
     # ---- data parallel and optimizer -----------------------------------------------------------

@@ -151,6 +151,8 @@ class Engine:
         self.overlap_p2p = options.overlap_p2p
         self.overlap_param_gather = options.overlap_param_gather
         self.arrivals: dict[tuple, simpy.Event] = {}
+        self.compute_plans: dict[int, list] = {}  # pipeline rank -> rank_replay.compute_plan
+        self.cost_views: dict[tuple, tuple] = {}  # (rank, stage, kind) -> RankReplay._cost
         self.channels: dict[tuple, simpy.Resource] = {}  # on the flow network
         self.channel_free: dict[tuple, float] = {}  # (pipeline, src, dst, direction) -> free again at
         # RECV rows: (pipeline, stage, mb, kind) -> when posted / the row of a message that came first
@@ -163,7 +165,7 @@ class Engine:
         self.parts: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.finish: dict[int, float] = {}
         self._bucket_cost = {}
-        self.waiting: dict[int, str] = {}
+        self.waiting: dict[int, tuple] = {}  # rank -> (action index, action) it last waited at
         self.network = FlowNetwork(self.env, costs.link_capacity) if options.flows else None
         self._collectives: dict[tuple, simpy.Event] = {}
 
@@ -221,7 +223,8 @@ class Engine:
             self.env.run()
         missing = [r for r in ranks if r not in self.finish]
         if missing:
-            waiting = "; ".join(self.waiting.get(r, f"rank {r}") for r in missing[:8])
+            waiting = "; ".join(f"rank {r} at action {self.waiting[r][0]} ({self.waiting[r][1]})" if r in self.waiting
+                                else f"rank {r}" for r in missing[:8])
             raise DeadlockError(f"deadlock: the event queue is empty but {len(missing)} rank(s) still wait: "
                                 f"{waiting}")
         step = max(self.finish.values())
