@@ -106,9 +106,29 @@ def test_folded_equals_full_fidelity_for_symmetric_layouts():
         "parallel": {"tp": 2, "pp": 2, "dp": 2}, "training": {"micro_batch": 1, "global_batch": 8},
         "cluster": {"nodes": 1, "gpus_per_node": 8}})
     folded, full = simulate(s).result, simulate(s, full_fidelity=True).result
-    # full fidelity replays every pipeline, TP rank 0 of each standing for its twin peers
-    assert len(full.ranks) == 4 and len(full.represented) == 4 and len(folded.ranks) == 2
-    assert full.step_time == pytest.approx(folded.step_time, rel=1e-9)
+    # on one node both pipelines' transfers take the same time: full fidelity replays one
+    # pipeline's TP rank 0, standing for its TP peer and for the other pipeline
+    assert full.ranks == [0, 4] and full.represented == {1: 0, 2: 0, 3: 0, 5: 4, 6: 4, 7: 4}
+    assert len(folded.ranks) == 2 and full.step_time == pytest.approx(folded.step_time, rel=1e-9)
+
+
+def test_pipelines_fold_by_their_transfer_times_and_equal_every_rank_replayed():
+    """On a fat tree 16 servers share a leaf: with 24 one-GPU servers, pipelines (d, d + 12)
+    stay under one leaf for d < 4 and cross the spine for the rest, so the healthy pipelines
+    fold into two twin sets (plus the straggler's, replayed alone) and the step, every
+    replayed rank's finish and every stood-for rank's finish equal replaying all 24 ranks."""
+    from sim3d.engine.run import unfolded_pipelines
+    s = scenario_from_dict({
+        "name": "leaves", "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256},
+        "parallel": {"tp": 1, "pp": 2, "dp": 12}, "training": {"micro_batch": 1, "global_batch": 48},
+        "cluster": {"nodes": 24, "gpus_per_node": 1, "inter_node": {"fabric": "fat-tree", "nics_per_node": 1}},
+        "faults": [{"straggler": {"rank": 7, "slowdown": 1.3}}]})
+    every, folded = _replay(s, None), _replay(s, unfolded_pipelines(s))
+    # pipelines (0, 12) for the twins under one leaf, (4, 16) for those across, (7, 19) the straggler's
+    assert sorted(folded.ranks) == [0, 4, 7, 12, 16, 19]
+    assert folded.step_time == pytest.approx(every.step_time, rel=1e-12) and every.step_time > 0
+    for rank in range(24):
+        assert every.finish[rank] == pytest.approx(folded.finish[folded.represented.get(rank, rank)], rel=1e-12)
 
 
 def test_straggler_slows_the_step_and_needs_every_gpu():
@@ -205,17 +225,18 @@ def _replay(s, unfolded):
     from sim3d.engine.replay import ReplayOptions
     from sim3d.step import step_schedule
     costs = CostModel(s, folded=False)
-    return Engine(step_schedule(s), costs, ReplayOptions.of(s), True, unfolded_tp=unfolded).run()
+    return Engine(step_schedule(s), costs, ReplayOptions.of(s), True, unfolded=unfolded).run()
 
 
 @settings(max_examples=25, deadline=None)
 @given(st.data())
-def test_full_fidelity_with_tp_folded_equals_every_rank_replayed(data):
-    """TP peers no fault reaches are twins: replaying TP rank 0 for its group gives the step of
-    replaying every rank, on random layouts, schedules and overlap switches, with stragglers on
-    random ranks (their pipelines are replayed rank by rank)."""
-    from sim3d.engine.run import tp_folding
-    tp, pp, dp = data.draw(st.sampled_from([2, 4])), data.draw(st.sampled_from([2, 4])), data.draw(st.sampled_from([1, 2, 3]))
+def test_full_fidelity_folded_equals_every_rank_replayed(data):
+    """TP peers and pipelines no fault reaches are twins: replaying TP rank 0 for its group and
+    one pipeline for its twins gives the step of replaying every rank, on random layouts,
+    schedules and overlap switches, with stragglers on random ranks (their pipelines are
+    replayed rank by rank)."""
+    from sim3d.engine.run import unfolded_pipelines
+    tp, pp, dp = data.draw(st.sampled_from([1, 2, 4])), data.draw(st.sampled_from([2, 4])), data.draw(st.sampled_from([1, 2, 3]))
     schedule = data.draw(st.sampled_from(["1f1b", "interleaved-1f1b", "zb-h1", "gpipe"]))
     world = tp * pp * dp
     stragglers = data.draw(st.lists(st.integers(0, world - 1), max_size=2, unique=True))
@@ -228,7 +249,7 @@ def test_full_fidelity_with_tp_folded_equals_every_rank_replayed(data):
     if world % 8 and world > 8:
         return
     s = scenario_from_dict(raw)
-    every, folded = _replay(s, None), _replay(s, tp_folding(s))
+    every, folded = _replay(s, None), _replay(s, unfolded_pipelines(s))
     assert folded.step_time == pytest.approx(every.step_time, rel=1e-12)
     for rank in folded.ranks:
         assert folded.finish[rank] == pytest.approx(every.finish[rank], rel=1e-12)

@@ -133,7 +133,7 @@ def test_tp_folded_full_fidelity_lays_the_bytes_of_every_rank(monkeypatch):
     s = {**layout(4, 2, 2, 2, 8), "faults": [{"straggler": {"rank": 9, "slowdown": 1.3}}]}
     folded = sim3d.simulate(s, full_fidelity=True)
     assert folded.sim.represented and 9 in folded.sim.ranks
-    monkeypatch.setattr(sim3d.engine.run, "tp_folding", lambda scenario: None)
+    monkeypatch.setattr(sim3d.engine.run, "unfolded_pipelines", lambda scenario: None)
     every = sim3d.simulate(s, full_fidelity=True)
     assert not every.sim.represented and folded.step_time == pytest.approx(every.step_time, rel=1e-12)
     a, b = folded.links.sort_values(["src", "dst"]), every.links.sort_values(["src", "dst"])

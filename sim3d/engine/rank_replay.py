@@ -238,8 +238,8 @@ class RankReplay(Interpreter):
             ready = b_start + (k + 1) / buckets * b_dur
         if engine.full and engine.placement.dp > 1:
             gather = engine.gather((*engine.group_key("dp", self.me), self.dp_seq), engine.placement.dp).arrive(ready)
-            for leader in self.dp_stand_ins:  # for folded TP peers whose groups are replayed
-                engine.gather(("dp", leader, self.dp_seq), engine.placement.dp).arrive(ready)
+            for leader, count in self.dp_stand_ins:  # for the ranks this one stands for
+                engine.gather(("dp", leader, self.dp_seq), engine.placement.dp).arrive(ready, count)
             waited = env.now
             yield gather
             self.parts["dp"] += env.now - waited

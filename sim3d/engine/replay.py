@@ -11,10 +11,13 @@ backward, as Megatron's bucketed hooks make them. OPT_STEP waits for every reduc
 
 Folded mode simulates one pipeline: data-parallel replicas and tensor-parallel peers are
 symmetric, so one rank stands for its group and collectives are still costed with full
-group sizes (costs/). Full fidelity simulates every pipeline: TP groups synchronise at the
-end of every compute action, DP groups at every bucket, and stragglers slow their own rank;
-TP peers that are twins (no straggler on their pipeline, no network fault, no flows) are
-replayed once, by TP rank 0 (`unfolded_tp`). With `ReplayOptions.flows`, transfers and
+group sizes (costs/). Full fidelity simulates every GPU: TP groups synchronise at the
+end of every compute action, DP groups at every bucket, and stragglers slow their own rank.
+Where no network fault and no flow network tell them apart (`unfolded` is not None), what
+is provably identical is replayed once: TP peers off a straggler's pipeline by TP rank 0,
+and healthy pipelines whose transfers take the same times by one of them, which arrives at
+each data-parallel rendezvous for every rank it stands for. The pipelines in `unfolded` (a
+straggler's) are replayed rank by rank. With `ReplayOptions.flows`, transfers and
 data-parallel buckets are flows on the FlowNetwork instead of fixed durations.
 """
 
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from ..costs.interface import RankCosts
-from ..schedule.ir import Schedule
+from ..schedule.ir import Kind, Schedule
 from ..gc_paused import gc_paused
 from ..trace import rows_to_frame
 from .flow_network import FlowNetwork, NetworkStats
@@ -97,8 +100,9 @@ class _Gather:
     def __init__(self, env, size: int):
         self.size, self.values, self.event = size, [], env.event()
 
-    def arrive(self, value: float):
-        self.values.append(value)
+    def arrive(self, value: float, count: int = 1):
+        """`count` members arrive at `value` (a replayed rank and the ranks it stands for)."""
+        self.values.extend([value] * count)
         if len(self.values) == self.size:
             self.event.succeed(max(self.values))
         return self.event
@@ -129,20 +133,22 @@ class Engine:
     never sees the scenario."""
 
     def __init__(self, schedule: Schedule, costs: RankCosts, options: ReplayOptions = ReplayOptions(),
-                 full_fidelity: bool = False, unfolded_tp: frozenset[tuple[int, int]] | None = None):
-        """`unfolded_tp` (full fidelity): fold tensor-parallel groups, replaying every TP rank
-        only of the pipelines at these (dp, cp) coordinates and TP rank 0 elsewhere, standing
-        for its group. Healthy TP peers do the same work at the same times, so the step is
-        exactly the unfolded one; the caller unfolds the pipelines a straggler sits on, and
-        passes None (no folding) where the network or its faults tell TP peers apart."""
+                 full_fidelity: bool = False, unfolded: frozenset[tuple[int, int]] | None = None):
+        """`unfolded` (full fidelity): fold what is symmetric, replaying every rank only of the
+        pipelines at these (dp, cp) coordinates. Elsewhere TP rank 0 stands for its TP group,
+        and one pipeline for every healthy pipeline whose transfers take the same times: they
+        do the same work at the same times, so the step is exactly the unfolded one. The
+        caller unfolds the pipelines a straggler sits on, and passes None (no folding) where
+        the network or its faults tell ranks apart."""
         if not schedule.lowered:
             raise ValueError("the engine replays lowered schedules: call sim3d.schedule.lower() first")
         self.schedule, self.costs = schedule, costs
         self.full = full_fidelity
         self.placement = costs.placement
-        self.unfolded_tp = unfolded_tp if full_fidelity and costs.placement.tp > 1 else None
-        self.represented: dict[int, int] = {}
-        self.dp_stand_ins: dict[int, list[int]] = {}  # rank -> dp group leaders it also arrives for
+        self.unfolded = unfolded if full_fidelity else None
+        self.represented: dict[int, int] = {}  # rank not replayed -> the replayed rank standing for it
+        # replayed rank -> (dp group leader, how many ranks it arrives for there)
+        self.dp_stand_ins: dict[int, list[tuple[int, int]]] = {}
         self._group_keys: dict[tuple[str, int], tuple] = {}
         self.env = simpy.Environment()
         self.rows: list[tuple] = []
@@ -174,38 +180,57 @@ class Engine:
         p = self.placement
         if not self.full:
             return [dict(tp=0, dp=0, cp=0)]
-        if self.unfolded_tp is None:
+        if self.unfolded is None:
             return [dict(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
-        pipes = []
-        for d in range(p.dp):
-            for c in range(p.cp):
-                if (d, c) in self.unfolded_tp:
-                    pipes += [dict(tp=t, dp=d, cp=c) for t in range(p.tp)]
-                else:
-                    pipes.append(dict(tp=0, dp=d, cp=c))
-                    self._stand_in(d, c)
+        pipes = [dict(tp=t, dp=d, cp=c) for d, c in sorted(self.unfolded) for t in range(p.tp)]
+        for members in self._twin_pipelines():
+            d0, c0 = members[0]
+            pipes.append(dict(tp=0, dp=d0, cp=c0))
+            for stage in range(p.pp):
+                twin = p.rank(tp=0, pp=stage, dp=d0, cp=c0)
+                for d, c in members:
+                    for t in range(p.tp):
+                        rank = p.rank(tp=t, pp=stage, dp=d, cp=c)
+                        if rank != twin:
+                            self.represented[rank] = twin
+        self._stand_in(pipes)
         return pipes
 
-    def _stand_in(self, d: int, c: int) -> None:
-        """TP rank 0 of pipeline (d, c) replays for its TP peers: it is their twin in the trace
-        accounting, and it joins the data-parallel rendezvous of every peer whose group has a
-        replayed member (a group along an unfolded pipeline), as the peer would have."""
+    def _twin_pipelines(self) -> list[list[tuple[int, int]]]:
+        """The healthy pipelines ((dp, cp) off `unfolded`) grouped into twins. Without network
+        faults every rank's compute, data-parallel and optimizer costs are the same (costs/), so
+        what can tell two pipelines apart is the time of their transfers (a fat tree's leaf
+        boundary falls between some stages of some pipelines)."""
         p = self.placement
-        joined = any((other, c) in self.unfolded_tp for other in range(p.dp))
-        for stage in range(p.pp):
-            me = p.rank(tp=0, pp=stage, dp=d, cp=c)
-            for t in range(1, p.tp):
-                peer = p.rank(tp=t, pp=stage, dp=d, cp=c)
-                self.represented[peer] = me
-                if joined:
-                    self.dp_stand_ins.setdefault(me, []).append(p.group_leader("dp", peer))
+        sends = sorted({(i, a.peer) for i, actions in enumerate(self.schedule.ranks) for a in actions
+                        if a.kind in (Kind.SEND_F, Kind.SEND_B)})
+        twins: dict[tuple, list[tuple[int, int]]] = {}
+        for d in range(p.dp):
+            for c in range(p.cp):
+                if (d, c) not in self.unfolded:
+                    pipe = p.pipeline(tp=0, dp=d, cp=c)
+                    times = tuple(self.costs.transfer(pipe[i], pipe[j]) for i, j in sends)
+                    twins.setdefault(times, []).append((d, c))
+        return list(twins.values())
+
+    def _stand_in(self, pipes: list[dict]) -> None:
+        """A replayed rank arrives at the data-parallel rendezvous of every rank it stands for,
+        as that rank would have, where some replayed rank waits there (elsewhere nobody does)."""
+        p = self.placement
+        waited = {p.group_leader("dp", p.rank(pp=stage, **pipe)) for pipe in pipes for stage in range(p.pp)}
+        arrivals: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for rank, twin in self.represented.items():
+            leader = p.group_leader("dp", rank)
+            if leader in waited:
+                arrivals[twin][leader] += 1
+        self.dp_stand_ins = {twin: list(leaders.items()) for twin, leaders in arrivals.items()}
 
     def tp_replayed(self, rank: int) -> int:
         """How many members of `rank`'s TP group are replayed (1: folded into TP rank 0)."""
-        if self.unfolded_tp is None:
+        if self.unfolded is None:
             return self.placement.tp
         c = self.placement.coords(rank)
-        return self.placement.tp if (c["dp"], c["cp"]) in self.unfolded_tp else 1
+        return self.placement.tp if (c["dp"], c["cp"]) in self.unfolded else 1
 
     def run(self, progress=None, horizon: float | None = None) -> SimResult:
         """Replay the step; with `progress` and an expected end time `horizon`, report the

@@ -33,8 +33,9 @@ def load_profile(scenario):
 
 
 def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None,
-             progress: Callable[[float], None] | None = None) -> SimRun:
-    """One step. Stragglers need every GPU simulated, so they imply full fidelity.
+             progress: Callable[[float], None] | None = None, fold: bool = True) -> SimRun:
+    """One step. Stragglers need every GPU simulated, so they imply full fidelity; there
+    `fold=False` replays every rank instead of one of each set of twins (the same step).
     The scenario's `costs.profile` is loaded unless `profile` or `costs` is given.
     `progress(fraction)` is called during a full-fidelity run, against the folded step time
     (simulated first, in a fraction of the time) as the expected end."""
@@ -48,16 +49,17 @@ def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: Cost
     if full and progress:
         folded = CostModel(scenario, costs.topology, costs.profile, folded=True)
         horizon = Engine(schedule, folded, options).run().step_time
-    result = Engine(schedule, costs, options, full, unfolded_tp=tp_folding(scenario)).run(
+    result = Engine(schedule, costs, options, full, unfolded=unfolded_pipelines(scenario) if fold else None).run(
         progress=progress, horizon=horizon)
     return SimRun(scenario, schedule, costs, result)
 
 
-def tp_folding(scenario) -> frozenset[tuple[int, int]] | None:
-    """At full fidelity, the (dp, cp) pipelines whose TP ranks are each replayed: those a
-    straggler sits on (it holds its TP peers back at every rendezvous). None (replay every
-    rank) where TP peers are not twins: a network fault gives them different NICs and paths,
-    and on the flow network each rank's messages are flows of their own."""
+def unfolded_pipelines(scenario) -> frozenset[tuple[int, int]] | None:
+    """At full fidelity, the (dp, cp) pipelines whose ranks are each replayed: those a
+    straggler sits on (it holds its TP peers back at every rendezvous); the rest fold
+    (Engine). None (replay every rank) where ranks are not twins: a network fault gives them
+    different NICs and paths, and on the flow network each rank's messages are flows of their
+    own."""
     if scenario.costs.network == "flow" or any(f.network for f in scenario.faults):
         return None
     from ..placement import Placement
@@ -67,11 +69,12 @@ def tp_folding(scenario) -> frozenset[tuple[int, int]] | None:
 
 
 def ranks_replayed(scenario, full_fidelity: bool) -> int:
-    """How many ranks the engine replays: one pipeline folded; at full fidelity every rank,
-    less the TP peers folded into their twin (`tp_folding`)."""
+    """At most how many ranks the engine replays: one pipeline folded; at full fidelity every
+    rank, less the TP peers folded into their twin (twin pipelines fold further, by how many
+    the transfer times tell apart)."""
     if not full_fidelity:
         return scenario.pp
-    unfolded = tp_folding(scenario)
+    unfolded = unfolded_pipelines(scenario)
     if unfolded is None or scenario.tp == 1:
         return scenario.num_gpus
     pipelines = scenario.dp * scenario.cp
