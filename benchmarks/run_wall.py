@@ -3,8 +3,8 @@
     python benchmarks/run_wall.py [--repeats 5]
 
 Each case runs in a fresh process (imports included); the median and range of `--repeats`
-runs are printed with the peak resident memory of the process tree (GNU time's maximum RSS,
-which covers the plotting process too). A second table times the phases of one flagship run
+runs are printed with the peak resident memory (GNU time's maximum RSS: of the largest
+single process, the caller or its plotting process, not their sum). A second table times the phases of one flagship run
 inside one process, with the plots drawn serially (SIM3D_SERIAL_OUTPUTS=1) so that each phase
 is measured alone; in a real run the plots overlap the simulation's tail and the writing.
 Do not run it beside the test suite: this machine has two cores.

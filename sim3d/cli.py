@@ -41,67 +41,67 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
                                                   "(default: all, or one per pipeline stage).")):
     """Simulate one training step and write summary, trace and plots."""
-    from .report.outputs import TRACE_FORMATS, start_plotting
+    from .report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
     gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
-    plotter = start_plotting() if plots else None  # imports matplotlib while the step is simulated
-    try:
-        summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf,
-                       gantt, plotter)
-    finally:
-        if plotter is not None:
-            plotter.close()
+    summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf, gantt)
     if strict and not summary["fits_in_memory"]:
         raise BadInput(f"--strict: the layout does not fit in memory: {summary['memory_note']}")
 
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
-         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict, plotter) -> dict:
+         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
     from .api import simulate
+    from .report.outputs import start_plotting
     from .report.summary import breakdown_table, summary_table
     s = _load(scenario, set_)
     folder = _writable_folder(out_dir or _default_folder(s.name))
-    every_gpu = full_fidelity or any(f.straggler for f in s.faults)
-    if every_gpu and not as_json:
-        with _progress("simulate") as bar:
-            task = bar.add_task(f"simulating all {s.num_gpus} GPUs", total=1.0)
-            result = simulate(s, full_fidelity=True, progress=lambda done: bar.update(task, completed=done))
-    else:
-        result = simulate(s, full_fidelity=every_gpu)
-    summary = result.summary
-    window = gantt["gantt_window"]
-    if window and plots and window[0] >= result.step_time:
-        raise BadInput(f"--gantt-window {window[0]:g},{window[1]:g}: starts after the step ends "
-                       f"({result.step_time:.6g} s)")
-    # a rank another stands for (full fidelity folds twins) is drawn as that rank
-    missing = sorted(set(gantt["gantt_ranks"] or ()) - set(result.sim.ranks) - set(result.sim.represented))
-    if missing and plots:
-        simulated = sorted(result.sim.ranks)
-        raise BadInput(f"--gantt-ranks: rank(s) {missing[:8]} were not simulated; this run replayed "
-                       f"{len(simulated)} rank(s) ({', '.join(map(str, simulated[:8]))}"
-                       f"{', ...' if len(simulated) > 8 else ''})" +
-                       ("" if result.full_fidelity else "; --full-fidelity replays every GPU"))
-    flags = _megatron_line(s) if megatron_args else None
-    if as_json:
-        print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2, allow_nan=False))
-    else:
-        out.print(summary_table(summary))
-        out.print(breakdown_table(summary))
-        _print_memory(result.memory, s.gpu.hbm_gib)
-        for w in summary["warnings"]:
-            say("warning:", w, "yellow")
-        if not summary["fits_in_memory"]:
-            say("memory:", summary["memory_note"], "yellow")
-        if explain:
-            _print_explain(result)
-        if flags:
-            out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
-    written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
-                             **gantt)
-    if not as_json:
-        out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
-    return summary
+    plotter = start_plotting() if plots else None  # imports matplotlib while the step is simulated
+    try:
+        every_gpu = full_fidelity or any(f.straggler for f in s.faults)
+        if every_gpu and not as_json:
+            with _progress("simulate") as bar:
+                task = bar.add_task(f"simulating all {s.num_gpus} GPUs", total=1.0)
+                result = simulate(s, full_fidelity=True, progress=lambda done: bar.update(task, completed=done))
+        else:
+            result = simulate(s, full_fidelity=every_gpu)
+        summary = result.summary
+        window = gantt["gantt_window"]
+        if window and plots and window[0] >= result.step_time:
+            raise BadInput(f"--gantt-window {window[0]:g},{window[1]:g}: starts after the step ends "
+                           f"({result.step_time:.6g} s)")
+        # a rank another stands for (full fidelity folds twins) is drawn as that rank
+        missing = sorted(set(gantt["gantt_ranks"] or ()) - set(result.sim.ranks) - set(result.sim.represented))
+        if missing and plots:
+            simulated = sorted(result.sim.ranks)
+            raise BadInput(f"--gantt-ranks: rank(s) {missing[:8]} were not simulated; this run replayed "
+                           f"{len(simulated)} rank(s) ({', '.join(map(str, simulated[:8]))}"
+                           f"{', ...' if len(simulated) > 8 else ''})" +
+                           ("" if result.full_fidelity else "; --full-fidelity replays every GPU"))
+        flags = _megatron_line(s) if megatron_args else None
+        if as_json:
+            print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2, allow_nan=False))
+        else:
+            out.print(summary_table(summary))
+            out.print(breakdown_table(summary))
+            _print_memory(result.memory, s.gpu.hbm_gib)
+            for w in summary["warnings"]:
+                say("warning:", w, "yellow")
+            if not summary["fits_in_memory"]:
+                say("memory:", summary["memory_note"], "yellow")
+            if explain:
+                _print_explain(result)
+            if flags:
+                out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
+        written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
+                                 **gantt)
+        if not as_json:
+            out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+        return summary
+    finally:
+        if plotter is not None:
+            plotter.close()
 
 
 def _megatron_line(scenario) -> str:

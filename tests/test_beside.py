@@ -32,7 +32,8 @@ def test_the_job_runs_with_its_arguments_and_its_files_are_there_when_waited_for
     process.submit(write_pid, tmp_path / "drawn.txt")
     process.wait()
     assert (int((tmp_path / "drawn.txt").read_text()) != os.getpid()) == (not serial)  # forked: another process
-    process.close()  # after the job: nothing to stop
+    process.close()  # after the job: nothing left to stop
+    assert process._process is None
 
 
 def test_an_error_is_raised_again_with_the_processs_traceback(serial):
@@ -71,11 +72,12 @@ def test_a_process_that_dies_is_reported_with_its_exit_code(serial):
         process.wait()
 
 
-def test_a_process_never_given_a_job_stops_on_close(serial):
-    process = beside.Beside(preload=["json"])
+def test_a_process_never_given_a_job_stops_on_close_without_waiting_for_its_imports(serial):
+    process = beside.Beside(preload=["matplotlib.pyplot"])  # half a second of imports
+    child = process._process
     process.close()
     if not serial:
-        assert process._process.exitcode == 0
+        assert child.exitcode is not None and not child.is_alive()
     with pytest.raises(RuntimeError, match="nothing was submitted"):
         process.wait()
 
@@ -87,3 +89,70 @@ def test_a_failed_preload_is_reported_when_waited_for(serial):
     process.submit(write_pid, Path("unused"))
     with pytest.raises(ModuleNotFoundError, match="sim3d_no_such_module"):
         process.wait()
+
+
+class NeedsTwoArguments(Exception):
+    def __init__(self, a, b):  # pickles, but unpickling calls __init__ with one argument
+        super().__init__(f"{a} {b}")
+
+
+def raise_needs_two() -> None:
+    raise NeedsTwoArguments("first", "second")
+
+
+def test_an_error_that_pickles_but_does_not_unpickle_arrives_as_text(serial):
+    if serial:
+        pytest.skip("in one process the error is the original")
+    process = beside.Beside()
+    process.submit(raise_needs_two)
+    with pytest.raises(RuntimeError, match="NeedsTwoArguments: first second"):
+        process.wait()
+
+
+def test_a_job_that_does_not_pickle_runs_in_the_caller(tmp_path, serial):
+    process = beside.Beside()
+    target = tmp_path / "drawn.txt"
+    process.submit(lambda: target.write_text(str(os.getpid())))  # a lambda does not pickle
+    assert process._process is None  # the helper process is gone already
+    process.wait()
+    assert int(target.read_text()) == os.getpid()
+
+
+def test_close_is_safe_after_the_process_died_and_twice(serial):
+    process = beside.Beside(preload=["json"])
+    if not serial:
+        process._process.kill()
+        process._process.join()
+    process.close()
+    process.close()
+    assert process._process is None
+
+
+def test_the_process_dies_with_its_caller():
+    """A caller killed outright (SIGKILL, the OOM killer) leaves no plotting process behind."""
+    import subprocess
+    import sys
+    import time
+    if not beside.can_fork():
+        pytest.skip("no fork on this platform")
+    code = ("import os; from sim3d.report import beside; p = beside.Beside(preload=['json']); "
+            "print(p._process.pid, flush=True); os._exit(0)")
+    caller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pid = int(caller.stdout.readline())  # not read to the end: an orphan would hold the pipe open
+    assert caller.wait(timeout=60) == 0
+    caller.stdout.close()
+
+    def alive() -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        return state not in ("Z", "X")  # a zombie has died; its reaper is init's business
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphaned = alive()
+    if orphaned:
+        os.kill(pid, 9)
+    assert not orphaned

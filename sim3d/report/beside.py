@@ -6,10 +6,12 @@ CLI starts a `Beside` process before it simulates: the process imports what the 
 (`preload`) while the step is replayed, then receives one job (a module-level function and
 its arguments, pickled: ~10 ms for the flagship's trace) and runs it while the caller writes
 the tables and traces. An error in the process is raised again in the caller, with the
-process's traceback attached; a process that dies says so with its exit code.
+process's traceback attached; a process that dies says so with its exit code; the process
+dies with its caller (sim3d.lifetime), and an interrupted or failed caller stops it.
 
-On Linux the process is forked. Elsewhere (spawn would re-import everything) and with
-SIM3D_SERIAL_OUTPUTS=1 (debuggers, profilers), the job runs in the caller when waited for.
+On Linux the process is forked. Elsewhere (spawn would re-import everything), with
+SIM3D_SERIAL_OUTPUTS=1 (debuggers, profilers), where the fork fails, and for a job that does
+not pickle, the job runs in the caller when waited for.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import pickle
 import sys
 import traceback
 from typing import Callable, Sequence
@@ -30,7 +33,7 @@ def can_fork() -> bool:
 
 class Beside:
     """Start with `Beside(preload=[module names])`; then `submit(fn, *args)` once and `wait()`,
-    or `close()` to stop it unused."""
+    or `close()` to stop it (safe to call at any time, more than once)."""
 
     def __init__(self, preload: Sequence[str] = ()):
         self._job: tuple | None = None
@@ -40,23 +43,35 @@ class Beside:
         context = multiprocessing.get_context("fork")
         job_reader, self._jobs = context.Pipe(duplex=False)
         self._outcomes, outcome_writer = context.Pipe(duplex=False)
-        self._process = context.Process(target=_serve, args=(tuple(preload), job_reader, outcome_writer),
-                                        name="sim3d-outputs", daemon=True)
+        process = context.Process(target=_serve, args=(tuple(preload), job_reader, outcome_writer),
+                                  name="sim3d-outputs", daemon=True)
         for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
             stream.flush()
-        self._process.start()
-        job_reader.close()  # the child's ends, closed here so that a dead child reads as EOF
-        outcome_writer.close()
+        try:
+            process.start()
+        except OSError:  # no fork to be had (EAGAIN, ENOMEM): the caller draws
+            self._close_pipes()
+            return
+        finally:
+            job_reader.close()  # the child's ends, closed here so that a dead child reads as EOF
+            outcome_writer.close()
+        self._process = process
 
     def submit(self, work: Callable, *args) -> None:
         if self._job is not None:
             raise RuntimeError("Beside runs one job")
         self._job = (work, args)
-        if self._process is not None:
-            try:
-                self._jobs.send(self._job)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the process has ended already; wait() says why
+        if self._process is None:
+            return
+        try:
+            payload = pickle.dumps(self._job, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - whatever does not pickle is drawn here instead
+            self._stop()
+            return
+        try:
+            self._jobs.send_bytes(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the process has ended already; wait() says why
 
     def wait(self) -> None:
         """Block until the job is done; raise what it raised."""
@@ -71,44 +86,52 @@ class Beside:
         except EOFError:  # it ended without a word: killed, or crashed in C
             self._process.join()
             outcome = (RuntimeError(f"the output process died (exit code {self._process.exitcode})"), "")
-        finally:
-            self._process.join()
-            self._close_pipes()
+        except Exception as error:  # noqa: BLE001 - an error that pickled but does not unpickle
+            outcome = (RuntimeError(f"the output process failed; its error could not be read back: {error!r}"), "")
+        except BaseException:  # Ctrl+C: do not wait for the plots
+            self._stop()
+            raise
+        self._stop()
         if outcome is not None:
             error, detail = outcome
-            if detail:
+            if detail and hasattr(error, "add_note"):  # Python >= 3.11
                 error.add_note(f"in the output process:\n{detail}")
             raise error
 
     def close(self) -> None:
-        """Stop the process if no job was sent (bad input found after it started)."""
-        if self._process is not None and self._job is None:
-            self._jobs.send(None)
-            self._process.join()
-            self._close_pipes()
+        """Stop the process (after `wait`, it is gone already): for bad input, an error or an
+        interrupt in the caller. Nothing the process holds is worth keeping."""
+        self._stop()
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.exitcode is None:
+            process.terminate()
+        process.join()
+        self._close_pipes()
 
     def _close_pipes(self) -> None:
-        self._jobs.close()
-        self._outcomes.close()
+        for end in (getattr(self, "_jobs", None), getattr(self, "_outcomes", None)):
+            if end is not None:
+                end.close()
 
 
 def _serve(preload: tuple[str, ...], jobs, outcomes) -> None:
     """The process: import, wait for the one job, run it, report."""
+    from ..lifetime import die_with_parent
+    die_with_parent()
     try:
         for module in preload:
             importlib.import_module(module)
-        try:
-            job = jobs.recv()
-        except EOFError:  # the caller is gone
-            return
-        if job is None:
-            return
-        work, args = job
+        work, args = pickle.loads(jobs.recv_bytes())  # a caller without a job stops the process
         work(*args)
         outcomes.send(None)
     except BaseException as error:  # noqa: BLE001 - everything goes back to the caller
         detail = traceback.format_exc()
-        try:
-            outcomes.send((error, detail))
-        except Exception:  # an exception that does not pickle still sends its text
-            outcomes.send((RuntimeError(f"{type(error).__name__}: {error}"), detail))
+        try:  # an exception that does not survive pickling still sends its text
+            pickle.loads(pickle.dumps(error))
+        except Exception:  # noqa: BLE001
+            error = RuntimeError(f"{type(error).__name__}: {error}")
+        outcomes.send((error, detail))

@@ -2,8 +2,8 @@
 from the reference evaluator's `Timeline` to a trace.
 
 Imported only when plotting: it pulls in matplotlib (Agg canvas, no display needed).
-Boxes go through one PolyCollection per layer instead of one Rectangle per action, so tens
-of thousands of actions draw in a fraction of a second; labels are the only per-action
+Boxes of one colour are one compound path instead of one Rectangle per action, so tens of
+thousands of actions draw in a fraction of a second; labels are the only per-action
 artists and are emitted only where they fit. The margins are measured, not found by a layout
 engine (figure.py), so the chart is drawn exactly once.
 """

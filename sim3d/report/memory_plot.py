@@ -47,8 +47,8 @@ def plot_memory(rows, path_png: str | Path, title: str, hbm_gib: float | None = 
     legend = fig.legend(*ax.get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=4,
                         fontsize=8, frameon=False)
     # margins from what sits in them (figure.py): no layout engine, one draw
-    tick_w, tick_h = (max((text_inches(fig, t, label_size) for t in labels), default=(0, 0)) if n <= 16 else
-                      (0, widest(fig, labels, label_size)))
+    tick_h = (max((text_inches(fig, t, label_size)[1] for t in labels), default=0.0) if n <= 16 else
+              widest(fig, labels, label_size))  # rotated beyond 16 ranks: their width is their height
     left = widest(fig, [f"{top * 1.12:.0f}"], 10) + text_inches(fig, "memory", 10)[1] + 0.3
     bottom = artist_inches(fig, legend)[1] + tick_h + text_inches(fig, "pipeline", 10)[1] + 0.3
     place_axes(fig, ax, left=left, right=0.15, top=text_inches(fig, title, 12)[1] + 0.25, bottom=bottom)

@@ -62,15 +62,13 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         plotter = plotter or start_plotting()
         plotted = [folder / "gantt.png"] + ([folder / "gantt.pdf"] if pdf else []) + [folder / "memory.png",
                                                                                         folder / "links.png"]
-        if gantt_ranks and result.sim.represented:  # a folded TP peer is drawn as its replayed twin
+        if gantt_ranks and result.sim.represented:  # a folded rank is drawn as its replayed twin
             gantt_ranks = list(dict.fromkeys(result.sim.represented.get(r, r) for r in gantt_ranks))
         titles = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                   f"step {summary['step_time_s']:.2f} s",
                   f"{s.name}: memory per pipeline stage",
                   f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
                   f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
-        plotter.submit(draw_plots, plotted, titles, trace, labels, result.memory, links,
-                       dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
     elif plotter is not None:
         plotter.close()
     written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
@@ -78,6 +76,9 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     busiest = [{"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes),
                 "busy_fraction": float(r.busy_fraction)} for r in links.head(8).itertuples()]
     try:
+        if plots:
+            plotter.submit(draw_plots, plotted, titles, trace, labels, result.memory, links,
+                           dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
         write_summary({**summary, "busiest_links": busiest}, written[0])
         links.to_csv(written[1], index=False, float_format="%.6g")
         write_trace_csv(trace, written[2])
@@ -87,9 +88,12 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         if TRACE_FORMATS[trace_format]:
             written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels,
                                               link_timelines=result.link_timelines()))
-    finally:
+    except BaseException:
         if plots:
-            plotter.wait()
+            plotter.close()
+        raise
+    if plots:
+        plotter.wait()
     return written + plotted
 
 
