@@ -4,8 +4,10 @@ pipeline runs 192 micro-batches, and the exponent of a log-log least-squares fit
 
     python benchmarks/full_fidelity_scaling.py
 
-Every rank is replayed (`fold=False`): this measures the engine, not the folding of twins,
-which replays one pipeline of this healthy layout whatever its size.
+Two columns. "every rank": every rank replayed (`fold=False`), which measures the engine
+itself. "straggler": the default, with one straggler (rank 12, slowed 1.1x) so that full
+fidelity matters: its pipeline is replayed rank by rank and one pipeline stands for its
+healthy twins, so what grows with the GPUs is only the bookkeeping of who stands for whom.
 """
 
 from __future__ import annotations
@@ -17,23 +19,33 @@ from sim3d.engine import replay_step
 from sim3d.scenario import load_scenario
 
 REPLICAS = (1, 2, 4, 8, 16, 32)
+STRAGGLER = "faults=[{straggler: {rank: 12, slowdown: 1.1}}]"
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    xs, ys = [math.log(g) for g, _ in points], [math.log(w) for _, w in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
 def main() -> None:
-    print(f"{'GPUs':>6} {'actions':>9} {'replay s':>9} {'step s':>9}")
-    points = []
+    print(f"{'GPUs':>6} {'every rank: actions':>20} {'replay s':>9} {'straggler: actions':>19} {'replay s':>9} "
+          f"{'step s':>9}")
+    every, straggler = [], []
     for dp in REPLICAS:
-        scenario = load_scenario("scenarios/gpt3.yaml", [f"parallel.dp={dp}", f"cluster.nodes={16 * dp}",
-                                                          f"training.global_batch={192 * dp}"])
+        sets = [f"parallel.dp={dp}", f"cluster.nodes={16 * dp}", f"training.global_batch={192 * dp}"]
+        healthy = load_scenario("scenarios/gpt3.yaml", sets)
         gc.collect()
-        result = replay_step(scenario, full_fidelity=True, fold=False).result
-        points.append((scenario.num_gpus, result.wall_s))
-        print(f"{scenario.num_gpus:>6} {result.events:>9,} {result.wall_s:>9.2f} {result.step_time:>9.4f}")
-        del result
-    xs, ys = [math.log(g) for g, _ in points], [math.log(w) for _, w in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    print(f"replay time ~ GPUs^{slope:.2f} (least squares on log-log, {len(points)} points)")
+        a = replay_step(healthy, full_fidelity=True, fold=False).result
+        every.append((healthy.num_gpus, a.wall_s))
+        gc.collect()
+        b = replay_step(load_scenario("scenarios/gpt3.yaml", sets + [STRAGGLER]), full_fidelity=True).result
+        straggler.append((healthy.num_gpus, b.wall_s))
+        print(f"{healthy.num_gpus:>6} {a.events:>20,} {a.wall_s:>9.2f} {b.events:>19,} {b.wall_s:>9.2f} "
+              f"{b.step_time:>9.4f}")
+        del a, b
+    print(f"replay time ~ GPUs^{slope(every):.2f} every rank, GPUs^{slope(straggler):.2f} with a straggler "
+          f"and twins folded (least squares on log-log, {len(every)} points)")
 
 
 if __name__ == "__main__":
