@@ -23,9 +23,13 @@ import time
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def die_with_parent(poll_s: float = 1.0) -> None:
-    """Call first thing in a child process."""
-    parent = os.getppid()
+def die_with_parent(poll_s: float = 1.0, parent: int | None = None) -> None:
+    """Call first thing in a child process. `parent`: the parent's pid as the parent knew it
+    before starting the child; without it a parent that died before this call goes unseen
+    (the child would already be init's)."""
+    parent = os.getppid() if parent is None else parent
+    if os.getppid() != parent:
+        os._exit(1)
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

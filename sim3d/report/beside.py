@@ -24,6 +24,8 @@ import sys
 import traceback
 from typing import Callable, Sequence
 
+from ..lifetime import die_with_parent
+
 _SERIAL = os.environ.get("SIM3D_SERIAL_OUTPUTS", "") not in ("", "0")
 
 
@@ -43,7 +45,7 @@ class Beside:
         context = multiprocessing.get_context("fork")
         job_reader, self._jobs = context.Pipe(duplex=False)
         self._outcomes, outcome_writer = context.Pipe(duplex=False)
-        process = context.Process(target=_serve, args=(tuple(preload), job_reader, outcome_writer),
+        process = context.Process(target=_serve, args=(os.getpid(), tuple(preload), job_reader, outcome_writer),
                                   name="sim3d-outputs", daemon=True)
         for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
             stream.flush()
@@ -118,10 +120,9 @@ class Beside:
                 end.close()
 
 
-def _serve(preload: tuple[str, ...], jobs, outcomes) -> None:
+def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
     """The process: import, wait for the one job, run it, report."""
-    from ..lifetime import die_with_parent
-    die_with_parent()
+    die_with_parent(parent=caller)
     try:
         for module in preload:
             importlib.import_module(module)
