@@ -156,3 +156,18 @@ def test_the_process_dies_with_its_caller():
     if orphaned:
         os.kill(pid, 9)
     assert not orphaned
+
+
+def test_a_caller_with_other_threads_is_not_forked(monkeypatch):
+    import threading
+    monkeypatch.setattr(beside, "_SERIAL", False)
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, daemon=True)
+    worker.start()
+    try:
+        assert not beside.can_fork()
+        process = beside.Beside()
+        assert process._process is None  # the job will run in the caller
+    finally:
+        stop.set()
+        worker.join()

@@ -9,9 +9,9 @@ the tables and traces. An error in the process is raised again in the caller, wi
 process's traceback attached; a process that dies says so with its exit code; the process
 dies with its caller (sim3d.lifetime), and an interrupted or failed caller stops it.
 
-On Linux the process is forked. Elsewhere (spawn would re-import everything), with
-SIM3D_SERIAL_OUTPUTS=1 (debuggers, profilers), where the fork fails, and for a job that does
-not pickle, the job runs in the caller when waited for.
+On Linux a single-threaded caller is forked. Elsewhere (spawn would re-import everything),
+beside other Python threads, with SIM3D_SERIAL_OUTPUTS=1 (debuggers, profilers), where the
+fork fails, and for a job that does not pickle, the job runs in the caller when waited for.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import pickle
 import sys
+import threading
 import traceback
 from typing import Callable, Sequence
 
@@ -30,7 +31,10 @@ _SERIAL = os.environ.get("SIM3D_SERIAL_OUTPUTS", "") not in ("", "0")
 
 
 def can_fork() -> bool:
-    return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods() and not _SERIAL
+    """Fork only a single-threaded caller (the CLI is; a notebook is not): a lock another
+    Python thread holds at the fork would stay locked in the child forever."""
+    return (sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods() and not _SERIAL
+            and threading.active_count() == 1)
 
 
 class Beside:
