@@ -19,6 +19,14 @@ def serial(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture
+def forked(monkeypatch):
+    """For what only a forked process can do: die, fail to import, send errors back pickled."""
+    monkeypatch.setattr(beside, "_SERIAL", False)
+    if not beside.can_fork():
+        pytest.skip("no fork on this platform")
+
+
 def write_pid(path: Path) -> None:
     path.write_text(str(os.getpid()))
 
@@ -54,18 +62,7 @@ def raise_unpicklable() -> None:
     raise Unpicklable("odd")
 
 
-def test_an_error_that_does_not_pickle_still_arrives_as_text(serial):
-    if serial:
-        pytest.skip("in one process the error is the original")
-    process = beside.Beside()
-    process.submit(raise_unpicklable)
-    with pytest.raises(RuntimeError, match="Unpicklable: odd"):
-        process.wait()
-
-
-def test_a_process_that_dies_is_reported_with_its_exit_code(serial):
-    if serial:
-        pytest.skip("nothing to die")
+def test_a_process_that_dies_is_reported_with_its_exit_code(forked):
     process = beside.Beside()
     process.submit(os._exit, 3)
     with pytest.raises(RuntimeError, match="exit code 3"):
@@ -82,9 +79,7 @@ def test_a_process_never_given_a_job_stops_on_close_without_waiting_for_its_impo
         process.wait()
 
 
-def test_a_failed_preload_is_reported_when_waited_for(serial):
-    if serial:
-        pytest.skip("nothing is preloaded in one process")
+def test_a_failed_preload_is_reported_when_waited_for(forked):
     process = beside.Beside(preload=["sim3d_no_such_module"])
     process.submit(write_pid, Path("unused"))
     with pytest.raises(ModuleNotFoundError, match="sim3d_no_such_module"):
@@ -100,12 +95,12 @@ def raise_needs_two() -> None:
     raise NeedsTwoArguments("first", "second")
 
 
-def test_an_error_that_pickles_but_does_not_unpickle_arrives_as_text(serial):
-    if serial:
-        pytest.skip("in one process the error is the original")
+@pytest.mark.parametrize("raiser, text", [(raise_unpicklable, "Unpicklable: odd"),
+                                          (raise_needs_two, "NeedsTwoArguments: first second")])
+def test_an_error_that_does_not_survive_pickling_arrives_as_text(forked, raiser, text):
     process = beside.Beside()
-    process.submit(raise_needs_two)
-    with pytest.raises(RuntimeError, match="NeedsTwoArguments: first second"):
+    process.submit(raiser)
+    with pytest.raises(RuntimeError, match=text):
         process.wait()
 
 

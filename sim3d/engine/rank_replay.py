@@ -20,11 +20,11 @@ def compute_plan(stages, pp_rank: int, actions: list[Action]) -> list[tuple | No
     """Per action of a pipeline rank, what it needs that no clock changes. A compute: (stage,
     the arrival it waits on or None, kind, the arrival it produces, whether it ends a
     backward), the arrivals without their pipeline; a send: (stage, kind, its consumer, the
-    matching receive's kind). Derived once per pipeline rank instead of
-    once per action of every simulated rank."""
+    matching receive's kind). Derived once per pipeline rank instead of once per action of
+    every simulated rank."""
     plan: list[tuple | None] = []
     for a in actions:
-        if a.kind in (Kind.SEND_F, Kind.SEND_B):  # (stage, kind, its consumer, the matching receive)
+        if a.kind in (Kind.SEND_F, Kind.SEND_B):
             plan.append((stages.stage(pp_rank, a.chunk), a.kind.value, output_to(stages, pp_rank, a),
                          Kind.RECV_F if a.kind is Kind.SEND_F else Kind.RECV_B))
             continue
