@@ -55,6 +55,12 @@ class GroupLink:
     # nodes (all the NICs its members on a node drive, shared with concurrent groups)
     ring_intra_bw: float = float("inf")
     ring_inter_bw: float = float("inf")
+    # all-to-all across nodes (expert parallelism; `Topology.all_to_all_load`): seconds per
+    # byte of every member's buffer on the most loaded network link (NIC, PCIe or leaf
+    # uplink) and NVLink link the group's shares cross, at line rate, while the groups that
+    # run it concurrently share those links. None: not computed (axes without all-to-alls).
+    a2a_network_s: float | None = None
+    a2a_nvlink_s: float | None = None
 
 
 class Topology:
@@ -203,6 +209,18 @@ class Topology:
             edges += [(leaf_a, ("spine", 0)), (("spine", 0), leaf_b)]
         return edges + [(leaf_b, nic_b)] + [(v, u) for u, v in reversed(self._to_nic(nb, lb))]
 
+    def pxn_path(self, a: int, b: int) -> tuple:
+        """Edges a share of an all-to-all takes from rank a to rank b. Across nodes NCCL's PXN
+        (NCCL 2.12 release notes; NCCL_PXN_DISABLE) first moves it over NVLink to the GPU of a's
+        node wired to b's rail, which sends it out of that rail's NIC: on a rail-optimized
+        fabric it then stays under one leaf."""
+        (na, la), (nb, lb) = self.gpu_of(a), self.gpu_of(b)
+        rail = self.nic_of(nb, lb)
+        if na == nb or self.nic_of(na, la) == rail or self._nic_rate[(na, rail)] <= 0:
+            return self.path(a, b)
+        proxy = na * self.gpus_per_node + next(g for g in range(self.gpus_per_node) if self._own_nic(g) == rail)
+        return self.path(a, proxy) + self.path(proxy, b)
+
     def path_cost(self, a: int, b: int) -> tuple[float, float]:
         """(bottleneck bytes/s, latency s) of a lone transfer from rank a to rank b."""
         edges = self.path(a, b)
@@ -247,6 +265,39 @@ class Topology:
         if alone is None:
             self._link_load[key] = load
         return load
+
+    def all_to_all_load(self, axis: str, alone: list[int] | None = None) -> Counter:
+        """Bytes each directed edge carries per byte of every member's buffer while all `axis`
+        groups run an all-to-all at once (symmetric ranks reach it together); with `alone`, that
+        group's only. Each member sends 1/n of its buffer to each other member along `pxn_path`,
+        so shares between leaves cross the spine: what an oversubscribed tier slows."""
+        key = f"all-to-all:{axis}"
+        if alone is None and key in self._link_load:
+            return self._link_load[key]
+        load: Counter = Counter()
+        for group in [alone] if alone is not None else self.placement.groups(axis):
+            crossings: Counter = Counter()
+            for a in group:
+                for b in group:
+                    if a != b:
+                        crossings.update(self.pxn_path(a, b))
+            for edge, count in crossings.items():
+                load[edge] += count / len(group)
+        if alone is None:
+            self._link_load[key] = load
+        return load
+
+    def _all_to_all_seconds(self, group: list[int], axis: str, alone: bool) -> tuple[float, float]:
+        """(network, NVLink) seconds per byte of buffer on the most loaded link of each kind
+        that `group`'s all-to-all crosses, at line rate (GroupLink.a2a_*)."""
+        load = self.all_to_all_load(axis, group if alone else None)
+        used = {edge for a in group for b in group if a != b for edge in self.pxn_path(a, b)}
+        worst = {"nvlink": 0.0, "network": 0.0}
+        for edge in used:
+            data = self.graph.edges[edge]
+            kind = "nvlink" if data["kind"] == "nvlink" else "network"
+            worst[kind] = max(worst[kind], load[edge] / data["bw"])
+        return worst["network"], worst["nvlink"]
 
     def _nic_members(self, group: list[int]) -> dict[int, dict[int, int]]:
         """node -> the NICs the group's members there send through -> the first such member."""
@@ -347,8 +398,9 @@ class Topology:
             if self.gpu_of(a)[0] == self.gpu_of(b)[0]:
                 ring_intra = min(ring_intra, min(self.graph.edges[e]["bw"] / load[e] for e in edges))
         ring_inter, inter_bw = self._crossing_rate(group, axis, alone) if len(nodes) > 1 else (float("inf"), float("inf"))
+        a2a = self._all_to_all_seconds(group, axis, alone) if axis == "ep" and len(nodes) > 1 else (None, None)
         return GroupLink(n, min(ring_intra, ring_inter), lat, len(nodes), max(nodes.values()), intra, inter_bw,
-                         intra_lat, inter_lat, efficiency, nvls, ring_intra, ring_inter)
+                         intra_lat, inter_lat, efficiency, nvls, ring_intra, ring_inter, *a2a)
 
     def slowest_group_link(self, axis: str) -> GroupLink:
         """The slowest of all groups along `axis` (lowest ring bandwidth, then the lowest

@@ -86,8 +86,13 @@ def test_tree_wins_for_small_messages_on_many_nodes():
 def test_faster_network_never_slows_a_collective():
     slow = Topology(gpt3("cluster.inter_node.nic_gbps=100")).group_link("dp")
     fast = Topology(gpt3("cluster.inter_node.nic_gbps=400")).group_link("dp")
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
         assert collective_time(op, 1 << 28, fast).seconds < collective_time(op, 1 << 28, slow).seconds
+    moe = ROOT / "scenarios" / "moe-1024.yaml"
+    slow, fast = (Topology(load_scenario(moe, [f"cluster.inter_node.nic_gbps={gbps}"])).group_link("ep")
+                  for gbps in (100, 400))
+    assert slow.nodes > 1
+    assert collective_time("all_to_all", 1 << 28, fast).seconds < collective_time("all_to_all", 1 << 28, slow).seconds
 
 
 def test_roofline_gemm_time_matches_peak_and_efficiency():

@@ -131,11 +131,20 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
             nvls = link.nvls_busbw * NVLS_SCALING[n] * (link.bw / link.intra_bw)  # shared links scale it
             candidates.append(CollectiveTime(2 * link.latency + BUS_FACTOR[op](n) * moved / nvls, "nvls"))
     if op == "all_to_all" and link.nodes > 1:
-        # off-node share over the network, on-node share over NVLink, concurrently
-        off = (n - link.per_node) / n * nbytes / (link.inter_bw * NETWORK_EFFICIENCY)
-        on = (link.per_node - 1) / n * nbytes / (link.intra_bw * link.intra_efficiency)
-        candidates = [CollectiveTime((n - 1) * link.latency + max(off, on), "pairwise")]
+        # every member sends 1/n of its buffer to each other one at once: the most loaded link,
+        # shared with the concurrent groups, sets the pace (Topology.all_to_all_load)
+        candidates = [CollectiveTime((n - 1) * link.latency + all_to_all_s_per_byte(link) * nbytes, "pairwise")]
     return min(candidates, key=lambda c: c.seconds)
+
+
+def all_to_all_s_per_byte(link: GroupLink) -> float:
+    """Seconds per byte of every member's buffer of an all-to-all across nodes: each member
+    sends 1/n of it to each other one at once, so the most loaded link, shared with the
+    concurrent groups, sets the pace (Topology.all_to_all_load)."""
+    if link.a2a_network_s is None:
+        raise ValueError("an all-to-all across nodes needs the group's all-to-all loads: "
+                         "Topology.group_link computes them for the ep axis")
+    return max(link.a2a_network_s / NETWORK_EFFICIENCY, link.a2a_nvlink_s / link.intra_efficiency)
 
 
 def _low_latency_ring(protocol: LowLatencyProtocol, op: str, nbytes: float, n: int, simple_bw: float,

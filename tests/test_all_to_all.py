@@ -1,0 +1,84 @@
+"""Expert-parallel all-to-alls on the cluster graph: the loads of concurrent groups against
+hand counts, PXN routes, and what an oversubscribed spine does to them."""
+
+import pytest
+
+import sim3d
+from sim3d.costs.collectives import NETWORK_EFFICIENCY, collective_time
+from sim3d.scenario import load_scenario, scenario_from_dict
+from sim3d.topology import GBIT, Topology
+
+NIC = 400 * GBIT
+
+
+def moe(nodes=32, gpus_per_node=1, ep=32, fabric="fat-tree", oversubscription=1.0, tp=1, **extra):
+    gpus = nodes * gpus_per_node
+    return scenario_from_dict(dict(
+        name="a2a", model=dict(layers=4, hidden=1024, heads=16, vocab=32000, seq_len=2048,
+                               moe=dict(experts=ep * 2, top_k=2, expert_ffn_hidden=2048)),
+        parallel=dict(tp=tp, pp=1, dp=gpus // tp, ep=ep),
+        training=dict(micro_batch=1, global_batch=gpus // tp),
+        cluster=dict(gpu="h100-sxm", nodes=nodes, gpus_per_node=gpus_per_node,
+                     inter_node=dict(fabric=fabric, nic_gbps=400, nics_per_node=gpus_per_node,
+                                     oversubscription=oversubscription)), **extra))
+
+
+def exactly(x):
+    return pytest.approx(x, rel=1e-9, abs=0)  # seconds per byte are ~1e-11: no absolute slack
+
+
+@pytest.mark.parametrize("oversubscription, expected", [(1, 31 / 32 / NIC), (2, 1 / NIC), (4, 2 / NIC)])
+def test_spine_bound_all_to_all_by_hand(oversubscription, expected):
+    # 32 one-GPU nodes, 16 under each fat-tree leaf, one EP group of 32. A member sends 1/32
+    # of its buffer to each of 31 others: 31/32 out of its NIC, 16/32 over the spine. A leaf's
+    # uplink carries 16 members x 1/2 = 8 buffers at 16 NICs / oversubscription: below the
+    # NIC's 31/32 when non-blocking, 1/NIC at 2:1, 2/NIC at 4:1.
+    link = Topology(moe(oversubscription=oversubscription)).group_link("ep")
+    assert link.nodes == 32
+    assert link.a2a_network_s == exactly(expected)
+    nbytes = 64 * 2**20
+    got = collective_time("all_to_all", nbytes, link)
+    assert got.seconds == exactly(31 * link.latency + expected / NETWORK_EFFICIENCY * nbytes)
+
+
+def test_rail_optimized_all_to_all_stays_on_its_rails():
+    # 4 nodes of 8 GPUs, EP over all 32: PXN hands each share to the GPU on the receiver's
+    # rail, so nothing crosses the spine and each NIC carries 8 members' x 24/32 / 8 rails
+    for oversubscription in (1, 8):
+        topo = Topology(moe(nodes=4, gpus_per_node=8, fabric="rail-optimized", oversubscription=oversubscription))
+        load = topo.all_to_all_load("ep")
+        assert not [e for e in load if "spine" in (e[0][0], e[1][0])]
+        assert topo.group_link("ep").a2a_network_s == exactly(24 / 32 / NIC)
+
+
+def test_pxn_path_goes_out_on_the_receivers_rail():
+    topo = Topology(moe(nodes=4, gpus_per_node=8, fabric="rail-optimized"))
+    a, b = 3, 8 + 5  # node 0 GPU 3 -> node 1 GPU 5
+    path = topo.pxn_path(a, b)
+    assert path[0][0] == ("gpu", 0, 3) and path[-1][1] == ("gpu", 1, 5)
+    assert all(edge[1] == after[0] for edge, after in zip(path, path[1:]))
+    assert (("gpu", 0, 5), ("nic", 0, 5)) in path  # the proxy on rail 5 sends it
+    assert topo.pxn_path(a, 8 + 3) == topo.path(a, 8 + 3)  # same rail: no detour
+
+
+def test_concurrent_groups_share_the_uplinks():
+    # tp 2 on 2-GPU nodes: two EP groups of 32 (one per TP rank), each on its own rail.
+    # Alone, a group puts 16 x 16/32 = 8 buffers on each leaf's uplink (32 NIC ports / 4 =
+    # 8 NICs of capacity: 1/NIC, above its NICs' 31/32); both at once put 16 there.
+    s = moe(nodes=32, gpus_per_node=2, ep=32, tp=2, oversubscription=4)
+    topo = Topology(s)
+    shared, alone = topo.group_link("ep"), topo.group_link("ep", alone=True)
+    assert alone.a2a_network_s == exactly(1 / NIC)
+    assert shared.a2a_network_s == exactly(2 / NIC)
+
+
+def test_oversubscribed_spine_slows_expert_parallel_time():
+    """The whole chain: a 2-leaf EP group's step grows with the oversubscription, a 1-leaf
+    group's does not (sim3d's moe scenario, EP widened to 64 across two fat-tree leaves)."""
+    def ep_seconds(ep, ratio):
+        s = load_scenario("scenarios/moe-1024.yaml", [f"parallel.ep={ep}", "cluster.inter_node.fabric=fat-tree",
+                                                      f"cluster.inter_node.oversubscription={ratio}"])
+        return sim3d.simulate(s).breakdown["ep"]
+    assert ep_seconds(64, 4) > 1.4 * ep_seconds(64, 1)
+    assert ep_seconds(8, 4) == pytest.approx(ep_seconds(8, 1))
+
