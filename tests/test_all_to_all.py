@@ -82,3 +82,55 @@ def test_oversubscribed_spine_slows_expert_parallel_time():
     assert ep_seconds(64, 4) > 1.4 * ep_seconds(64, 1)
     assert ep_seconds(8, 4) == pytest.approx(ep_seconds(8, 1))
 
+
+def two_leaf_moe(*sets):
+    return load_scenario("scenarios/moe-1024.yaml", ["parallel.ep=64", "cluster.inter_node.fabric=fat-tree",
+                                                     "cluster.inter_node.oversubscription=4", *sets])
+
+
+def test_all_to_all_flows_alone_take_the_analytical_time():
+    """On the flow network a compute action's all-to-alls are one flow. The four EP groups of
+    a pipeline stage, bundled, are what share the spine in the analytical model too, so each
+    action's EP_COMM lasts exactly as long on both wherever nothing else crosses its links."""
+    analytical, flow = sim3d.simulate(two_leaf_moe()), sim3d.simulate(two_leaf_moe("costs.network=flow"))
+    assert flow.breakdown["ep"] == pytest.approx(analytical.breakdown["ep"], rel=1e-3)
+    assert flow.step_time == pytest.approx(analytical.step_time, rel=0.01)
+
+    def ep_rows(result):
+        rows = result.trace[result.trace.kind == "EP_COMM"]
+        return (rows.end_s - rows.start_s).to_numpy()
+    longest = ep_rows(analytical).max()
+    assert ep_rows(flow).min() == pytest.approx(ep_rows(analytical).min(), rel=1e-9)
+    assert ep_rows(flow).max() >= longest * (1 - 1e-9)  # flows can only be slowed by others
+
+
+def test_all_to_all_flows_meet_data_parallel_flows():
+    """Without overlap the data-parallel buckets run after the backwards and nothing meets the
+    all-to-alls; overlapped, the buckets cross the same NICs during the backwards' all-to-alls
+    and slow them."""
+    apart = sim3d.simulate(two_leaf_moe("costs.network=flow", "training.overlap_grad_reduce=false"))
+    together = sim3d.simulate(two_leaf_moe("costs.network=flow", "training.overlap_grad_reduce=true"))
+    assert together.breakdown["ep"] > apart.breakdown["ep"]
+
+
+def small_moe(**extra):
+    return dict(name="a2a-flows", model=dict(layers=4, hidden=1024, heads=16, vocab=32000, seq_len=2048,
+                                             moe=dict(experts=8, top_k=2, expert_ffn_hidden=2048)),
+                parallel=dict(tp=2, pp=2, dp=8, ep=4, sequence_parallel=True),
+                training=dict(micro_batch=1, global_batch=32, recompute="none"),
+                cluster=dict(gpu="h100-sxm", nodes=4, gpus_per_node=8), costs=dict(network="flow"), **extra)
+
+
+def test_folded_all_to_all_flows_equal_every_gpu_replayed():
+    """Full fidelity replays every GPU, and each EP group starts its all-to-alls once all its
+    members are there; on a symmetric layout that is what the folded bundle gives."""
+    folded, full = sim3d.simulate(small_moe()), sim3d.simulate(small_moe(), full_fidelity=True)
+    assert folded.breakdown["ep"] > 0
+    assert folded.step_time == pytest.approx(full.step_time, rel=1e-9)
+
+
+def test_a_straggler_holds_its_expert_group_at_the_all_to_all():
+    s = small_moe(faults=[dict(straggler=dict(rank=0, slowdown=1.5))])
+    result = sim3d.simulate(s, full_fidelity=True)
+    peer = result.costs.placement.group("ep", 0)[1]
+    assert result.sim.breakdown(peer)["ep"] > result.sim.breakdown(0)["ep"]

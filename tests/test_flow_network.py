@@ -12,7 +12,8 @@ import sim3d.topology
 from sim3d.costs.flows import FlowSpec
 from sim3d.engine.flow_network import FlowNetwork
 
-SCENARIOS = sorted(Path(__file__).resolve().parents[1].joinpath("scenarios").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted(ROOT.joinpath("scenarios").glob("*.yaml"))
 
 
 def run_flows(capacities, starts):
@@ -61,14 +62,28 @@ def test_a_flow_alone_takes_its_alone_time():
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_flow_agrees_with_analytical_on_every_shipped_scenario(path):
-    """Both price a lone transfer alike; where flows met (the network says how much they
-    slowed each other) the step may differ, by at most 1% on the shipped scenarios."""
+    """Both price a lone transfer alike: where no flow met another the steps are equal.
+    Where flows met (the network says how much they slowed each other) the step may grow by
+    no more than that, and may shrink by at most 1% (the analytical model divides links among
+    groups that do not always overlap in time). Only moe-1024 grows by over 1%: its
+    backwards' all-to-alls share the NICs with the gradient buckets overlapped with them,
+    which the analytical model, dividing links within one kind of traffic, cannot see."""
     analytical = sim3d.simulate(path)
     flow = sim3d.simulate(path, sets=["costs.network=flow"])
     stats = flow.sim.network
     assert stats is not None and analytical.sim.network is None
     if stats.slowed_s < 1e-9:
         assert flow.step_time == pytest.approx(analytical.step_time, rel=1e-9)
+    assert analytical.step_time * 0.99 <= flow.step_time <= analytical.step_time + stats.slowed_s + 1e-9
+    if path.stem != "moe-1024":
+        assert flow.step_time == pytest.approx(analytical.step_time, rel=0.01)
+
+
+def test_flow_agrees_with_analytical_where_no_traffic_overlaps_the_all_to_alls():
+    """moe-1024 with its gradient buckets after the backwards: within 1% again."""
+    sets = ["training.overlap_grad_reduce=false"]
+    analytical = sim3d.simulate(ROOT / "scenarios" / "moe-1024.yaml", sets=sets)
+    flow = sim3d.simulate(ROOT / "scenarios" / "moe-1024.yaml", sets=sets + ["costs.network=flow"])
     assert flow.step_time == pytest.approx(analytical.step_time, rel=0.01)
 
 

@@ -13,10 +13,10 @@ def explain(costs) -> list[tuple[str, str]]:
     for key in sorted(k for k in costs.sources if not k.startswith("compute")):
         rows.append((key, _describe(costs, key, costs.sources[key])))
     if costs.s.costs.network == "flow":
-        rows.append(("network", "flow: pipeline transfers and data-parallel buckets are flows on their routed "
-                     "links, sharing them max-min fairly as they meet (rates recomputed at every start and end); "
-                     "alone, each takes its analytical time. TP / CP / EP collectives inside compute stay "
-                     "analytical"))
+        rows.append(("network", "flow: pipeline transfers, data-parallel buckets and each compute action's "
+                     "expert-parallel all-to-alls are flows on their routed links, sharing them max-min fairly "
+                     "as they meet (rates recomputed at every start and end); alone, each takes its analytical "
+                     "time. TP / CP collectives inside compute stay analytical"))
     rows.append(("optimizer step", "memory-bound kernels, bytes per parameter: "
                  f"grad-norm {GRAD_NORM_BYTES} + Adam {ADAM_BYTES} + master copy {MASTER_COPY_BYTES}"
                  f"{f' + unscale {UNSCALE_BYTES}' if costs.s.training.precision == 'fp16' else ''} per shard, "

@@ -12,6 +12,10 @@ pre-divides among concurrent groups, the flow network shares as the flows really
   around (`Topology.ring_hop_edges`: inside a node over NVLink, across nodes spread over the
   group's NICs). An algorithm faster than that ring alone (NVLS, a tree) puts proportionally
   less on each link. The collective's latency terms ride in its rate.
+* The expert-parallel all-to-alls of a compute action: one flow per group carrying every
+  member's shares on their PXN routes (`Topology.all_to_all_load`), after the action's other
+  work (Megatron issues them synchronously on the compute stream). Tensor- and
+  context-parallel collectives stay inside their compute actions at their analytical times.
 
 Links offer their bandwidth at the efficiency NCCL reaches on them (NVLink: the GPU preset's
 measured ring busbw; network: NETWORK_EFFICIENCY). Folded costs stand a simulated rank for
@@ -137,6 +141,32 @@ class NetworkFlows:
                 self._groups[key] = self._phased(dict(edges), wire, seconds, network)
             else:
                 self._groups[key] = self._fit(dict(edges), wire, seconds)
+        return self._groups[key]
+
+    # ---- expert-parallel all-to-alls ----------------------------------------------------------
+    def expert_parallel(self, rank: int, stage: int, kind: str) -> FlowSpec:
+        """The flow of the all-to-alls inside one compute action (F, B, BI or BW) over `rank`'s
+        expert-parallel group (folded: bundled over every group of its pipeline stage)."""
+        p = self.placement
+        if not self.costs.folded:
+            return self._expert_group(p.group("ep", rank), stage, kind)
+        pp = p.coords(rank)["pp"]
+        key = ("all-to-all", pp, stage, kind)
+        if key not in self._stages:
+            groups = [g for g in p.groups("ep") if p.coords(g[0])["pp"] == pp]
+            self._stages[key] = bundle([self._expert_group(g, stage, kind) for g in groups])
+        return self._stages[key]
+
+    def _expert_group(self, group: list[int], stage: int, kind: str) -> FlowSpec:
+        """Every member's shares on their PXN routes (Topology.all_to_all_load of the group
+        alone), at the pace the analytical model gives the group with the fabric to itself;
+        the all-to-alls' latency before the first byte, so that a shared link stretches only
+        their bytes, as in the analytical model."""
+        key = ("all-to-all", group[0], stage, kind)
+        if key not in self._groups:
+            seconds, buffer, latency = self.costs.expert_alone(group[0], stage, kind)
+            load = self.topology.all_to_all_load("ep", alone=group)
+            self._groups[key] = self._fit(dict(load), buffer, seconds, latency)
         return self._groups[key]
 
     def _network_fraction(self, op: str, link, stage: int, buckets: int) -> float:

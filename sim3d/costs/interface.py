@@ -44,3 +44,7 @@ class RankCosts(Protocol):
     def dp_flows(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
         """The flow of one bucket's "reduce" or "gather" over the rank's data-parallel group
         (folded: bundled over every group of its pipeline stage)."""
+
+    def ep_flows(self, rank: int, stage: int, kind: str) -> FlowSpec:
+        """The flow of the expert-parallel all-to-alls inside one compute action (folded:
+        bundled over every expert-parallel group of its pipeline stage)."""

@@ -18,7 +18,7 @@ from ..model.memory import stage_params
 from ..model.ops import ACT_BYTES, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..placement import Placement
 from ..topology import Topology
-from .collectives import COLLECTIVE, bus_factor, collective_time, p2p_time
+from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 
@@ -455,6 +455,21 @@ class CostModel:
 
     def dp_flows(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
         return self._flows.data_parallel(what, rank, stage, buckets)
+
+    def ep_flows(self, rank: int, stage: int, kind: str) -> FlowSpec:
+        return self._flows.expert_parallel(rank, stage, kind)
+
+    def expert_alone(self, rank: int, stage: int, kind: str) -> tuple[float, float, float]:
+        """(seconds, bytes of a member's buffers, seconds of it that are latency) of the
+        expert-parallel all-to-alls inside one compute action of `rank`, with the fabric to its
+        group alone. Across nodes the latency is what the bytes at the group's pace leave over;
+        inside a node it rides in the pace."""
+        tp, cp, _ = self._links_of(rank)
+        alone = self.topology.group_link("ep", rank, alone=True)
+        cost = self._action(stage, kind, {"tp": tp, "cp": cp, "ep": alone})
+        seconds, buffer = cost.comm.get("ep", 0.0), cost.wire.get("ep", 0.0) * alone.size / (alone.size - 1)
+        latency = max(0.0, seconds - buffer * all_to_all_s_per_byte(alone)) if alone.nodes > 1 else 0.0
+        return seconds, buffer, latency
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
         """The optimizer step of a rank holding `stages`, from the bytes each of its kernels

@@ -118,8 +118,16 @@ class RankReplay(Interpreter):
         for bucket in self.bucket_ready.get(self.index, ()) if engine.network is not None else ():
             k = bucket.bucket - bucket.chunk * engine.buckets
             self._start_dp("reduce", bucket, begin + (k + 1) / engine.buckets * seconds)
-        yield env.timeout(seconds)
         parts["compute"] += seconds - recompute - sum(exposed.values())
+        all_to_alls = exposed.get("ep", 0.0) if engine.network is not None else 0.0
+        yield env.timeout(seconds - all_to_alls)
+        if all_to_alls:  # on the flow network: as long as their flow takes
+            issued = env.now
+            yield from self._all_to_alls(stage, kind)
+            took = env.now - issued
+            exposed = {**exposed, "ep": took}
+            comm_rows = tuple((*row[:2], took, row[3]) if row[1] == "ep" else row for row in comm_rows)
+            tp_ep += took - all_to_alls
         parts["recompute"] += recompute
         for stream, exposed_s in exposed.items():
             parts[stream] += exposed_s
@@ -138,6 +146,15 @@ class RankReplay(Interpreter):
             self.last_backward[a.chunk] = (begin, now - begin)
         # a consumer on this rank (V turnaround) finds the output here
         engine.arrival((self.pipe_id, *produces)).succeed(now)
+
+    def _all_to_alls(self, stage: int, kind: str):
+        """A compute action's expert-parallel all-to-alls as one flow; at full fidelity it
+        starts once every member of the group has reached it."""
+        engine, key = self.engine, None
+        if engine.full:
+            key = (*engine.group_key("ep", self.me), self.index)
+            yield engine.gather(key, len(engine.placement.group("ep", self.me))).arrive(self.env.now)
+        yield engine.collective(key, lambda: self.costs.ep_flows(self.me, stage, kind))
 
     def _cost(self, stage: int, kind: str) -> tuple:
         """(seconds, recompute, exposed per stream, trace rows of its collectives, TP+EP
