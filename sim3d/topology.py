@@ -339,6 +339,12 @@ class Topology:
         return [(edge, 1 / len(senders)) for nic, src in senders.items()
                 for edge in self.path(src, receivers[self._rail_peer(nic, receivers)])]
 
+    def all_to_all_edges(self, group: list[int], i: int) -> list[tuple[tuple, float]]:
+        """(directed edge, share) of what member i sends in an all-to-all over `group`: an
+        equal share to each other member, along `pxn_path`."""
+        a, share = group[i], 1 / (len(group) - 1)
+        return [(edge, share) for b in group if b != a for edge in self.pxn_path(a, b)]
+
     def _leaf(self, node: int, nic: int) -> tuple:
         return next(v for v in self.graph[("nic", node, nic)] if v[0] == "leaf")
 

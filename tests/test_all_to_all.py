@@ -134,3 +134,16 @@ def test_a_straggler_holds_its_expert_group_at_the_all_to_all():
     result = sim3d.simulate(s, full_fidelity=True)
     peer = result.costs.placement.group("ep", 0)[1]
     assert result.sim.breakdown(peer)["ep"] > result.sim.breakdown(0)["ep"]
+
+
+def test_link_traffic_lays_all_to_alls_on_their_routes():
+    """links.csv: a member under leaf 0 sends 32 of its 63 shares to the other leaf, and the
+    128 GPUs of stage 0 under leaf 0 all do (folded: rank 0's EP bytes stand for theirs)."""
+    from sim3d.engine.traffic import link_traffic
+    result = sim3d.simulate(two_leaf_moe())
+    rows = [row for row in result.sim.rows if row[4] == "EP_COMM"]
+    links = link_traffic(rows, result.costs.topology, result.step_time, folded=True)
+    per_member = sum(row[8] for row in rows if row[0] == 0)
+    uplink = links[(links.src == "leaf0") & (links.dst == "spine0")].bytes.item()
+    assert per_member > 0
+    assert uplink == exactly(128 * per_member * 32 / 63)

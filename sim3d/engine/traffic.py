@@ -3,12 +3,16 @@
 Every trace row that moves data is laid on the graph (topology.py's routed paths):
 
 * a SEND on the path from its rank to its peer (the matching RECV row is the same message);
-* a collective row (TP / CP / EP_COMM inside compute, DP_REDUCE, PARAM_GATHER) as a ring: the
-  rank sends its `bytes` (the ring's bus bytes, see `ActionCost.wire`) to the next member of
-  its group along that axis; a hop between nodes is spread over the NICs the group drives
-  there, on their own rails, as the cost model prices it (`Topology.ring_hop_edges`). Tree, NVLS and hierarchical algorithms move the same bus bytes
-  over other hops; the ring placement is the accounting, not a claim about the algorithm.
-  Expert-parameter reductions ride the data-parallel ring too.
+* an EP_COMM row (all-to-alls) as equal shares of its `bytes` to every other member of the
+  rank's expert-parallel group, on their PXN routes (`Topology.all_to_all_edges`), as the cost
+  model prices it: shares between leaves cross the spine;
+* the other collective rows (TP / CP_COMM inside compute, DP_REDUCE, PARAM_GATHER) as a ring:
+  the rank sends its `bytes` (the ring's bus bytes, see `ActionCost.wire`) to the next member
+  of its group along that axis; a hop between nodes is spread over the NICs the group drives
+  there, on their own rails, as the cost model prices it (`Topology.ring_hop_edges`). Tree,
+  NVLS and hierarchical algorithms move the same bus bytes over other hops; the ring
+  placement is the accounting, not a claim about the algorithm. Expert-parameter reductions
+  ride the data-parallel ring too.
 
 Folded runs replay one pipeline; each simulated rank stands for every rank with its pipeline
 coordinate, whose actions (and so bytes) are the same, so its bytes are laid on the paths of
@@ -72,7 +76,7 @@ def link_traffic(rows, topology, step_time: float, folded: bool, represented: di
             for i, rank in enumerate(group):
                 nbytes = bytes_of(rank, axis)
                 if nbytes and len(group) > 1:
-                    for edge, share in topology.ring_hop_edges(group, i):
+                    for edge, share in member_edges(topology, axis, group, i):
                         load[edge] += nbytes * share
     for (a, b), nbytes in p2p.items():
         for edge in topology.path(a, b):
@@ -135,7 +139,7 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                 for member in members:
                     group = placement.group(axis, member)
                     if len(group) > 1:
-                        hops += topology.ring_hop_edges(group, group.index(member))
+                        hops += member_edges(topology, axis, group, group.index(member))
                 laid[key] = on_busiest(hops)
         return laid[key]
 
@@ -158,6 +162,11 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                 points.append((t, level))
         out[named[link][0]] = points
     return out
+
+
+def member_edges(topology, axis: str, group: list[int], i: int) -> list[tuple[tuple, float]]:
+    """(directed edge, share of member i's bytes) of one collective row along `axis`."""
+    return topology.all_to_all_edges(group, i) if axis == "ep" else topology.ring_hop_edges(group, i)
 
 
 def _pipelines(placement) -> list[list[int]]:
