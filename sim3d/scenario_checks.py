@@ -99,6 +99,7 @@ def consistency_problems(s) -> list[str]:
     if domain > 1 and s.cluster.intra_node.fabric != "nvswitch":
         p.append("cluster.intra_node.domain_nodes: an NVLink domain across nodes needs NVLink switches "
                  f"(fabric: nvswitch), not {s.cluster.intra_node.fabric}")
+    p += _fabric_problems(s)
     for i, fault in enumerate(s.faults):
         if fault.straggler and fault.straggler.rank >= s.num_gpus:
             p.append(f"faults.{i}.straggler.rank: {fault.straggler.rank} is not a rank of {s.num_gpus} GPUs")
@@ -144,3 +145,18 @@ def _size_problems(s) -> list[str]:
         except ZeroDivisionError:
             pass  # an inconsistent layout; reported by the checks that follow
     return problems
+
+
+def _fabric_problems(s) -> list[str]:
+    inter, p = s.cluster.inter_node, []
+    if inter.nodes_per_pod is None:
+        if inter.pod_oversubscription != 1.0:
+            p.append("cluster.inter_node.pod_oversubscription: needs pods (cluster.inter_node.nodes_per_pod)")
+        return p
+    from .fabric import Fabric
+    per_leaf = Fabric(s).nodes_per_leaf
+    if inter.nodes_per_pod % per_leaf:
+        p.append(f"cluster.inter_node.nodes_per_pod: {inter.nodes_per_pod} is not a whole number of leaves of "
+                 f"{per_leaf} servers")
+    return p
+

@@ -170,8 +170,14 @@ class InterNode(_Strict):
     fabric: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
     nic_gbps: Gbps | None = None  # None: the GPU preset's NIC speed
     nics_per_node: PositiveInt | None = None
-    oversubscription: float = Field(1.0, ge=1.0, le=1e3)
+    oversubscription: float = Field(1.0, ge=1.0, le=1e3)  # of a leaf's ports: down / up
     latency_us: LatencyUs = 5.0
+    # servers under one leaf (None: 16 on a fat tree; every server on its rail's leaf on a
+    # rail-optimized fabric); with nodes_per_pod, a third tier: pods of that many servers
+    # joined by a core at pod_oversubscription (fabric.py)
+    nodes_per_leaf: PositiveInt | None = None
+    nodes_per_pod: PositiveInt | None = None
+    pod_oversubscription: float = Field(1.0, ge=1.0, le=1e3)
 
 
 class Cluster(_Strict):

@@ -1,15 +1,15 @@
 """The cluster as a networkx graph, and what a process group sees of it.
 
 Nodes: ("gpu", node, local), ("switch", node) for the NVSwitch (or NVLink mesh / PCIe
-switch), ("nic", node, i), ("leaf", i) and ("spine", 0). Edges carry `bw` (bytes/s per
-direction, full duplex), `latency` (s) and `kind`. Rail-optimized fabrics put NIC i of every
-node on leaf i (NVIDIA DGX SuperPOD reference architecture); a fat-tree spreads the nodes'
-NICs over leaves by node, with uplinks divided by the oversubscription ratio.
+switch), ("nic", node, i), ("leaf", i), ("spine", pod) and, with pods, ("core", 0). Edges
+carry `bw` (bytes/s per direction, full duplex), `latency` (s) and `kind`. Which leaf a NIC
+hangs under and how leaves reach each other is the fabric's (fabric.py: rail-optimized or
+fat tree, two tiers or three, oversubscription per tier).
 
 Paths follow the structure (GPU -> its NVSwitch -> GPU inside a node; GPU -> its rail NIC ->
-leaf -> [spine -> leaf] -> NIC -> GPU across nodes) instead of a graph search, so that
-groups of ten thousand GPUs are costed in milliseconds; bandwidth and latency are read off
-the graph's edges.
+leaf -> [spine -> [core -> spine] -> leaf] -> NIC -> GPU across nodes) instead of a graph
+search, so that groups of ten thousand GPUs are costed in milliseconds; bandwidth and
+latency are read off the graph's edges.
 """
 
 from __future__ import annotations
@@ -21,20 +21,15 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from .fabric import Fabric
 from .placement import Placement
 
 GBIT = 1e9 / 8  # bytes/s per Gbit/s
-# A fat-tree leaf switch serves this many node-ports: 40 ports down / 40 up on a 80-port
-# HDR/NDR leaf in a non-blocking two-level tree (NVIDIA QM8700/QM9700 have 40/64 ports;
-# the split is a modelling choice, documented here).
-FAT_TREE_NODES_PER_LEAF = 16
 
 
 def leaf_count(scenario) -> int:
-    """Leaf switches of the scenario's fabric: one per rail, or one per 16 nodes of a fat tree."""
-    if scenario.cluster.inter_node.fabric == "rail-optimized":
-        return min(scenario.nics_per_node, scenario.gpus_per_node)
-    return -(-scenario.cluster.nodes // FAT_TREE_NODES_PER_LEAF)
+    """Leaf switches of the scenario's fabric."""
+    return Fabric(scenario).leaf_count
 
 
 @dataclass(frozen=True)
@@ -75,6 +70,7 @@ class Topology:
         # A node with more NICs than GPUs (8 NICs, 4 GPUs) gives each GPU several rails; it is
         # modelled as one NIC per GPU carrying their summed bandwidth.
         self.nics = min(scenario.nics_per_node * self.domain_nodes, self.gpus_per_node)
+        self.fabric = Fabric(scenario)
         self._nic_rate = self._nic_rates()
         self._refuse_cut_off_nodes()
         self._nic_choice: dict[tuple[int, int], int] = {}
@@ -125,12 +121,8 @@ class Topology:
                                 else "") + " has failed or lost its leaf, so its GPUs cannot reach the other nodes")
 
     def _leaf_of(self, node: int, nic: int) -> int:
-        """A rail-optimized fabric puts the k-th NIC of every server on leaf k; a fat tree puts
-        16 servers under each leaf."""
         per_server = self.nics // self.domain_nodes
-        if self.scenario.cluster.inter_node.fabric == "rail-optimized":
-            return nic % per_server
-        return (node * self.domain_nodes + nic // per_server) // FAT_TREE_NODES_PER_LEAF
+        return self.fabric.leaf_of(node * self.domain_nodes + nic // per_server, nic % per_server)
 
     def _build(self) -> nx.Graph:
         s = self.scenario
@@ -158,9 +150,17 @@ class Topology:
         line_rate = s.nic_gbps * GBIT * s.nics_per_node * self.domain_nodes / self.nics
         ports: Counter = Counter(self._leaf_of(n, i) for n in range(self.nodes) for i in range(self.nics))
         uplink_faults = {f.uplink.leaf: f.uplink.gbps * GBIT for f in s.faults if f.uplink}
+        hop = inter.latency_us * 1e-6 / 4
+        pod_uplinks: Counter = Counter()
         for leaf in sorted(x for x in g.nodes if x[0] == "leaf"):
-            g.add_edge(leaf, ("spine", 0), bw=uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription),
-                       latency=inter.latency_us * 1e-6 / 4, kind="uplink")
+            pod = self.fabric.pod_of(leaf[1])
+            pod_uplinks[pod] += ports[leaf[1]] * line_rate / inter.oversubscription
+            g.add_edge(leaf, ("spine", pod), bw=uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription),
+                       latency=hop, kind="uplink")
+        if self.fabric.pods > 1:  # the core carries a pod's leaf uplinks at the pod's ratio
+            for pod, capacity in pod_uplinks.items():
+                g.add_edge(("spine", pod), ("core", 0), bw=capacity / self.fabric.pod_oversubscription, latency=hop,
+                           kind="core")
         return g
 
     def gpu_of(self, rank: int) -> tuple[int, int]:
@@ -204,9 +204,7 @@ class Topology:
         nic_a, nic_b = ("nic", na, self.nic_of(na, la)), ("nic", nb, self.nic_of(nb, lb))
         leaf_a = next(v for v in self.graph[nic_a] if v[0] == "leaf")
         leaf_b = next(v for v in self.graph[nic_b] if v[0] == "leaf")
-        edges = self._to_nic(na, la) + [(nic_a, leaf_a)]
-        if leaf_a != leaf_b:
-            edges += [(leaf_a, ("spine", 0)), (("spine", 0), leaf_b)]
+        edges = self._to_nic(na, la) + [(nic_a, leaf_a)] + self.fabric.climb(leaf_a[1], leaf_b[1])
         return edges + [(leaf_b, nic_b)] + [(v, u) for u, v in reversed(self._to_nic(nb, lb))]
 
     def pxn_path(self, a: int, b: int) -> tuple:
@@ -322,8 +320,7 @@ class Topology:
         for a, b in zip(order, order[1:] + order[:1]):
             for nic in nics[a]:
                 leaf_a, leaf_b = self._leaf(a, nic), self._leaf(b, self._rail_peer(nic, nics[b]))
-                if leaf_a != leaf_b:
-                    out += [((leaf_a, ("spine", 0)), 1 / len(nics[a])), ((("spine", 0), leaf_b), 1 / len(nics[a]))]
+                out += [(edge, 1 / len(nics[a])) for edge in self.fabric.climb(leaf_a[1], leaf_b[1])]
         return out
 
     def ring_hop_edges(self, group: list[int], i: int) -> list[tuple[tuple, float]]:

@@ -113,14 +113,13 @@ def test_folded_flows_keep_the_slowest_replica_where_pipelines_differ():
     assert full.step_time <= folded.step_time <= full.step_time * 1.01
 
 
-def test_pipeline_messages_queue_on_an_oversubscribed_uplink(monkeypatch):
+def test_pipeline_messages_queue_on_an_oversubscribed_uplink():
     """Two 8-GPU nodes, each its own fat-tree leaf, uplinks 8:1 oversubscribed: an uplink is as
     fast as one NIC. tp8 pp2: the eight TP ranks of stage 0 send their activations at once,
     each over its own NIC but all over the one uplink. The analytical model prices each path
     on its own bottleneck (one NIC); on the flow network the eight share the uplink and every
     message takes eight times as long."""
-    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 1)
-    s = layout(8, 2, 1, 2, 8, cluster=dict(inter_node=dict(fabric="fat-tree", oversubscription=8)))
+    s = layout(8, 2, 1, 2, 8, cluster=dict(inter_node=dict(fabric="fat-tree", oversubscription=8, nodes_per_leaf=1)))
     flow = sim3d.simulate(s)
     analytical = sim3d.simulate(s, sets=["costs.network=analytical"])
     topo = flow.costs.topology
@@ -193,11 +192,10 @@ def test_a_failed_nic_reroutes_its_gpu_through_a_neighbour_and_they_share_its_po
     assert broken.step_time <= folded.step_time <= broken.step_time * 1.001
 
 
-def test_a_degraded_uplink_slows_what_crosses_it_in_both_network_models(monkeypatch):
+def test_a_degraded_uplink_slows_what_crosses_it_in_both_network_models():
     """Two one-leaf nodes; leaf 0's uplink degraded to 100 Gb/s: the pipeline path's
     bottleneck is that uplink, for the analytical model and the flows alike."""
-    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 1)
-    s = layout(1, 2, 1, 2, 1, cluster=dict(inter_node=dict(fabric="fat-tree")),
+    s = layout(1, 2, 1, 2, 1, cluster=dict(inter_node=dict(fabric="fat-tree", nodes_per_leaf=1)),
                faults=[{"uplink": {"leaf": 0, "gbps": 100}}])
     for network in ("analytical", "flow"):
         r = sim3d.simulate(s, sets=[f"costs.network={network}"])
@@ -260,7 +258,7 @@ def test_domains_must_be_whole_and_switched():
         sim3d.simulate(bad)
 
 
-def test_a_failed_rail_leaf_moves_its_gpus_to_the_neighbouring_rail(monkeypatch):
+def test_a_failed_rail_leaf_moves_its_gpus_to_the_neighbouring_rail():
     """Leaf 3 of a rail-optimized fabric down: NIC 3 of every node is cut off, so GPU 3 of each
     node goes out through GPU 4's NIC, exactly as with NIC 3 failed on both nodes."""
     healthy = layout(8, 2, 1, 2, 8)
@@ -271,8 +269,7 @@ def test_a_failed_rail_leaf_moves_its_gpus_to_the_neighbouring_rail(monkeypatch)
     assert ("nic", 0, 3) not in leaf.costs.topology.graph
     assert leaf.step_time == pytest.approx(nics.step_time, rel=1e-12)
     assert leaf.step_time > sim3d.simulate(healthy, full_fidelity=True).step_time
-    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 1)
-    tree = {**healthy, "cluster": {**healthy["cluster"], "inter_node": {"fabric": "fat-tree"}},
+    tree = {**healthy, "cluster": {**healthy["cluster"], "inter_node": {"fabric": "fat-tree", "nodes_per_leaf": 1}},
             "faults": [{"leaf": {"leaf": 1}}]}
     with pytest.raises(sim3d.ScenarioError, match="every NIC of node 1 has failed or lost its leaf"):
         sim3d.simulate(tree)
@@ -288,9 +285,8 @@ def test_contradictory_or_meaningless_faults_are_refused(faults, message):
         sim3d.simulate({**layout(8, 2, 1, 2, 8), "faults": faults})
 
 
-def test_a_slow_server_nic_does_not_shrink_its_leafs_uplinks(monkeypatch):
-    monkeypatch.setattr(sim3d.topology, "FAT_TREE_NODES_PER_LEAF", 2)
-    base = layout(1, 2, 2, 4, 1, cluster=dict(inter_node=dict(fabric="fat-tree", oversubscription=4)))
+def test_a_slow_server_nic_does_not_shrink_its_leafs_uplinks():
+    base = layout(1, 2, 2, 4, 1, cluster=dict(inter_node=dict(fabric="fat-tree", oversubscription=4, nodes_per_leaf=2)))
     healthy = sim3d.simulate(base).costs.topology.graph.edges[("leaf", 0), ("spine", 0)]["bw"]
     slowed = sim3d.simulate({**base, "faults": [{"nic": {"node": 0, "nic": 0, "gbps": 1}}]})
     assert slowed.costs.topology.graph.edges[("leaf", 0), ("spine", 0)]["bw"] == healthy

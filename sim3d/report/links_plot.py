@@ -1,6 +1,6 @@
 """How busy the cluster's links were over the step (`Result.links`), as a picture: the busiest
-link directions, and for each kind of link (NVLink, PCIe, NIC to leaf, leaf to spine) how its
-busy fractions spread."""
+link directions, and for each kind of link (NVLink, PCIe, NIC to leaf, leaf to spine, spine to
+core) how its busy fractions spread."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 from .figure import new_figure, place_axes, save, text_inches, widest
 
-KIND_COLORS = {"nvlink": "#4c72b0", "pcie": "#8172b2", "ib": "#dd8452", "uplink": "#c44e52"}
-KIND_NAMES = {"nvlink": "NVLink", "pcie": "GPU-NIC (PCIe)", "ib": "NIC-leaf (IB)", "uplink": "leaf-spine"}
+KIND_COLORS = {"nvlink": "#4c72b0", "pcie": "#8172b2", "ib": "#dd8452", "uplink": "#c44e52", "core": "#8c1c13"}
+KIND_NAMES = {"nvlink": "NVLink", "pcie": "GPU-NIC (PCIe)", "ib": "NIC-leaf (IB)", "uplink": "leaf-spine",
+              "core": "spine-core"}
 
 
 def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) -> list[Path]:
