@@ -4,7 +4,8 @@ network and with flows.
 
     python benchmarks/fabric_whatif.py
 
-Then the same GPT-3 step with a NIC, a node's NICs or a rail leaf switch failed or slowed.
+Then the same GPT-3 step with a NIC, a node's NICs or a rail leaf switch failed or slowed, and
+Llama 3.1 405B on 16,384 GPUs on Meta's three-tier cluster (`--tiers` runs only that part).
 Prints one markdown row per case: step time both ways, exposed data-parallel time (flow),
 bytes over the spine, the busiest uplink's mean utilisation, and how much sharing links
 slowed the flows (summed over flows).
@@ -57,6 +58,37 @@ def faults() -> None:
         print(f"| {label} | {steps[0]:.4f} s | {steps[1]:.4f} s |")
 
 
+LLAMA_16K = ["parallel.tp=8", "parallel.pp=16", "parallel.cp=1", "parallel.dp=128", "parallel.vpp=2",
+             "training.global_batch=2048", "cluster.nodes=2048"]
+# Llama 3 Herd of Models (arXiv:2407.21783) section 3.3.1: two 8-GPU servers per ToR switch,
+# 192 racks (3,072 GPUs) per pod at full bisection, pods joined at 1:7
+META_CLUSTER = ["cluster.inter_node.fabric=fat-tree", "cluster.inter_node.nodes_per_leaf=2",
+                "cluster.inter_node.nodes_per_pod=384"]
+ORDERS = [("pipeline stages across pods (tp-cp-ep-dp-pp, Megatron's default)", "tp-cp-ep-dp-pp"),
+          ("data parallel across pods (tp-cp-ep-pp-dp, Meta's order)", "tp-cp-ep-pp-dp")]
+
+
+def tiers() -> None:
+    """Llama 3.1 405B as Meta trained it (tp 8, pp 16, dp 128) on its three-tier cluster with the
+    pods joined at 1:1 and at 1:7, with each rank order."""
+    print("\n| Llama 3.1 405B, 16,384 GPUs | pods joined at | step (analytical) | step (flow) "
+          "| longest SEND_F (flow) | core links' busiest |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, order in ORDERS:
+        for ratio in (1, 7):
+            sets = LLAMA_16K + META_CLUSTER + [f"parallel.order={order}", f"cluster.inter_node.pod_oversubscription={ratio}"]
+            analytical = sim3d.simulate("scenarios/llama3.1-405b.yaml", sets=sets)
+            flow = sim3d.simulate("scenarios/llama3.1-405b.yaml", sets=sets + ["costs.network=flow"])
+            sends = flow.trace[flow.trace.kind == "SEND_F"]
+            core = flow.links[flow.links.kind == "core"]
+            print(f"| {label} | 1:{ratio} | {analytical.step_time:.4f} s | {flow.step_time:.4f} s "
+                  f"| {(sends.end_s - sends.start_s).max() * 1e3:.2f} ms | {core.busy_fraction.max():.1%} |")
+            label = ""
+
+
 if __name__ == "__main__":
-    main()
-    faults()
+    import sys
+    if "--tiers" not in sys.argv:
+        main()
+        faults()
+    tiers()
