@@ -106,11 +106,22 @@ def test_an_error_that_does_not_survive_pickling_arrives_as_text(forked, raiser,
 
 def test_a_job_that_does_not_pickle_runs_in_the_caller(tmp_path, serial):
     process = beside.Beside()
-    target = tmp_path / "drawn.txt"
-    process.submit(lambda: target.write_text(str(os.getpid())))  # a lambda does not pickle
-    assert process._process is None  # the helper process is gone already
+    here, there = tmp_path / "here.txt", tmp_path / "there.txt"
+    process.submit(lambda: here.write_text(str(os.getpid())))  # a lambda does not pickle
+    process.submit(write_pid, there)
     process.wait()
-    assert int(target.read_text()) == os.getpid()
+    assert int(here.read_text()) == os.getpid()
+    assert (int(there.read_text()) == os.getpid()) == serial
+
+
+def test_jobs_run_in_order_and_the_first_error_ends_them(tmp_path, serial):
+    process = beside.Beside()
+    process.submit(write_pid, tmp_path / "first.txt")
+    process.submit(refuse, "the second job fails")
+    process.submit(write_pid, tmp_path / "third.txt")
+    with pytest.raises(ValueError, match="the second job fails"):
+        process.wait()
+    assert (tmp_path / "first.txt").exists() and not (tmp_path / "third.txt").exists()
 
 
 def test_close_is_safe_after_the_process_died_and_twice(serial):

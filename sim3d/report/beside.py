@@ -3,9 +3,9 @@
 `sim3d run` spends most of its wall time importing matplotlib and drawing three PNGs, work
 that needs nothing but the finished result, while a laptop has more than one core. So the
 CLI starts a `Beside` process before it simulates: the process imports what the work needs
-(`preload`) while the step is replayed, then receives one job (a module-level function and
-its arguments, pickled: ~10 ms for the flagship's trace) and runs it while the caller writes
-the tables and traces. An error in the process is raised again in the caller, with the
+(`preload`) while the step is replayed, then receives jobs (module-level functions and their
+arguments, pickled: ~10 ms for the flagship's trace) and runs them in order, each as soon as
+it arrives, while the caller writes the tables and traces. An error in the process is raised again in the caller, with the
 process's traceback attached; a process that dies says so with its exit code; the process
 dies with its caller (sim3d.lifetime), and an interrupted or failed caller stops it.
 
@@ -38,11 +38,13 @@ def can_fork() -> bool:
 
 
 class Beside:
-    """Start with `Beside(preload=[module names])`; then `submit(fn, *args)` once and `wait()`,
-    or `close()` to stop it (safe to call at any time, more than once)."""
+    """Start with `Beside(preload=[module names])`; then `submit(fn, *args)` as often as there
+    is work and `wait()` once, or `close()` to stop it (safe to call at any time, more than
+    once)."""
 
     def __init__(self, preload: Sequence[str] = ()):
-        self._job: tuple | None = None
+        self._submitted = False
+        self._here: list[tuple] = []  # jobs the caller runs when it waits
         self._process = None
         if not can_fork():
             return
@@ -64,15 +66,14 @@ class Beside:
         self._process = process
 
     def submit(self, work: Callable, *args) -> None:
-        if self._job is not None:
-            raise RuntimeError("Beside runs one job")
-        self._job = (work, args)
+        self._submitted = True
         if self._process is None:
+            self._here.append((work, args))
             return
         try:
-            payload = pickle.dumps(self._job, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((work, args), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - whatever does not pickle is drawn here instead
-            self._stop()
+            self._here.append((work, args))
             return
         try:
             self._jobs.send_bytes(payload)
@@ -80,13 +81,17 @@ class Beside:
             pass  # the process has ended already; wait() says why
 
     def wait(self) -> None:
-        """Block until the job is done; raise what it raised."""
-        if self._job is None:
+        """Block until every job is done; raise what the first failing one raised."""
+        if not self._submitted:
             raise RuntimeError("Beside.wait: nothing was submitted")
-        if self._process is None:
-            work, args = self._job
+        for work, args in self._here:
             work(*args)
+        if self._process is None:
             return
+        try:
+            self._jobs.send_bytes(_NO_MORE_JOBS)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         try:
             outcome = self._outcomes.recv()
         except EOFError:  # it ended without a word: killed, or crashed in C
@@ -124,14 +129,19 @@ class Beside:
                 end.close()
 
 
+_NO_MORE_JOBS = b""
+
+
 def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
-    """The process: import, wait for the one job, run it, report."""
+    """The process: import, run each job as it arrives until told there are no more, report
+    (the first error ends it)."""
     die_with_parent(parent=caller)
     try:
         for module in preload:
             importlib.import_module(module)
-        work, args = pickle.loads(jobs.recv_bytes())  # a caller without a job stops the process
-        work(*args)
+        while (payload := jobs.recv_bytes()) != _NO_MORE_JOBS:  # a caller that goes away stops it
+            work, args = pickle.loads(payload)
+            work(*args)
         outcomes.send(None)
     except BaseException as error:  # noqa: BLE001 - everything goes back to the caller
         detail = traceback.format_exc()

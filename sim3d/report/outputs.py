@@ -47,16 +47,14 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
     memory plot and the link traffic plot of a `sim3d.Result`; `gantt_size`, `gantt_window`
     and `gantt_ranks` as `plot_gantt`'s size, window and ranks. The plots are drawn by
-    `plotter` (`start_plotting()`, started here when not given) while this process writes
-    the rest."""
+    `plotter` (`start_plotting()`, started here when not given), each handed over as soon as
+    its data is ready, while this process builds and writes the rest."""
     from ..trace import parquet_available, write_trace_csv, write_trace_parquet
     from .trace import write_chrome_trace
 
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"--trace {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
-    s, summary, trace = result.scenario, result.summary, result.trace
-    labels = rank_labels(s, sorted(set(result.sim.ranks)))
-    links = result.links
+    s, summary = result.scenario, result.summary
     plotted = []
     if plots:
         plotter = plotter or start_plotting()
@@ -64,21 +62,27 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
                                                                                         folder / "links.png"]
         if gantt_ranks and result.sim.represented:  # a folded rank is drawn as its replayed twin
             gantt_ranks = list(dict.fromkeys(result.sim.represented.get(r, r) for r in gantt_ranks))
-        titles = (f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
-                  f"step {summary['step_time_s']:.2f} s",
-                  f"{s.name}: memory per pipeline stage",
-                  f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
-                  f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
     elif plotter is not None:
         plotter.close()
     written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
-    # the file also names the busiest link directions (all of them are in links.csv)
-    busiest = [{"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes),
-                "busy_fraction": float(r.busy_fraction)} for r in links.head(8).itertuples()]
     try:
         if plots:
-            plotter.submit(draw_plots, plotted, titles, trace, labels, result.memory, links,
+            plotter.submit(draw_memory, plotted[-2], result.memory, f"{s.name}: memory per pipeline stage")
+        trace = result.trace
+        labels = rank_labels(s, sorted(set(result.sim.ranks)))
+        if plots:
+            plotter.submit(draw_gantt, plotted[:-2], trace, labels,
+                           f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
+                           f"step {summary['step_time_s']:.2f} s",
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
+        links = result.links
+        if plots:
+            plotter.submit(draw_links, plotted[-1], links,
+                           f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
+                           f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
+        # the file also names the busiest link directions (all of them are in links.csv)
+        busiest = [{"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes),
+                    "busy_fraction": float(r.busy_fraction)} for r in links.head(8).itertuples()]
         write_summary({**summary, "busiest_links": busiest}, written[0])
         links.to_csv(written[1], index=False, float_format="%.6g")
         write_trace_csv(trace, written[2])
@@ -97,13 +101,19 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     return written + plotted
 
 
-def draw_plots(paths: list[Path], titles: tuple[str, str, str], trace, labels, memory, links, gantt_options) -> None:
-    """The Gantt chart (PNG, and PDF when asked), the memory plot and the link traffic plot
-    (run in the plotting process: plain data in, files out)."""
-    from .gantt import plot_gantt
-    from .links_plot import plot_links
+# The plots, as run in the plotting process: plain data in, files out (matplotlib is imported
+# there, never here).
+def draw_memory(path: Path, memory, title: str) -> None:
     from .memory_plot import plot_memory
-    *gantt, memory_png, links_png = paths
-    plot_gantt(trace, gantt, title=titles[0], rank_labels=labels, **gantt_options)
-    plot_memory(memory, memory_png, title=titles[1])
-    plot_links(links, links_png, title=titles[2])
+    plot_memory(memory, path, title=title)
+
+
+def draw_gantt(paths: list[Path], trace, labels, title: str, options: dict) -> None:
+    """The Gantt chart (PNG, and PDF when asked)."""
+    from .gantt import plot_gantt
+    plot_gantt(trace, paths, title=title, rank_labels=labels, **options)
+
+
+def draw_links(path: Path, links, title: str) -> None:
+    from .links_plot import plot_links
+    plot_links(links, path, title=title)
