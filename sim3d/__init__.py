@@ -12,7 +12,21 @@ try:
 except PackageNotFoundError:  # a source tree that was not installed
     __version__ = "0+unknown"
 
-from .api import Result, simulate  # noqa: E402 - after __version__, which the summary records
-from .scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
-
 __all__ = ["simulate", "Result", "Scenario", "ScenarioError", "load_scenario", "__version__"]
+_HOME = {"simulate": "api", "Result": "api", "Scenario": "scenario", "ScenarioError": "scenario",
+         "load_scenario": "scenario"}
+
+
+def __getattr__(name: str):
+    """The public names, imported when first used: `sim3d run` starts its plotting process
+    before it pays for the simulator's imports (PEP 562)."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'sim3d' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -13,7 +13,6 @@ from rich.text import Text
 from .cli_import import import_app
 from .cli_support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _gantt_options, _load, _print_json,
                           _writable_file, _writable_folder, err, guarded, out, say)
-from .scenario import load_scenario
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
@@ -52,13 +51,15 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
-    from .api import simulate
     from .report.outputs import start_plotting
-    from .report.summary import breakdown_table, summary_table
-    s = _load(scenario, set_)
-    folder = _writable_folder(out_dir or _default_folder(s.name))
-    plotter = start_plotting() if plots else None  # imports matplotlib while the step is simulated
+    # started first: it imports pandas and matplotlib while this process imports the simulator,
+    # loads the scenario and simulates (stopped below on bad input)
+    plotter = start_plotting() if plots else None
     try:
+        from .api import simulate
+        from .report.summary import breakdown_table, summary_table
+        s = _load(scenario, set_)
+        folder = _writable_folder(out_dir or _default_folder(s.name))
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
         if every_gpu and not as_json:
             with _progress("simulate") as bar:
@@ -258,6 +259,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     from .studies.space import parse_choices
 
     choices = parse_choices(fix, space)
+    from .scenario import load_scenario
     base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
     check_space(scenario, gpus, choices)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
@@ -307,6 +309,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
 def _plan_megatron_line(scenario: Path, overrides: str) -> str:
     from .importers import SCHEDULE_ELSEWHERE
+    from .scenario import load_scenario
     s = load_scenario(scenario, overrides.split())
     line = _megatron_line(s)
     note = SCHEDULE_ELSEWHERE.get(s.schedule)
@@ -326,6 +329,7 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from .studies.runner import check_backend
     from .studies.sweep import parse_grid, points, run_sweep
 
+    from .scenario import load_scenario
     load_scenario(scenario)  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
     try:
@@ -443,6 +447,7 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         if not torch.cuda.is_available():
             raise BadInput("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)")
     if scenario is not None:
+        from .scenario import load_scenario
         load_scenario(scenario)  # fail early on a bad scenario
     if out_path is not None:
         _writable_file(out_path, "--out", (".csv",))  # before the measuring, not after

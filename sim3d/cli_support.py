@@ -13,7 +13,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from .scenario import ScenarioError, load_scenario
 
 # markup=False: every message is literal text; a `[/...]` in a gloo error or `[default]` in a
 # pip hint must print as written, so styling is applied through Text spans, never markup.
@@ -34,6 +33,7 @@ class BadInput(Exception):
 
 def _bad_input_types():
     from .limits import WorkLimitExceeded
+    from .scenario import ScenarioError
     from .schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
     # OSError: an unreadable input or unwritable output named by the OS (permission, full disk)
     return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded, OSError)
@@ -71,6 +71,7 @@ def _print_json(data) -> None:
 
 
 def _load(path: Path, sets: list[str]):
+    from .scenario import load_scenario
     return load_scenario(path, sets)
 
 

@@ -211,3 +211,15 @@ def test_gantt_ranks_are_checked_against_what_was_simulated(tmp_path):
     every = invoke("run", ROOT / "scenarios" / "mesh-32.yaml", "--out", tmp_path / "d", "--full-fidelity",
                    "--gantt-ranks", "1,31")
     assert every.exit_code == 0, every.stderr
+
+
+def test_bad_input_stops_the_plotting_process_started_before_loading(tmp_path):
+    """`sim3d run` forks its plotting process before it reads the scenario; a scenario that
+    does not load leaves no process behind."""
+    import multiprocessing
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodel: {layers: 0}\n")
+    result = invoke("run", bad, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "model" in result.stderr
+    assert multiprocessing.active_children() == []
+    assert not (tmp_path / "out").exists()

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ..placement import Placement
 from .beside import Beside
-from .summary import write_summary
 
 
 def folder_name(name: str) -> str:
@@ -29,7 +28,8 @@ def rank_labels(s, ranks) -> dict[int, str]:
 TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
 
 
-PLOT_MODULES = ("sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.links_plot")
+PLOT_MODULES = ("pandas", "sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.links_plot")
+ROWS_SENT_AS_ROWS = 100_000
 
 
 def start_plotting() -> Beside:
@@ -49,9 +49,6 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     and `gantt_ranks` as `plot_gantt`'s size, window and ranks. The plots are drawn by
     `plotter` (`start_plotting()`, started here when not given), each handed over as soon as
     its data is ready, while this process builds and writes the rest."""
-    from ..trace import parquet_available, write_trace_csv, write_trace_parquet
-    from .trace import write_chrome_trace
-
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"--trace {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
     s, summary = result.scenario, result.summary
@@ -66,15 +63,20 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         plotter.close()
     written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
     try:
-        if plots:
-            plotter.submit(draw_memory, plotted[-2], result.memory, f"{s.name}: memory per pipeline stage")
-        trace = result.trace
         labels = rank_labels(s, sorted(set(result.sim.ranks)))
         if plots:
-            plotter.submit(draw_gantt, plotted[:-2], trace, labels,
+            plotter.submit(draw_memory, plotted[-2], result.memory, f"{s.name}: memory per pipeline stage")
+            # a folded trace goes as its rows, so that the plots need not wait for this process
+            # to import pandas (half a second); a large one as its table (rows pickle slowly)
+            rows = result.sim.rows
+            plotter.submit(draw_gantt, plotted[:-2], rows if len(rows) <= ROWS_SENT_AS_ROWS else result.trace, labels,
                            f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                            f"step {summary['step_time_s']:.2f} s",
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
+        from ..trace import parquet_available, write_trace_csv, write_trace_parquet
+        from .summary import write_summary
+        from .trace import write_chrome_trace
+        trace = result.trace
         links = result.links
         if plots:
             plotter.submit(draw_links, plotted[-1], links,
@@ -109,9 +111,11 @@ def draw_memory(path: Path, memory, title: str) -> None:
 
 
 def draw_gantt(paths: list[Path], trace, labels, title: str, options: dict) -> None:
-    """The Gantt chart (PNG, and PDF when asked)."""
+    """The Gantt chart (PNG, and PDF when asked) of a trace table or the engine's rows."""
+    from ..trace import rows_to_frame
     from .gantt import plot_gantt
-    plot_gantt(trace, paths, title=title, rank_labels=labels, **options)
+    plot_gantt(rows_to_frame(trace) if isinstance(trace, list) else trace, paths, title=title, rank_labels=labels,
+               **options)
 
 
 def draw_links(path: Path, links, title: str) -> None:
