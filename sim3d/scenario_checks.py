@@ -156,7 +156,8 @@ def _fabric_problems(s) -> list[str]:
     from .fabric import Fabric
     per_leaf = Fabric(s).nodes_per_leaf
     if inter.nodes_per_pod % per_leaf:
+        hint = ("; a rail-optimized fabric puts every server under its rail's leaf unless "
+                "cluster.inter_node.nodes_per_leaf sets a scalable unit" if inter.nodes_per_leaf is None else "")
         p.append(f"cluster.inter_node.nodes_per_pod: {inter.nodes_per_pod} is not a whole number of leaves of "
-                 f"{per_leaf} servers")
+                 f"{per_leaf} servers{hint}")
     return p
-

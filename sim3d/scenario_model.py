@@ -369,6 +369,10 @@ class Scenario(_Strict):
         if not self.megatron_split and len(set(self.stage_layers)) > 1:
             out.append(f"{self.model.layers} layers do not split evenly over {self.num_stages} stages: "
                        f"stages get {min(self.stage_layers)}-{max(self.stage_layers)} layers")
+        inter = self.cluster.inter_node
+        if inter.nodes_per_pod is not None and inter.nodes_per_pod >= self.cluster.nodes:
+            out.append(f"cluster.inter_node.nodes_per_pod={inter.nodes_per_pod} holds all {self.cluster.nodes} nodes: "
+                       "one pod, no core, so pod_oversubscription changes nothing")
         if self.cluster.fp32_tflops is not None:
             out.append("cluster.fp32_tflops changes nothing: fp32 matmuls run on TF32 tensor cores (as torch and "
                        "Megatron run them); set cluster.tf32_tflops to change their speed")

@@ -8,8 +8,9 @@ fat tree, two tiers or three, oversubscription per tier).
 
 Paths follow the structure (GPU -> its NVSwitch -> GPU inside a node; GPU -> its rail NIC ->
 leaf -> [spine -> [core -> spine] -> leaf] -> NIC -> GPU across nodes) instead of a graph
-search, so that groups of ten thousand GPUs are costed in milliseconds; bandwidth and
-latency are read off the graph's edges.
+search, so that rings of ten thousand GPUs are costed in milliseconds (all-to-alls count
+their shares per node and rail, all_to_all.py); bandwidth and latency are read off the
+graph's edges.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from .all_to_all import group_load
 from .fabric import Fabric
 from .placement import Placement
 
@@ -51,8 +53,8 @@ class GroupLink:
     ring_intra_bw: float = float("inf")
     ring_inter_bw: float = float("inf")
     # all-to-all across nodes (expert parallelism; `Topology.all_to_all_load`): seconds per
-    # byte of every member's buffer on the most loaded network link (NIC, PCIe or leaf
-    # uplink) and NVLink link the group's shares cross, at line rate, while the groups that
+    # byte of every member's buffer on the most loaded network link (NIC, PCIe, leaf uplink
+    # or core link) and NVLink link the group's shares cross, at line rate, while the groups that
     # run it concurrently share those links. None: not computed (axes without all-to-alls).
     a2a_network_s: float | None = None
     a2a_nvlink_s: float | None = None
@@ -75,6 +77,7 @@ class Topology:
         self._refuse_cut_off_nodes()
         self._nic_choice: dict[tuple[int, int], int] = {}
         self._paths: dict[tuple[int, int], tuple] = {}
+        self._members_by_nic: dict[tuple, dict] = {}
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
 
@@ -85,6 +88,7 @@ class Topology:
             raise ValueError("for_layout: a different cluster or faults need a topology of their own")
         other = copy.copy(self)
         other.scenario, other.placement, other._link_load, other._paths = scenario, Placement.of(scenario), {}, {}
+        other._members_by_nic = {}
         return other
 
     # ---- graph ---------------------------------------------------------------------------
@@ -106,7 +110,7 @@ class Topology:
                 rates[key] = rates.get(key, 0.0) + gbps * GBIT
         down = {f.leaf.leaf for f in s.faults if f.leaf}
         for node, nic in rates:
-            if self._leaf_of(node, nic) in down:
+            if self.leaf_of(node, nic) in down:
                 rates[(node, nic)] = 0.0
         return rates
 
@@ -120,7 +124,7 @@ class Topology:
             raise ScenarioError(f"faults: every NIC of {what} {cut[0]}" + (f" (and {len(cut) - 1} more)" if len(cut) > 1
                                 else "") + " has failed or lost its leaf, so its GPUs cannot reach the other nodes")
 
-    def _leaf_of(self, node: int, nic: int) -> int:
+    def leaf_of(self, node: int, nic: int) -> int:
         per_server = self.nics // self.domain_nodes
         return self.fabric.leaf_of(node * self.domain_nodes + nic // per_server, nic % per_server)
 
@@ -138,9 +142,9 @@ class Topology:
                 rate = self._nic_rate[(n, i)]
                 if rate <= 0:  # failed: its GPUs go out through another NIC (nic_of)
                     continue
-                g.add_edge(("nic", n, i), ("leaf", self._leaf_of(n, i)), bw=rate, latency=inter.latency_us * 1e-6 / 4, kind="ib")
+                g.add_edge(("nic", n, i), ("leaf", self.leaf_of(n, i)), bw=rate, latency=inter.latency_us * 1e-6 / 4, kind="ib")
             for local in range(self.gpus_per_node):
-                own = self._own_nic(local)
+                own = self.own_nic(local)
                 if self._nic_rate[(n, own)] > 0:
                     # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
                     g.add_edge(("gpu", n, local), ("nic", n, own), bw=max(self._nic_rate[(n, own)], 32e9),
@@ -148,16 +152,17 @@ class Topology:
         # a leaf's uplinks are sized for the NIC ports cabled to it at their line rate: a slow
         # or dead server NIC does not shrink the switch's uplinks
         line_rate = s.nic_gbps * GBIT * s.nics_per_node * self.domain_nodes / self.nics
-        ports: Counter = Counter(self._leaf_of(n, i) for n in range(self.nodes) for i in range(self.nics))
+        ports: Counter = Counter(self.leaf_of(n, i) for n in range(self.nodes) for i in range(self.nics))
         uplink_faults = {f.uplink.leaf: f.uplink.gbps * GBIT for f in s.faults if f.uplink}
         hop = inter.latency_us * 1e-6 / 4
-        pod_uplinks: Counter = Counter()
         for leaf in sorted(x for x in g.nodes if x[0] == "leaf"):
-            pod = self.fabric.pod_of(leaf[1])
-            pod_uplinks[pod] += ports[leaf[1]] * line_rate / inter.oversubscription
-            g.add_edge(leaf, ("spine", pod), bw=uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription),
+            g.add_edge(leaf, ("spine", self.fabric.pod_of(leaf[1])),
+                       bw=uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription),
                        latency=hop, kind="uplink")
-        if self.fabric.pods > 1:  # the core carries a pod's leaf uplinks at the pod's ratio
+        if self.fabric.pods > 1:  # the core carries a pod's leaf uplinks at the pod's ratio, as cabled
+            pod_uplinks: Counter = Counter()
+            for leaf, count in ports.items():
+                pod_uplinks[self.fabric.pod_of(leaf)] += count * line_rate / inter.oversubscription
             for pod, capacity in pod_uplinks.items():
                 g.add_edge(("spine", pod), ("core", 0), bw=capacity / self.fabric.pod_oversubscription, latency=hop,
                            kind="core")
@@ -167,7 +172,16 @@ class Topology:
         """(node, local GPU) of a global rank: ranks fill nodes in order."""
         return divmod(rank, self.gpus_per_node)
 
-    def _own_nic(self, local: int) -> int:
+    def rail_gpu(self, nic: int) -> int:
+        """The first local GPU wired to a NIC (a PXN proxy for that rail)."""
+        return next(g for g in range(self.gpus_per_node) if self.own_nic(g) == nic)
+
+    @property
+    def has_failed_nic(self) -> bool:
+        """Some GPU sends through a NIC other than its own (failed NIC or leaf)."""
+        return any(rate <= 0 for rate in self._nic_rate.values())
+
+    def own_nic(self, local: int) -> int:
         """The NIC (rail) a GPU is wired to: GPUs are shared out over the NICs in order."""
         return local * self.nics // self.gpus_per_node
 
@@ -176,7 +190,7 @@ class Topology:
         of the node, reached over NVLink through a GPU wired to it (NCCL's PXN)."""
         key = (node, local)
         if key not in self._nic_choice:
-            own = self._own_nic(local)
+            own = self.own_nic(local)
             order = [(own + i) % self.nics for i in range(self.nics)]
             self._nic_choice[key] = next((i for i in order if self._nic_rate[(node, i)] > 0), own)
         return self._nic_choice[key]
@@ -185,9 +199,9 @@ class Topology:
         """Edges from a GPU to the NIC it sends through (via a proxy GPU if its own failed)."""
         nic = self.nic_of(node, local)
         gpu, port = ("gpu", node, local), ("nic", node, nic)
-        if nic == self._own_nic(local):
+        if nic == self.own_nic(local):
             return [(gpu, port)]
-        proxy = ("gpu", node, next(g for g in range(self.gpus_per_node) if self._own_nic(g) == nic))
+        proxy = ("gpu", node, self.rail_gpu(nic))
         return [(gpu, ("switch", node)), (("switch", node), proxy), (proxy, port)]
 
     def path(self, a: int, b: int) -> tuple:
@@ -211,12 +225,12 @@ class Topology:
         """Edges a share of an all-to-all takes from rank a to rank b. Across nodes NCCL's PXN
         (NCCL 2.12 release notes; NCCL_PXN_DISABLE) first moves it over NVLink to the GPU of a's
         node wired to b's rail, which sends it out of that rail's NIC: on a rail-optimized
-        fabric it then stays under one leaf."""
+        fabric it then stays on its rail, climbing to the spine only between scalable units."""
         (na, la), (nb, lb) = self.gpu_of(a), self.gpu_of(b)
         rail = self.nic_of(nb, lb)
         if na == nb or self.nic_of(na, la) == rail or self._nic_rate[(na, rail)] <= 0:
             return self.path(a, b)
-        proxy = na * self.gpus_per_node + next(g for g in range(self.gpus_per_node) if self._own_nic(g) == rail)
+        proxy = na * self.gpus_per_node + self.rail_gpu(rail)
         return self.path(a, proxy) + self.path(proxy, b)
 
     def path_cost(self, a: int, b: int) -> tuple[float, float]:
@@ -269,41 +283,39 @@ class Topology:
         groups run an all-to-all at once (symmetric ranks reach it together); with `alone`, that
         group's only. Each member sends 1/n of its buffer to each other member along `pxn_path`,
         so shares between leaves cross the spine: what an oversubscribed tier slows."""
+        if alone is not None:
+            return group_load(self, alone)
         key = f"all-to-all:{axis}"
-        if alone is None and key in self._link_load:
-            return self._link_load[key]
-        load: Counter = Counter()
-        for group in [alone] if alone is not None else self.placement.groups(axis):
-            crossings: Counter = Counter()
-            for a in group:
-                for b in group:
-                    if a != b:
-                        crossings.update(self.pxn_path(a, b))
-            for edge, count in crossings.items():
-                load[edge] += count / len(group)
-        if alone is None:
+        if key not in self._link_load:
+            load: Counter = Counter()
+            for group in self.placement.groups(axis):
+                load.update(group_load(self, group))
             self._link_load[key] = load
-        return load
+        return self._link_load[key]
 
     def _all_to_all_seconds(self, group: list[int], axis: str, alone: bool) -> tuple[float, float]:
         """(network, NVLink) seconds per byte of buffer on the most loaded link of each kind
         that `group`'s all-to-all crosses, at line rate (GroupLink.a2a_*)."""
-        load = self.all_to_all_load(axis, group if alone else None)
-        used = {edge for a in group for b in group if a != b for edge in self.pxn_path(a, b)}
+        own = group_load(self, group)
+        load = own if alone else self.all_to_all_load(axis)
         worst = {"nvlink": 0.0, "network": 0.0}
-        for edge in used:
+        for edge in own:
             data = self.graph.edges[edge]
             kind = "nvlink" if data["kind"] == "nvlink" else "network"
             worst[kind] = max(worst[kind], load[edge] / data["bw"])
         return worst["network"], worst["nvlink"]
 
     def _nic_members(self, group: list[int]) -> dict[int, dict[int, int]]:
-        """node -> the NICs the group's members there send through -> the first such member."""
-        out: dict[int, dict[int, int]] = {}
-        for rank in group:
-            node, local = self.gpu_of(rank)
-            out.setdefault(node, {}).setdefault(self.nic_of(node, local), rank)
-        return out
+        """node -> the NICs the group's members there send through -> the first such member
+        (kept per group: each member's ring hop asks for its group's)."""
+        key = tuple(group)
+        if key not in self._members_by_nic:
+            out: dict[int, dict[int, int]] = {}
+            for rank in group:
+                node, local = self.gpu_of(rank)
+                out.setdefault(node, {}).setdefault(self.nic_of(node, local), rank)
+            self._members_by_nic[key] = out
+        return self._members_by_nic[key]
 
     @staticmethod
     def _rail_peer(nic: int, receivers: dict[int, int]) -> int:
@@ -405,17 +417,21 @@ class Topology:
         return GroupLink(n, min(ring_intra, ring_inter), lat, len(nodes), max(nodes.values()), intra, inter_bw,
                          intra_lat, inter_lat, efficiency, nvls, ring_intra, ring_inter, *a2a)
 
-    def slowest_group_link(self, axis: str) -> GroupLink:
-        """The slowest of all groups along `axis` (lowest ring bandwidth, then the lowest
-        network bandwidth, then the highest latency). With a degraded link somewhere, the
-        groups are no longer alike and the step waits for the slowest one."""
+    def slowest_group_link(self, axis: str, slowness=None) -> GroupLink:
+        """The slowest of all groups along `axis`: the largest `slowness(link)`, by default the
+        lowest ring bandwidth, then the lowest network bandwidth, then the highest latency.
+        With a degraded link somewhere, the groups are no longer alike and the step waits for
+        the slowest one."""
         links = (self.group_link(axis, group[0]) for group in self.placement.groups(axis))
-        return min(links, key=lambda g: (g.bw, g.inter_bw, -g.latency))
+        return max(links, key=slowness or (lambda g: (-g.bw, -g.inter_bw, g.latency)))
 
     def describe(self) -> str:
         s = self.scenario
         nodes = (f"{self.nodes} NVLink domains of {self.domain_nodes} nodes x {s.gpus_per_node}"
                  if self.domain_nodes > 1 else f"{self.nodes} nodes x {self.gpus_per_node}")
+        pods = (f", pods of {self.fabric.nodes_per_pod} servers joined at {self.fabric.pod_oversubscription:g}:1"
+                if self.fabric.pods > 1 else "")
         return (f"{nodes} {s.cluster.gpu}, {s.cluster.intra_node.fabric} "
                 f"{s.nvlink_gbps:g} Gb/s per GPU, {s.cluster.inter_node.fabric} {self.nics} x {s.nic_gbps:g} Gb/s "
-                f"per node, oversubscription {s.cluster.inter_node.oversubscription:g}")
+                f"per node, {self.fabric.leaf_count} leaves of {self.fabric.nodes_per_leaf} servers, "
+                f"oversubscription {s.cluster.inter_node.oversubscription:g}{pods}")

@@ -114,18 +114,22 @@ def test_all_to_all_flows_meet_data_parallel_flows():
 
 
 def small_moe(**extra):
+    """EP groups of 4 over 4 of the 16 two-GPU nodes, under two 4:1 fat-tree leaves of 2 nodes."""
     return dict(name="a2a-flows", model=dict(layers=4, hidden=1024, heads=16, vocab=32000, seq_len=2048,
                                              moe=dict(experts=8, top_k=2, expert_ffn_hidden=2048)),
                 parallel=dict(tp=2, pp=2, dp=8, ep=4, sequence_parallel=True),
                 training=dict(micro_batch=1, global_batch=32, recompute="none"),
-                cluster=dict(gpu="h100-sxm", nodes=4, gpus_per_node=8), costs=dict(network="flow"), **extra)
+                cluster=dict(gpu="h100-sxm", nodes=16, gpus_per_node=2,
+                             inter_node=dict(fabric="fat-tree", nodes_per_leaf=2, oversubscription=4)),
+                costs=dict(network="flow"), **extra)
 
 
 def test_folded_all_to_all_flows_equal_every_gpu_replayed():
     """Full fidelity replays every GPU, and each EP group starts its all-to-alls once all its
     members are there; on a symmetric layout that is what the folded bundle gives."""
     folded, full = sim3d.simulate(small_moe()), sim3d.simulate(small_moe(), full_fidelity=True)
-    assert folded.breakdown["ep"] > 0
+    link = folded.costs.topology.group_link("ep")
+    assert link.nodes == 4 and folded.breakdown["ep"] > 0
     assert folded.step_time == pytest.approx(full.step_time, rel=1e-9)
 
 
@@ -147,3 +151,55 @@ def test_link_traffic_lays_all_to_alls_on_their_routes():
     uplink = links[(links.src == "leaf0") & (links.dst == "spine0")].bytes.item()
     assert per_member > 0
     assert uplink == exactly(128 * per_member * 32 / 63)
+
+
+LAYOUTS = [  # nodes, gpus per node, nics per node, tp, ep, fabric, extra inter_node fields
+    (4, 8, 8, 1, 32, "rail-optimized", {}),
+    (4, 8, 8, 4, 8, "rail-optimized", {}),
+    (4, 8, 4, 2, 16, "rail-optimized", {"nodes_per_leaf": 2}),  # two GPUs per NIC, scalable units
+    (8, 8, 8, 2, 32, "fat-tree", {"nodes_per_leaf": 2, "nodes_per_pod": 4, "oversubscription": 2}),
+    (6, 4, 8, 1, 8, "fat-tree", {"nodes_per_leaf": 4}),  # more NICs than GPUs, a partial leaf
+    (36, 4, 4, 4, 18, "rail-optimized", {"nodes_per_leaf": 18}),  # NVL72 domains (below)
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: f"{x[0]}x{x[1]}-nics{x[2]}-tp{x[3]}-ep{x[4]}-{x[5]}")
+def test_counting_per_node_and_rail_gives_the_pairwise_loads(layout):
+    from sim3d.all_to_all import group_load, pairwise_load
+    nodes, gpn, nics, tp, ep, fabric, extra = layout
+    gpus = nodes * gpn
+    s = scenario_from_dict(dict(
+        name="a2a", model=dict(layers=4, hidden=1024, heads=16, vocab=32000, seq_len=2048,
+                               moe=dict(experts=ep * 2, top_k=2, expert_ffn_hidden=2048)),
+        parallel=dict(tp=tp, pp=1, dp=gpus // tp, ep=ep), training=dict(micro_batch=1, global_batch=gpus // tp),
+        cluster=dict(gpu="h100-sxm", nodes=nodes, gpus_per_node=gpn,
+                     intra_node=dict(domain_nodes=18) if nodes == 36 else {},
+                     inter_node=dict(fabric=fabric, nic_gbps=400, nics_per_node=nics, **extra))))
+    topo = Topology(s)
+    for group in topo.placement.groups("ep"):
+        fast, reference = group_load(topo, group), pairwise_load(topo, group)
+        assert set(fast) == set(reference)
+        for edge, load in reference.items():
+            assert fast[edge] == pytest.approx(load, rel=1e-12), edge
+
+
+def test_a_failed_nic_routes_each_pair_on_its_own():
+    s = moe(nodes=4, gpus_per_node=8, fabric="rail-optimized", faults=[{"nic": {"node": 1, "nic": 3, "gbps": 0}}])
+    topo = Topology(s)
+    assert topo.has_failed_nic
+    load = topo.all_to_all_load("ep")
+    assert ("nic", 1, 3) not in {u for u, _ in load}  # nothing leaves through the dead NIC
+    assert sum(w for (u, v), w in load.items() if u == ("nic", 1, 4)) > sum(
+        w for (u, v), w in load.items() if u == ("nic", 1, 5))  # its neighbour takes its shares
+
+
+def test_folded_runs_wait_for_the_slowest_expert_group():
+    """A thin uplink under leaf 2 slows only the EP groups whose shares cross it. Their ring
+    bandwidth ties with everyone's, so picking the slowest group by ring would miss it: the
+    folded step must price the slowest all-to-all, as replaying every GPU does."""
+    s = two_leaf_moe("faults=[{uplink: {leaf: 2, gbps: 3200}}]")
+    healthy = sim3d.simulate(two_leaf_moe()).breakdown["ep"]
+    folded = sim3d.simulate(s).breakdown["ep"]
+    assert folded > 1.5 * healthy
+    links = [Topology(s).group_link("ep", g[0]) for g in Topology(s).placement.groups("ep")]
+    assert len({link.bw for link in links}) == 1 and len({link.a2a_network_s for link in links}) > 1

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim3d.costs.model import ActionCost, CostModel
+from sim3d.costs.action_cost import ActionCost
+from sim3d.costs.model import CostModel
 from sim3d.engine import Engine
 from sim3d.engine import replay_step as simulate
 from sim3d.placement import Placement

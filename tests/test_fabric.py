@@ -15,7 +15,7 @@ def exactly(x):
     return pytest.approx(x, rel=1e-9, abs=0)
 
 
-def three_tier(pod_oversubscription=1.0, fabric="fat-tree", nodes=8, gpus_per_node=1, ep=1, **inter):
+def three_tier(pod_oversubscription=1.0, fabric="fat-tree", nodes=8, gpus_per_node=1, ep=1, faults=(), **inter):
     """8 one-GPU servers, 2 per leaf, 4 per pod: leaves 0-3, pods {0, 1} and {2, 3}."""
     gpus = nodes * gpus_per_node
     model = dict(layers=4, hidden=1024, heads=16, vocab=32000, seq_len=2048)
@@ -27,7 +27,8 @@ def three_tier(pod_oversubscription=1.0, fabric="fat-tree", nodes=8, gpus_per_no
         cluster=dict(gpu="h100-sxm", nodes=nodes, gpus_per_node=gpus_per_node,
                      inter_node=dict(fabric=fabric, nic_gbps=400, nics_per_node=gpus_per_node,
                                      **{"nodes_per_leaf": 2, "nodes_per_pod": 4,
-                                        "pod_oversubscription": pod_oversubscription, **inter}))))
+                                        "pod_oversubscription": pod_oversubscription, **inter})),
+        faults=list(faults)))
 
 
 def test_routes_climb_only_as_high_as_they_must():
@@ -88,6 +89,7 @@ def test_default_fabrics_keep_one_spine():
 @pytest.mark.parametrize("inter, message", [
     (dict(nodes_per_pod=3), "nodes_per_pod: 3 is not a whole number of leaves of 2 servers"),
     (dict(nodes_per_pod=None, pod_oversubscription=7), "pod_oversubscription: needs pods"),
+    (dict(fabric="rail-optimized", nodes_per_leaf=None, nodes_per_pod=4), "nodes_per_leaf sets a scalable unit"),
 ])
 def test_tier_mistakes_are_named(inter, message):
     with pytest.raises(ScenarioError, match=message):
@@ -107,3 +109,23 @@ def test_a_thin_core_slows_the_step_that_crosses_it():
                                                            "costs.network=flow"]).step_time
     assert 0 < step(1) - two_tier < 1e-4  # two more switch hops of latency per message, no less bandwidth
     assert step(64) > step(1) + 0.01
+
+
+
+def test_a_failed_leaf_keeps_its_pods_core_link_as_cabled():
+    """A dead rail leaf cuts its NICs off, not the core's cables: the pod's core link keeps
+    the capacity of every leaf cabled under it, as a degraded uplink or a dead NIC leaves it."""
+    kw = dict(fabric="rail-optimized", nodes=4, gpus_per_node=8, nodes_per_leaf=2, nodes_per_pod=2,
+              pod_oversubscription=2)
+    healthy = Topology(three_tier(**kw)).graph.edges[("spine", 0), ("core", 0)]["bw"]
+    assert healthy == exactly(2 * 8 * NIC / 2)  # 2 servers x 8 rails, at 1:2
+    broken = Topology(three_tier(**kw, faults=[{"leaf": {"leaf": 3}}])).graph
+    assert ("leaf", 3) not in broken
+    assert broken.edges[("spine", 0), ("core", 0)]["bw"] == exactly(healthy)
+
+
+def test_a_pod_holding_every_server_is_named():
+    s = three_tier(nodes_per_pod=8, pod_oversubscription=7)
+    assert any("one pod, no core" in w for w in s.warnings())
+    assert "pods of" not in Topology(s).describe()
+    assert "pods of 4 servers joined at 7:1" in Topology(three_tier(pod_oversubscription=7)).describe()

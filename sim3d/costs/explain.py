@@ -43,5 +43,7 @@ def _describe(costs, kind: str, sources: set[str]) -> str:
             }[kind] + " (TE userbuffers module/base.py defaults; Megatron async grad all-reduce)")
         else:
             parts.append("analytical: NCCL-like ring / tree / NVLS / hierarchical on the placed links, measured "
-                         "busbw per GPU preset, Hockney n_1/2 inside a node")
+                         "busbw per GPU preset, Hockney n_1/2 inside a node" + (
+                             "; all-to-alls across nodes on their most loaded link (PXN routes)"
+                             if kind.startswith("ep") else ""))
     return "; ".join(parts)

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from ..placement import Placement
 from .flows import FlowSpec
-from .model import ActionCost
+from .action_cost import ActionCost
 
 
 class RankCosts(Protocol):

@@ -11,7 +11,7 @@ Point-to-point, data-parallel and optimizer costs come from the topology and col
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..model.memory import stage_params
@@ -19,6 +19,7 @@ from ..model.ops import ACT_BYTES, embedding_ops, head_ops, is_moe_layer, layer_
 from ..placement import Placement
 from ..topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
+from .action_cost import ActionCost
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 
@@ -62,35 +63,10 @@ def overlapped_seconds(gemm: float, comm: float, overlap: Overlap, sms: int) -> 
     return max(slowed, comm) + tail
 
 
-@dataclass
-class ActionCost:
-    seconds: float
-    comm: dict[str, float] = field(default_factory=dict)  # stream -> seconds of collectives inside
-    recompute: float = 0.0  # of `seconds`: forward work redone in a backward (activation recomputation)
-    # of `seconds`: collective time on the action's critical path, per stream (a CP ring step
-    # hidden behind its attention is in `comm` but not here)
-    exposed: dict[str, float] = field(default_factory=dict)
-    # stream -> bytes this rank puts on the wire for those collectives, counted as a ring
-    # moves them (nccl-tests' bus bytes: 2(n-1)/n of the buffer for an all-reduce, (n-1)/n for
-    # an all-gather, reduce-scatter or all-to-all; the whole of a context-parallel ring's exchanges)
-    wire: dict[str, float] = field(default_factory=dict)
-
-    def __add__(self, other: "ActionCost") -> "ActionCost":
-        return ActionCost(self.seconds + other.seconds, _sum(self.comm, other.comm), self.recompute + other.recompute,
-                          _sum(self.exposed, other.exposed), _sum(self.wire, other.wire))
-
-    def slowed(self, factor: float) -> "ActionCost":
-        """On a straggler: its own work and the collective time on its path stretch; the
-        collectives' own durations (`comm`) and bytes are the network's."""
-        return ActionCost(self.seconds * factor, self.comm, self.recompute * factor,
-                          {k: v * factor for k, v in self.exposed.items()}, self.wire)
-
-
-def _sum(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    out = defaultdict(float, a)
-    for key, value in b.items():
-        out[key] += value
-    return dict(out)
+def _all_to_all_slowness(link) -> tuple:
+    """Orders expert groups from fastest to slowest: by their all-to-all across nodes, then
+    as rings (groups inside one node)."""
+    return (all_to_all_s_per_byte(link) if link.nodes > 1 else 0.0, -link.bw, -link.inter_bw, link.latency)
 
 
 def _op_class(op) -> str:
@@ -138,9 +114,13 @@ class CostModel:
 
     @cached_property
     def _folded_links(self):
-        link = self.topology.slowest_group_link if self._degraded else self.topology.group_link
         # no "pp": a pipeline transfer is priced on its own path (`_transfer`), not as a ring
-        return {axis: link(axis) for axis in ("tp", "cp", "ep", "dp")}
+        if not self._degraded:
+            return {axis: self.topology.group_link(axis) for axis in ("tp", "cp", "ep", "dp")}
+        links = {axis: self.topology.slowest_group_link(axis) for axis in ("tp", "cp", "dp")}
+        # expert groups wait for their slowest all-to-all, which a ring's bandwidth does not tell
+        links["ep"] = self.topology.slowest_group_link("ep", _all_to_all_slowness)
+        return links
 
     def _link(self, axis: str, rank: int):
         """The ring link of `rank`'s group along `axis` (folded: of the slowest group)."""
@@ -459,13 +439,19 @@ class CostModel:
     def ep_flows(self, rank: int, stage: int, kind: str) -> FlowSpec:
         return self._flows.expert_parallel(rank, stage, kind)
 
+    def _alone_link(self, axis: str, rank: int):
+        key = (f"alone:{axis}", self.placement.group_leader(axis, rank))
+        if key not in self._link_cache:
+            self._link_cache[key] = self.topology.group_link(axis, key[1], alone=True)
+        return self._link_cache[key]
+
     def expert_alone(self, rank: int, stage: int, kind: str) -> tuple[float, float, float]:
         """(seconds, bytes of a member's buffers, seconds of it that are latency) of the
         expert-parallel all-to-alls inside one compute action of `rank`, with the fabric to its
         group alone. Across nodes the latency is what the bytes at the group's pace leave over;
         inside a node it rides in the pace."""
         tp, cp, _ = self._links_of(rank)
-        alone = self.topology.group_link("ep", rank, alone=True)
+        alone = self._alone_link("ep", rank)
         cost = self._action(stage, kind, {"tp": tp, "cp": cp, "ep": alone})
         seconds, buffer = cost.comm.get("ep", 0.0), cost.wire.get("ep", 0.0) * alone.size / (alone.size - 1)
         latency = max(0.0, seconds - buffer * all_to_all_s_per_byte(alone)) if alone.nodes > 1 else 0.0

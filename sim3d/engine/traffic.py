@@ -73,9 +73,17 @@ def link_traffic(rows, topology, step_time: float, folded: bool, represented: di
     load: dict[tuple, float] = defaultdict(float)  # directed edge -> bytes
     for axis in sorted({axis for _, axis in sent}):
         for group in placement.groups(axis):
+            if len(group) < 2:
+                continue
+            sizes = {bytes_of(rank, axis) for rank in group}
+            if axis == "ep" and len(sizes) == 1:  # the whole group's all-to-all at once
+                (nbytes,) = sizes
+                for edge, share in group_edges(topology, group) if nbytes else ():
+                    load[edge] += nbytes * share
+                continue
             for i, rank in enumerate(group):
                 nbytes = bytes_of(rank, axis)
-                if nbytes and len(group) > 1:
+                if nbytes:
                     for edge, share in member_edges(topology, axis, group, i):
                         load[edge] += nbytes * share
     for (a, b), nbytes in p2p.items():
@@ -136,6 +144,10 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                 axis = AXIS_OF_STREAM[stream]
                 members = [pipe[pp] for pipe in pipelines] if folded else [rank] + twins.get(rank, [])
                 hops = []
+                if axis == "ep" and folded:  # every member of the stage's groups: whole groups
+                    for group in {tuple(placement.group(axis, m)) for m in members}:
+                        hops += group_edges(topology, list(group)) if len(group) > 1 else []
+                    members = []
                 for member in members:
                     group = placement.group(axis, member)
                     if len(group) > 1:
@@ -162,6 +174,13 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                 points.append((t, level))
         out[named[link][0]] = points
     return out
+
+
+def group_edges(topology, group: list[int]) -> list[tuple[tuple, float]]:
+    """(directed edge, bytes on it per byte each member sends) of a whole group's all-to-all:
+    `member_edges` summed over the members, counted at once (sim3d/all_to_all.py)."""
+    n = len(group)
+    return [(edge, load * n / (n - 1)) for edge, load in topology.all_to_all_load("ep", alone=group).items()]
 
 
 def member_edges(topology, axis: str, group: list[int], i: int) -> list[tuple[tuple, float]]:
