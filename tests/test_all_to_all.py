@@ -203,3 +203,12 @@ def test_folded_runs_wait_for_the_slowest_expert_group():
     assert folded > 1.5 * healthy
     links = [Topology(s).group_link("ep", g[0]) for g in Topology(s).placement.groups("ep")]
     assert len({link.bw for link in links}) == 1 and len({link.a2a_network_s for link in links}) > 1
+
+
+def test_an_all_to_all_on_a_ring_link_is_refused_by_name():
+    """Only expert-parallel links carry all-to-all loads; pricing one on another axis's link
+    across nodes would silently use a ring's crossings, so it is refused."""
+    link = Topology(moe()).group_link("dp")
+    assert link.nodes > 1 and link.a2a_network_s is None
+    with pytest.raises(ValueError, match="Topology.group_link computes them for the ep axis"):
+        collective_time("all_to_all", 1 << 20, link)
