@@ -1,6 +1,6 @@
 """The README's fabric what-if: GPT-3 175B, Llama 3.1 8B and a 64-expert MoE on a
-rail-optimized fabric and on a fat tree at 1:1, 2:1, 4:1 and 8:1, with the analytical
-network and with flows.
+rail-optimized fabric and on a fat tree at 1:1, 2:1, 4:1 and 8:1 (adaptive routing) and at
+1:1 with ECMP, with the analytical network and with flows.
 
     python benchmarks/fabric_whatif.py
 
@@ -21,7 +21,8 @@ MODELS = [
      ["parallel.dp=512", "cluster.nodes=128", "training.global_batch=512"]),
     ("MoE 64 experts top-2, tp4 pp4 ep64 (dp64), 128 nodes", "scenarios/moe-1024.yaml", ["parallel.ep=64"]),
 ]
-FABRICS = [("rail-optimized", 1), ("fat-tree", 1), ("fat-tree", 2), ("fat-tree", 4), ("fat-tree", 8)]
+FABRICS = [("rail-optimized", 1), ("fat-tree", 1), ("fat-tree", 2), ("fat-tree", 4), ("fat-tree", 8),
+           ("fat-tree, ECMP", 1)]  # routing: ecmp (flows hashed onto uplinks) instead of adaptive
 
 
 def main(models=MODELS) -> None:
@@ -30,7 +31,10 @@ def main(models=MODELS) -> None:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, path, sets in models:
         for fabric, over in FABRICS:
-            fab = sets + [f"cluster.inter_node.fabric={fabric}", f"cluster.inter_node.oversubscription={over}"]
+            fab = sets + [f"cluster.inter_node.fabric={fabric.split(',')[0]}",
+                          f"cluster.inter_node.oversubscription={over}"]
+            if fabric.endswith("ECMP"):
+                fab.append("cluster.inter_node.routing=ecmp")
             analytical = sim3d.simulate(path, sets=fab)
             flow = sim3d.simulate(path, sets=fab + ["costs.network=flow"])
             links = flow.links

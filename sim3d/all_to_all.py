@@ -10,8 +10,9 @@ for all groups of an axis (16 s at 16,384 GPUs with groups of 64). `group_load` 
 same loads by counting members per node and rail: every share bound for rail r of node B
 leaves node A by the same NIC, leaf and switches, so those edges take the counts at once,
 and the links between leaves take the product of the members each leaf sends and receives
-on that rail. It holds while every GPU sends through its own NIC; with a failed NIC the
-routes are no longer alike and `pairwise_load` is used.
+on that rail. It holds while every GPU sends through its own NIC and every flow between two
+leaves takes the same spine; with a failed NIC, or under ECMP (each flow hashed onto its own
+spine), the routes are no longer alike and `pairwise_load` is used.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def pairwise_load(topology, group: list[int]) -> Counter:
 
 def group_load(topology, group: list[int]) -> Counter:
     """The same loads as `pairwise_load`, counted per node and rail."""
-    if topology.has_failed_nic:
+    if topology.has_failed_nic or topology.fabric.ecmp:  # routes differ pair by pair
         return pairwise_load(topology, group)
     n = len(group)
     members: dict[int, list[int]] = defaultdict(list)  # node -> local GPUs of members

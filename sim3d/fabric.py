@@ -2,7 +2,12 @@
 to, and the switches a message climbs from one leaf to another.
 
 Two tiers by default: leaf switches under one spine, a single switch holding all their
-uplinks (traffic spreads over every uplink of a leaf: ideal ECMP, no hash collisions). A
+uplinks (`routing: adaptive`: traffic spreads evenly over every uplink of a leaf, as adaptive
+routing or packet spraying approach). With `routing: ecmp` a leaf's uplinks go to separate
+spine switches, one per uplink at line rate, and each flow is hashed by its two endpoints
+onto one of them, as switches hash a flow's 5-tuple (an NCCL connection between two GPUs keeps
+its 5-tuple; more queue pairs per connection, NCCL_IB_QPS_PER_CONNECTION, are not modelled):
+flows that hash alike share an uplink while others idle. A
 rail-optimized fabric cables NIC k of the servers of a scalable unit to rail leaf k (NVIDIA
 DGX SuperPOD reference architecture); a fat tree puts whole servers under a leaf.
 
@@ -14,6 +19,8 @@ Models", 2024, section 3.3.1).
 """
 
 from __future__ import annotations
+
+import zlib
 
 # A fat-tree leaf switch serves this many servers by default: 40 ports down / 40 up on a
 # 80-port HDR/NDR leaf in a non-blocking two-level tree (NVIDIA QM8700/QM9700 have 40/64
@@ -33,6 +40,11 @@ class Fabric:
         self.nodes_per_leaf = inter.nodes_per_leaf or default
         self.nodes_per_pod = inter.nodes_per_pod
         self.pod_oversubscription = inter.pod_oversubscription
+        self.ecmp = inter.routing == "ecmp"
+        self.oversubscription = inter.oversubscription
+        # NICs a server cables to one leaf: one per rail on a rail-optimized fabric, all of
+        # them on a fat tree (a server with more NICs than GPUs: one per GPU, topology.py)
+        self.ports_per_server = 1 if self.rail_optimized else min(scenario.nics_per_node, scenario.gpus_per_node)
 
     @property
     def leaf_count(self) -> int:
@@ -51,13 +63,29 @@ class Fabric:
     def pods(self) -> int:
         return 1 if self.nodes_per_pod is None else -(-self.servers // self.nodes_per_pod)
 
-    def climb(self, leaf_a: int, leaf_b: int) -> list[tuple]:
-        """Switch-to-switch edges from leaf a to leaf b: up to the spine of a's pod, across the
-        core to b's pod where they differ, and down."""
+    def ports(self, leaf: int) -> int:
+        """NIC ports cabled to a leaf (the last leaf of a partial scalable unit has fewer)."""
+        first = (leaf // self.rails) * self.nodes_per_leaf
+        return min(self.nodes_per_leaf, self.servers - first) * self.ports_per_server
+
+    def planes(self, leaf: int) -> int:
+        """Spine switches a leaf's uplinks reach: one per uplink under ECMP, else one switch."""
+        return max(1, round(self.ports(leaf) / self.oversubscription)) if self.ecmp else 1
+
+    def spine(self, pod: int, plane: int) -> tuple:
+        return ("spine", pod, plane) if self.ecmp else ("spine", pod)
+
+    def climb(self, leaf_a: int, leaf_b: int, flow: tuple[int, int] = (0, 0)) -> list[tuple]:
+        """Switch-to-switch edges from leaf a to leaf b: up to a spine of a's pod, across the
+        core to b's pod where they differ, and down. Under ECMP `flow` (its two end GPUs'
+        ranks) picks the spines."""
         if leaf_a == leaf_b:
             return []
         pod_a, pod_b = self.pod_of(leaf_a), self.pod_of(leaf_b)
-        up, down = (("leaf", leaf_a), ("spine", pod_a)), (("spine", pod_b), ("leaf", leaf_b))
-        if pod_a == pod_b:
-            return [up, down]
-        return [up, (("spine", pod_a), ("core", 0)), (("core", 0), ("spine", pod_b)), down]
+        hashed = zlib.crc32(f"{flow[0]}>{flow[1]}".encode()) if self.ecmp else 0
+        if pod_a == pod_b:  # one spine links both leaves: a plane they both have
+            spine = self.spine(pod_a, hashed % min(self.planes(leaf_a), self.planes(leaf_b)))
+            return [(("leaf", leaf_a), spine), (spine, ("leaf", leaf_b))]
+        up = self.spine(pod_a, hashed % self.planes(leaf_a))
+        down = self.spine(pod_b, (hashed >> 16) % self.planes(leaf_b))
+        return [(("leaf", leaf_a), up), (up, ("core", 0)), (("core", 0), down), (down, ("leaf", leaf_b))]

@@ -178,6 +178,9 @@ class InterNode(_Strict):
     nodes_per_leaf: PositiveInt | None = None
     nodes_per_pod: PositiveInt | None = None
     pod_oversubscription: float = Field(1.0, ge=1.0, le=1e3)
+    # how a leaf spreads traffic over its uplinks: evenly (adaptive routing, packet spraying),
+    # or per flow by a hash of its endpoints onto one uplink (ECMP), where flows can collide
+    routing: Literal["adaptive", "ecmp"] = "adaptive"
 
 
 class Cluster(_Strict):
@@ -353,6 +356,12 @@ class Scenario(_Strict):
     def nvlink_domain_gpus(self) -> int:
         """GPUs that reach each other over NVLink: a node, or a multi-node NVLink domain."""
         return self.gpus_per_node * self.cluster.intra_node.domain_nodes
+
+    @property
+    def network_asymmetric(self) -> bool:
+        """Ranks' groups and paths may differ: a fault on the fabric, or flows hashed onto
+        uplinks (ECMP)."""
+        return any(f.network for f in self.faults) or self.cluster.inter_node.routing == "ecmp"
 
     def warnings(self) -> list[str]:
         out = []

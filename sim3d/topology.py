@@ -155,17 +155,22 @@ class Topology:
         ports: Counter = Counter(self.leaf_of(n, i) for n in range(self.nodes) for i in range(self.nics))
         uplink_faults = {f.uplink.leaf: f.uplink.gbps * GBIT for f in s.faults if f.uplink}
         hop = inter.latency_us * 1e-6 / 4
+        fabric = self.fabric
         for leaf in sorted(x for x in g.nodes if x[0] == "leaf"):
-            g.add_edge(leaf, ("spine", self.fabric.pod_of(leaf[1])),
-                       bw=uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription),
-                       latency=hop, kind="uplink")
-        if self.fabric.pods > 1:  # the core carries a pod's leaf uplinks at the pod's ratio, as cabled
+            planes = fabric.planes(leaf[1])  # ECMP: its uplinks to as many spines, else one aggregate
+            total = uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription)
+            for plane in range(planes):
+                g.add_edge(leaf, fabric.spine(fabric.pod_of(leaf[1]), plane), bw=total / planes, latency=hop,
+                           kind="uplink")
+        if fabric.pods > 1:  # the core carries a pod's leaf uplinks at the pod's ratio, as cabled
             pod_uplinks: Counter = Counter()
             for leaf, count in ports.items():
-                pod_uplinks[self.fabric.pod_of(leaf)] += count * line_rate / inter.oversubscription
+                pod_uplinks[fabric.pod_of(leaf)] += count * line_rate / inter.oversubscription
+            spines = {pod: sorted({s for s in g.nodes if s[0] == "spine" and s[1] == pod}) for pod in pod_uplinks}
             for pod, capacity in pod_uplinks.items():
-                g.add_edge(("spine", pod), ("core", 0), bw=capacity / self.fabric.pod_oversubscription, latency=hop,
-                           kind="core")
+                for spine in spines[pod]:
+                    g.add_edge(spine, ("core", 0), bw=capacity / fabric.pod_oversubscription / len(spines[pod]),
+                               latency=hop, kind="core")
         return g
 
     def gpu_of(self, rank: int) -> tuple[int, int]:
@@ -218,7 +223,7 @@ class Topology:
         nic_a, nic_b = ("nic", na, self.nic_of(na, la)), ("nic", nb, self.nic_of(nb, lb))
         leaf_a = next(v for v in self.graph[nic_a] if v[0] == "leaf")
         leaf_b = next(v for v in self.graph[nic_b] if v[0] == "leaf")
-        edges = self._to_nic(na, la) + [(nic_a, leaf_a)] + self.fabric.climb(leaf_a[1], leaf_b[1])
+        edges = self._to_nic(na, la) + [(nic_a, leaf_a)] + self.fabric.climb(leaf_a[1], leaf_b[1], (a, b))
         return edges + [(leaf_b, nic_b)] + [(v, u) for u, v in reversed(self._to_nic(nb, lb))]
 
     def pxn_path(self, a: int, b: int) -> tuple:
@@ -331,8 +336,10 @@ class Topology:
         order = list(nics)  # nodes in ring order
         for a, b in zip(order, order[1:] + order[:1]):
             for nic in nics[a]:
+                receiver = nics[b][self._rail_peer(nic, nics[b])]
                 leaf_a, leaf_b = self._leaf(a, nic), self._leaf(b, self._rail_peer(nic, nics[b]))
-                out += [(edge, 1 / len(nics[a])) for edge in self.fabric.climb(leaf_a[1], leaf_b[1])]
+                out += [(edge, 1 / len(nics[a])) for edge in self.fabric.climb(leaf_a[1], leaf_b[1],
+                                                                                 (nics[a][nic], receiver))]
         return out
 
     def ring_hop_edges(self, group: list[int], i: int) -> list[tuple[tuple, float]]:

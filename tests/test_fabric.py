@@ -129,3 +129,47 @@ def test_a_pod_holding_every_server_is_named():
     assert any("one pod, no core" in w for w in s.warnings())
     assert "pods of" not in Topology(s).describe()
     assert "pods of 4 servers joined at 7:1" in Topology(three_tier(pod_oversubscription=7)).describe()
+
+
+def test_ecmp_flows_that_hash_alike_share_an_uplink():
+    """Two 8-GPU servers, each its own fat-tree leaf with eight uplinks to eight spines. tp8
+    pp2: the eight TP ranks of stage 0 send their activations at once. Adaptive routing
+    spreads them over all uplinks, so each takes its NIC's time; under ECMP each is hashed onto
+    one spine, and the m that land on the same one take m times as long, as counted here from
+    the routes."""
+    from collections import Counter
+
+    from sim3d.costs.collectives import NETWORK_EFFICIENCY
+
+    def run(routing):
+        s = dict(name="ecmp", model=dict(layers=8, hidden=1024, heads=16, vocab=32000, seq_len=2048),
+                 parallel=dict(tp=8, pp=2, dp=1, sequence_parallel=True),
+                 training=dict(micro_batch=1, global_batch=8, recompute="none"),
+                 cluster=dict(gpu="h100-sxm", nodes=2, gpus_per_node=8,
+                              inter_node=dict(fabric="fat-tree", nodes_per_leaf=1, routing=routing)),
+                 costs=dict(network="flow"))
+        return sim3d.simulate(s, full_fidelity=True)
+    ecmp, adaptive = run("ecmp"), run("adaptive")
+    topo = ecmp.costs.topology
+    spine_of = {i: next(v for u, v in topo.path(i, 8 + i) if v[0] == "spine") for i in range(8)}
+    assert all(len(spine) == 3 for spine in spine_of.values())  # ("spine", pod, plane)
+    sharing = Counter(spine_of.values())
+    assert max(sharing.values()) > 1  # this hash puts some of the eight together
+    bw, latency = topo.path_cost(0, 8)
+    rate, message = bw * NETWORK_EFFICIENCY, ecmp.costs.p2p_bytes
+    for result, crowd in ((ecmp, lambda i: sharing[spine_of[i]]), (adaptive, lambda i: 1)):
+        sends = result.trace[result.trace.kind == "SEND_F"]
+        for i in range(8):
+            took = (sends.end_s - sends.start_s)[sends["rank"] == i].to_numpy()
+            assert took == pytest.approx(latency + crowd(i) * message / rate, rel=1e-9), (i, crowd(i))
+    assert ecmp.step_time > adaptive.step_time
+
+
+def test_ecmp_with_one_uplink_per_leaf_is_adaptive_routing():
+    """A leaf whose ports / oversubscription round to one uplink has one spine to hash onto."""
+    sets = ["cluster.inter_node.fabric=fat-tree", "cluster.inter_node.oversubscription=128"]  # 16 servers x 8 NICs
+    for network in ("analytical", "flow"):
+        steps = [sim3d.simulate("scenarios/gpt3.yaml", sets=sets + [f"cluster.inter_node.routing={routing}",
+                                                                    f"costs.network={network}"]).step_time
+                 for routing in ("adaptive", "ecmp")]
+        assert steps[1] == pytest.approx(steps[0], rel=1e-12)

@@ -109,8 +109,9 @@ class CostModel:
     # ---- who a rank's collectives run with --------------------------------------------
     @cached_property
     def _degraded(self) -> bool:
-        """A slowed or failed NIC or uplink breaks the symmetry of groups and paths."""
-        return any(f.network for f in self.s.faults)
+        """A slowed or failed NIC or uplink, or ECMP's hashing, breaks the symmetry of groups
+        and paths."""
+        return self.s.network_asymmetric
 
     @cached_property
     def _folded_links(self):

@@ -57,10 +57,10 @@ def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: Cost
 def unfolded_pipelines(scenario) -> frozenset[tuple[int, int]] | None:
     """At full fidelity, the (dp, cp) pipelines whose ranks are each replayed: those a
     straggler sits on (it holds its TP peers back at every rendezvous); the rest fold
-    (Engine). None (replay every rank) where ranks are not twins: a network fault gives them
-    different NICs and paths, and on the flow network each rank's messages are flows of their
-    own."""
-    if scenario.costs.network == "flow" or any(f.network for f in scenario.faults):
+    (Engine). None (replay every rank) where ranks are not twins: a network fault or ECMP
+    gives them different NICs and paths, and on the flow network each rank's messages are
+    flows of their own."""
+    if scenario.costs.network == "flow" or scenario.network_asymmetric:
         return None
     from ..placement import Placement
     placement = Placement.of(scenario)
