@@ -28,6 +28,11 @@ CASES += [
     ("llama3.1-405b", "scenarios/llama3.1-405b.yaml", [], False),
     ("gpt-1t", "scenarios/gpt-1t.yaml", [], False),
     ("moe-1024", "scenarios/moe-1024.yaml", [], False),
+    # expert-parallel all-to-alls as flows: EP 64 across two fat-tree leaves at 4:1, then at 16k
+    ("moe ep64 fat-tree 4:1", "scenarios/moe-1024.yaml", ["parallel.ep=64", "cluster.inter_node.fabric=fat-tree",
+                                                          "cluster.inter_node.oversubscription=4"], False),
+    ("moe ep64 16,384 GPUs", "scenarios/moe-1024.yaml", ["parallel.ep=64", "cluster.nodes=2048", "parallel.dp=1024",
+                                                         "training.global_batch=16384"], False),
     ("gpt-13b (64 GPUs)", "scenarios/gpt-13b.yaml", [], True),
     ("gpt3 dp1 (128 GPUs)", GPT3, ["parallel.dp=1", "cluster.nodes=16", "training.global_batch=192"], True),
     ("gpt3 dp2 (256 GPUs)", GPT3, ["parallel.dp=2", "cluster.nodes=32", "training.global_batch=384"], True),

@@ -6,6 +6,7 @@
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 try:
     __version__ = version("sim3d")
@@ -16,17 +17,25 @@ __all__ = ["simulate", "Result", "Scenario", "ScenarioError", "load_scenario", "
 _HOME = {"simulate": "api", "Result": "api", "Scenario": "scenario", "ScenarioError": "scenario",
          "load_scenario": "scenario"}
 
+if TYPE_CHECKING:  # what type checkers and editors see; at run time the names come on first use
+    from .api import Result, simulate
+    from .scenario import Scenario, ScenarioError, load_scenario
+
 
 def __getattr__(name: str):
-    """The public names, imported when first used: `sim3d run` starts its plotting process
-    before it pays for the simulator's imports (PEP 562)."""
-    if name not in _HOME:
-        raise AttributeError(f"module 'sim3d' has no attribute {name!r}")
+    """The public names, and submodules (`sim3d.topology`), imported when first used: `sim3d
+    run` starts its plotting process before it pays for the simulator's imports (PEP 562)."""
     import importlib
-    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    import importlib.util
+    if name in _HOME:
+        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'sim3d' has no attribute {name!r}")
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(name for name in set(globals()) | set(__all__) if not name.startswith("_") or name == "__version__")

@@ -45,6 +45,9 @@ class Fabric:
         # NICs a server cables to one leaf: one per rail on a rail-optimized fabric, all of
         # them on a fat tree (a server with more NICs than GPUs: one per GPU, topology.py)
         self.ports_per_server = 1 if self.rail_optimized else min(scenario.nics_per_node, scenario.gpus_per_node)
+        # a modelled port's line rate (a GPU's share of its server's NICs), in Gb/s
+        self.port_gbps = scenario.nic_gbps * scenario.nics_per_node / min(scenario.nics_per_node, scenario.gpus_per_node)
+        self.uplink_faults = {f.uplink.leaf: f.uplink.gbps for f in scenario.faults if f.uplink}
 
     @property
     def leaf_count(self) -> int:
@@ -69,8 +72,14 @@ class Fabric:
         return min(self.nodes_per_leaf, self.servers - first) * self.ports_per_server
 
     def planes(self, leaf: int) -> int:
-        """Spine switches a leaf's uplinks reach: one per uplink under ECMP, else one switch."""
-        return max(1, round(self.ports(leaf) / self.oversubscription)) if self.ecmp else 1
+        """Spine switches a leaf's uplinks reach: one per uplink under ECMP (the uplinks its
+        ports / oversubscription call for, or with a degraded leaf those its `gbps` still
+        carry at line rate: some spine links down, flows hashed over the rest), else one."""
+        if not self.ecmp:
+            return 1
+        if leaf in self.uplink_faults:
+            return max(1, int(self.uplink_faults[leaf] / self.port_gbps + 0.5))
+        return max(1, int(self.ports(leaf) / self.oversubscription + 0.5))
 
     def spine(self, pod: int, plane: int) -> tuple:
         return ("spine", pod, plane) if self.ecmp else ("spine", pod)

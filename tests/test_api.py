@@ -166,3 +166,16 @@ def test_costs_are_asked_per_global_rank():
     assert exact.compute(4, 0, "F").seconds == forward  # its TP peer computes as fast as ever
     assert folded.compute(0, 0, "F").seconds == pytest.approx(1.5 * forward)  # stage 0 waits for it
     assert folded.compute(16, 1, "F").seconds == healthy.compute(16, 1, "F").seconds
+
+
+def test_import_sim3d_is_lazy_but_complete():
+    """`import sim3d` and the CLI module import no simulator (the plotting process is forked
+    first); public names and submodules still resolve on first use."""
+    import subprocess
+    import sys
+    code = ("import sys, sim3d, sim3d.cli; heavy = [m for m in ('sim3d.api', 'sim3d.engine', 'pandas', 'networkx') "
+            "if m in sys.modules]; print(heavy); from sim3d import *; "
+            "print(simulate.__name__, sim3d.topology.Topology.__name__, sim3d.ScenarioError.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "simulate Topology ScenarioError"

@@ -177,3 +177,37 @@ def test_a_caller_with_other_threads_is_not_forked(monkeypatch):
     finally:
         stop.set()
         worker.join()
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+
+
+def test_a_job_is_handed_over_while_the_process_still_imports(tmp_path, forked, monkeypatch):
+    """A megabyte of job does not fit the pipe: the process takes it off the pipe while its
+    preload still runs (here an import held until a gate file appears), so submit returns."""
+    import threading
+    gate = tmp_path / "gate"
+    (tmp_path / "held_import.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    process = beside.Beside(preload=["held_import"])
+    handed = threading.Thread(target=process.submit, args=(write_bytes, tmp_path / "big.bin", b"x" * 2**20))
+    handed.start()
+    handed.join(timeout=60)
+    finished = not handed.is_alive()
+    gate.touch()  # let the import end either way, so nothing hangs
+    handed.join()
+    assert finished, "submit waited for the process's imports"
+    process.wait()
+    assert (tmp_path / "big.bin").stat().st_size == 2**20
+
+
+def test_a_failing_job_run_here_still_stops_the_process(tmp_path, forked):
+    import multiprocessing
+    process = beside.Beside()
+    process.submit(write_pid, tmp_path / "there.txt")
+    process.submit(lambda: refuse("the local job fails"))  # does not pickle: runs here
+    with pytest.raises(ValueError, match="the local job fails"):
+        process.wait()
+    assert process._process is None and multiprocessing.active_children() == []

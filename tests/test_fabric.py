@@ -5,7 +5,7 @@ import pytest
 
 import sim3d
 from sim3d.costs.collectives import NETWORK_EFFICIENCY, collective_time
-from sim3d.scenario import ScenarioError, scenario_from_dict
+from sim3d.scenario import ScenarioError, load_scenario, scenario_from_dict
 from sim3d.topology import GBIT, Topology, leaf_count
 
 NIC = 400 * GBIT
@@ -154,7 +154,8 @@ def test_ecmp_flows_that_hash_alike_share_an_uplink():
     spine_of = {i: next(v for u, v in topo.path(i, 8 + i) if v[0] == "spine") for i in range(8)}
     assert all(len(spine) == 3 for spine in spine_of.values())  # ("spine", pod, plane)
     sharing = Counter(spine_of.values())
-    assert max(sharing.values()) > 1  # this hash puts some of the eight together
+    assert max(sharing.values()) > 1  # this hash puts some of the eight together...
+    assert len(sharing) > 1  # ...and others apart
     bw, latency = topo.path_cost(0, 8)
     rate, message = bw * NETWORK_EFFICIENCY, ecmp.costs.p2p_bytes
     for result, crowd in ((ecmp, lambda i: sharing[spine_of[i]]), (adaptive, lambda i: 1)):
@@ -173,3 +174,14 @@ def test_ecmp_with_one_uplink_per_leaf_is_adaptive_routing():
                                                                     f"costs.network={network}"]).step_time
                  for routing in ("adaptive", "ecmp")]
         assert steps[1] == pytest.approx(steps[0], rel=1e-12)
+
+
+def test_a_degraded_leaf_under_ecmp_loses_spine_links_not_their_speed():
+    """16 servers of 8 NICs under a fat-tree leaf, 400 Gb/s each: 128 uplinks at line rate.
+    Degraded to 1,600 Gb/s, four are left, each still at 400 Gb/s, and flows hash over them."""
+    sets = ["cluster.inter_node.fabric=fat-tree", "cluster.inter_node.routing=ecmp", "cluster.inter_node.nic_gbps=400"]
+    graph = Topology(load_scenario("scenarios/gpt3.yaml", sets + ["faults=[{uplink: {leaf: 1, gbps: 1600}}]"])).graph
+    uplinks = [graph.edges[e]["bw"] for e in graph.edges(("leaf", 1)) if e[1][0] == "spine"]
+    assert uplinks == [exactly(NIC)] * 4
+    healthy = Topology(load_scenario("scenarios/gpt3.yaml", sets)).graph
+    assert len([e for e in healthy.edges(("leaf", 1)) if e[1][0] == "spine"]) == 128

@@ -20,6 +20,8 @@ import importlib
 import multiprocessing
 import os
 import pickle
+import queue
+import signal
 import sys
 import threading
 import traceback
@@ -84,14 +86,21 @@ class Beside:
         """Block until every job is done; raise what the first failing one raised."""
         if not self._submitted:
             raise RuntimeError("Beside.wait: nothing was submitted")
-        for work, args in self._here:
-            work(*args)
+        here, self._here = self._here, []
         if self._process is None:
+            for work, args in here:
+                work(*args)
             return
         try:
             self._jobs.send_bytes(_NO_MORE_JOBS)
         except (BrokenPipeError, ConnectionResetError):
             pass
+        try:
+            for work, args in here:  # what did not pickle, drawn here while the process works
+                work(*args)
+        except BaseException:
+            self._stop()
+            raise
         try:
             outcome = self._outcomes.recv()
         except EOFError:  # it ended without a word: killed, or crashed in C
@@ -134,15 +143,25 @@ _NO_MORE_JOBS = b""
 
 def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
     """The process: import, run each job as it arrives until told there are no more, report
-    (the first error ends it)."""
+    (the first error ends it). A reader thread takes the jobs off the pipe as they come, so
+    that the caller never waits for this process's imports to hand one over; being stopped
+    (SIGTERM) unwinds like an exception, so that an import interrupted halfway releases its
+    locks (matplotlib's font cache lock, left behind, stalls every later import)."""
     die_with_parent(parent=caller)
+    signal.signal(signal.SIGTERM, _exit_on_terminate)
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_read_jobs, args=(jobs, inbox), daemon=True).start()
     try:
         for module in preload:
             importlib.import_module(module)
-        while (payload := jobs.recv_bytes()) != _NO_MORE_JOBS:  # a caller that goes away stops it
+        while (payload := inbox.get()) != _NO_MORE_JOBS:
+            if payload is None:  # the caller went away without a word
+                return
             work, args = pickle.loads(payload)
             work(*args)
         outcomes.send(None)
+    except SystemExit:  # stopped by the caller: nobody waits for an outcome
+        return
     except BaseException as error:  # noqa: BLE001 - everything goes back to the caller
         detail = traceback.format_exc()
         try:  # an exception that does not survive pickling still sends its text
@@ -150,3 +169,18 @@ def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
         except Exception:  # noqa: BLE001
             error = RuntimeError(f"{type(error).__name__}: {error}")
         outcomes.send((error, detail))
+
+
+def _read_jobs(jobs, inbox) -> None:
+    try:
+        while True:
+            payload = jobs.recv_bytes()
+            inbox.put(payload)
+            if payload == _NO_MORE_JOBS:
+                return
+    except (EOFError, OSError):
+        inbox.put(None)
+
+
+def _exit_on_terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)
