@@ -213,9 +213,8 @@ def test_gantt_ranks_are_checked_against_what_was_simulated(tmp_path):
     assert every.exit_code == 0, every.stderr
 
 
-def test_bad_input_stops_the_plotting_process_started_before_loading(tmp_path):
-    """`sim3d run` forks its plotting process before it reads the scenario; a scenario that
-    does not load leaves no process behind."""
+def test_bad_input_leaves_no_plotting_process_behind(tmp_path):
+    """A scenario that does not load leaves no process behind and no output folder."""
     import multiprocessing
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nmodel: {layers: 0}\n")
