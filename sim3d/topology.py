@@ -91,6 +91,12 @@ class Topology:
         other._members_by_nic = {}
         return other
 
+    def release_loads(self) -> None:
+        """Forget the per-axis load tables (asked again, they are recomputed): a layout search
+        keeps a topology per placement, and at thousands of GPUs each all-to-all table holds
+        an entry per link."""
+        self._link_load, self._members_by_nic = {}, {}
+
     # ---- graph ---------------------------------------------------------------------------
     def _nic_rates(self) -> dict[tuple[int, int], float]:
         """(node, modelled NIC) -> bytes/s per direction: the physical NICs it stands for,

@@ -83,6 +83,7 @@ class Estimator:
                 key = (("link", axis, topology.placement.stride(axis), getattr(layout, axis)) if axis != "ep"
                        else ("link", axis, layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order))
                 links[axis] = self._memo(key, lambda: topology.group_link(axis))
+            topology.release_loads()  # the links are priced; the tables behind them are not kept
             return topology, links
         return self._memo(("placed", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order), place)
 
