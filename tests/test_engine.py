@@ -78,6 +78,29 @@ def test_engine_equals_reference_evaluator(name, pp, groups, data):
         assert got == pytest.approx((start, end), abs=1e-9)
 
 
+@pytest.mark.parametrize("name,vpp", [("1f1b", 1), ("interleaved-1f1b", 2), ("zbv", 2), ("dualpipev", 2)])
+def test_arrival_and_rendezvous_tables_end_empty(name, vpp):
+    """Every output has exactly one consumer and every rendezvous fills, so once the step is
+    over the engine's arrival and rendezvous tables are empty: they hold what is in flight,
+    not the step's history (at full fidelity that history was millions of entries). The V
+    schedules hand outputs to a consumer on the same rank."""
+    from sim3d.costs.model import CostModel
+    from sim3d.engine.replay import ReplayOptions
+    from sim3d.step import step_schedule
+
+    engine = Engine(lower(build(name, 4, 8, vpp)), UnitCosts(4, transfer=0.25))
+    engine.run()
+    assert engine.arrivals == {} and engine.gathers == {}
+    s = scenario_from_dict({
+        "name": "rendezvous", "schedule": name, "model": {"layers": 16, "hidden": 512, "heads": 8, "vocab": 1024,
+                                                          "seq_len": 256},
+        "parallel": {"tp": 2, "pp": 2, "dp": 2, "vpp": vpp}, "training": {"micro_batch": 1, "global_batch": 16},
+        "cluster": {"nodes": 1, "gpus_per_node": 8}})
+    engine = Engine(step_schedule(s), CostModel(s), ReplayOptions.of(s), full_fidelity=True)
+    result = engine.run()
+    assert len(result.ranks) == 8 and engine.arrivals == {} and engine.gathers == {}
+
+
 @pytest.mark.parametrize("schedule,vpp,expected", [
     ("gpipe", 1, 3 / 11), ("1f1b", 1, 3 / 11), ("interleaved-1f1b", 2, 3 / 19)])
 def test_uniform_scenario_bubble_matches_closed_form(schedule, vpp, expected):

@@ -8,6 +8,10 @@ its time went) lives here.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+from simpy import Resource
+
 from ..schedule.dependencies import family, input_of, output_to
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import Action, Kind
@@ -16,25 +20,30 @@ NOTHING = ()  # what a method that takes no simulated time yields from
 COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.BI, Kind.BW})
 
 
-def compute_plan(stages, pp_rank: int, actions: list[Action]) -> list[tuple | None]:
-    """Per action of a pipeline rank, what it needs that no clock changes. A compute: (stage,
-    the arrival it waits on or None, kind, the arrival it produces, whether it ends a
-    backward), the arrivals without their pipeline; a send: (stage, kind, its consumer, the
-    matching receive's kind). Derived once per pipeline rank instead of once per action of
-    every simulated rank."""
-    plan: list[tuple | None] = []
+def action_plan(stages, pp_rank: int, actions: list[Action]) -> dict[tuple, tuple]:
+    """What each (chunk, kind) of a pipeline rank needs that neither the clock nor the
+    micro-batch changes. A compute: (stage, the arrival it waits on or None, kind, the family
+    of what it produces where its consumer is on this rank or None, whether it ends a
+    backward), the arrivals without their pipeline and micro-batch; a send: (stage, kind, its consumer, the matching receive's kind); a receive:
+    its stage. Derived once per pipeline rank and (chunk, kind), not once per action of every
+    simulated rank."""
+    plan: dict[tuple, tuple] = {}
     for a in actions:
+        key = (a.chunk, a.kind)
+        if key in plan:
+            continue
         if a.kind in (Kind.SEND_F, Kind.SEND_B):
-            plan.append((stages.stage(pp_rank, a.chunk), a.kind.value, output_to(stages, pp_rank, a),
-                         Kind.RECV_F if a.kind is Kind.SEND_F else Kind.RECV_B))
-            continue
-        if a.kind not in COMPUTE_KINDS:
-            plan.append(None)
-            continue
-        stage = stages.stage(pp_rank, a.chunk)
-        src = input_of(stages, pp_rank, a)
-        waits_on = None if src is None else (src.stage, src.family, a.mb, "local" if src.rank == pp_rank else "remote")
-        plan.append((stage, waits_on, a.kind.value, (stage, family(a.kind), a.mb, "local"), a.kind in (Kind.B, Kind.BW)))
+            plan[key] = (stages.stage(pp_rank, a.chunk), a.kind.value, output_to(stages, pp_rank, a),
+                         Kind.RECV_F if a.kind is Kind.SEND_F else Kind.RECV_B)
+        elif a.kind in (Kind.RECV_F, Kind.RECV_B):
+            plan[key] = stages.stage(pp_rank, a.chunk)
+        elif a.kind in COMPUTE_KINDS:
+            stage = stages.stage(pp_rank, a.chunk)
+            src = input_of(stages, pp_rank, a)
+            waits_on = None if src is None else (src.stage, src.family, "local" if src.rank == pp_rank else "remote")
+            dst = output_to(stages, pp_rank, a)
+            local_consumer = family(a.kind) if dst is not None and dst.rank == pp_rank else None
+            plan[key] = (stage, waits_on, a.kind.value, local_consumer, a.kind in (Kind.B, Kind.BW))
     return plan
 
 
@@ -55,9 +64,13 @@ class RankReplay(Interpreter):
         self.tp_peers = engine.tp_replayed(self.me) if engine.full else 1
         self.tp_key = engine.group_key("tp", self.me) if self.tp_peers > 1 else None
         self.dp_stand_ins = engine.dp_stand_ins.get(self.me, ())
-        if pp_rank not in engine.compute_plans:  # the same for this pipeline rank of every pipeline
-            engine.compute_plans[pp_rank] = compute_plan(self.stages, pp_rank, self.actions)
-        self.plan = engine.compute_plans[pp_rank]
+        if pp_rank not in engine.action_plans:  # the same for this pipeline rank of every pipeline
+            engine.action_plans[pp_rank] = action_plan(self.stages, pp_rank, self.actions)
+        self.plan = engine.action_plans[pp_rank]
+        self.cost_views: dict[tuple, tuple] = {}  # (stage, kind) -> _cost
+        self.transfer_s: dict[int, float] = {}  # peer's pipeline rank -> seconds of a message
+        self.computed: dict[tuple, int] = defaultdict(int)  # (stage, kind) -> computes done
+        self.bucket_ready: dict[int, list[Action]] = {}
         if engine.network is not None:
             self._flow_streams()
 
@@ -66,12 +79,9 @@ class RankReplay(Interpreter):
         collective lasts until its flows arrive). With overlapped reduction a bucket is handed
         to it while the chunk's last backward runs, at the moment its gradients are ready:
         `bucket_ready` maps that backward's index to its chunk's DP_REDUCE actions."""
-        import simpy
-
-        self.dp_stream = simpy.Resource(self.env, capacity=1)
+        self.dp_stream = Resource(self.env, capacity=1)
         self.reductions: list = []
         self.param_gathers: list = []
-        self.bucket_ready: dict[int, list[Action]] = {}
         self.handed_early: set[int] = set()
         if not self.engine.overlap_dp:
             return
@@ -85,14 +95,16 @@ class RankReplay(Interpreter):
 
     def run(self):
         """The rank's simpy process."""
+        methods = self._methods
         for self.index, action in enumerate(self.actions):
-            yield from self.dispatch(action)
+            yield from methods[action.kind](action)
         env = self.env
         if self.engine.network is not None:
             yield from self._await_dp(self.reductions + ([] if self.engine.overlap_param_gather else self.param_gathers))
         if self.dp_free > env.now:
             self._dp_wait(self.dp_free - env.now)
             yield env.timeout(self.dp_free - env.now)
+        self._account_computes()
         self.engine.finish[self.me] = env.now
 
     def _dp_wait(self, seconds: float) -> None:
@@ -101,51 +113,61 @@ class RankReplay(Interpreter):
 
     # ---- compute ---------------------------------------------------------------------------
     def compute(self, a: Action):
-        env, engine, parts, me = self.env, self.engine, self.parts, self.me
-        stage, waits_on, kind, produces, backward = self.plan[self.index]
+        env, engine = self.env, self.engine
+        stage, waits_on, kind, produces, backward = self.plan[a.chunk, a.kind]
         if waits_on is not None:
-            event = engine.arrival((self.pipe_id, *waits_on))
+            event = engine.arrival((self.pipe_id, waits_on[0], waits_on[1], a.mb, waits_on[2]))
             if not event.triggered:
-                engine.waiting[me] = (self.index, a)  # named in a deadlock's message
+                engine.waiting[self.me] = (self.index, a)  # named in a deadlock's message
                 ready_at = env.now
                 yield event
                 # only the transfer is communication; waiting for the producer is bubble
                 transfer = max(0.0, env.now - max(ready_at, event.value))
-                parts["pipeline_p2p"] += transfer
-                parts["pipeline_wait"] += env.now - ready_at - transfer
-        seconds, recompute, exposed, comm_rows, tp_ep = self._cost(stage, kind)
+                self.parts["pipeline_p2p"] += transfer
+                self.parts["pipeline_wait"] += env.now - ready_at - transfer
+        view = self.cost_views.get((stage, kind)) or self._cost(stage, kind)
+        seconds, comm_rows, all_to_alls = view[0], view[3], view[5]
         begin = env.now
-        for bucket in self.bucket_ready.get(self.index, ()) if engine.network is not None else ():
-            k = bucket.bucket - bucket.chunk * engine.buckets
-            self._start_dp("reduce", bucket, begin + (k + 1) / engine.buckets * seconds)
-        parts["compute"] += seconds - recompute - sum(exposed.values())
-        all_to_alls = exposed.get("ep", 0.0) if engine.network is not None else 0.0
+        if self.bucket_ready and self.index in self.bucket_ready:
+            for bucket in self.bucket_ready[self.index]:
+                k = bucket.bucket - bucket.chunk * engine.buckets
+                self._start_dp("reduce", bucket, begin + (k + 1) / engine.buckets * seconds)
+        self.computed[stage, kind] += 1
         yield env.timeout(seconds - all_to_alls)
         if all_to_alls:  # on the flow network: as long as their flow takes
             issued = env.now
             yield from self._all_to_alls(stage, kind)
             took = env.now - issued
-            exposed = {**exposed, "ep": took}
             comm_rows = tuple((*row[:2], took, row[3]) if row[1] == "ep" else row for row in comm_rows)
-            tp_ep += took - all_to_alls
-        parts["recompute"] += recompute
-        for stream, exposed_s in exposed.items():
-            parts[stream] += exposed_s
+            self.parts["ep"] += took - all_to_alls
+            engine.tp_busy[self.me] += took - all_to_alls
         if self.tp_key is not None:
             computed = env.now
             yield engine.gather((*self.tp_key, self.index), self.tp_peers).arrive(env.now)
-            parts["tp_sync"] += env.now - computed
+            self.parts["tp_sync"] += env.now - computed
         now = env.now
+        me = self.me
         engine.busy[me] += now - begin
-        engine.tp_busy[me] += tp_ep
         rows = engine.rows
         rows.append((me, stage, a.chunk, a.mb, kind, "compute", begin, now, 0, -1))
         for comm_kind, stream, comm_s, nbytes in comm_rows:
             rows.append((me, stage, a.chunk, a.mb, comm_kind, stream, now - comm_s, now, nbytes, -1))
         if backward:
             self.last_backward[a.chunk] = (begin, now - begin)
-        # a consumer on this rank (V turnaround) finds the output here
-        engine.arrival((self.pipe_id, *produces)).succeed(now)
+        if produces is not None:  # a consumer on this rank (V turnaround) finds the output here
+            engine.arrival((self.pipe_id, stage, produces, a.mb, "local")).succeed(now)
+
+    def _account_computes(self) -> None:
+        """Where the computes' time went, added once per (stage, kind) at the end of the walk
+        (their parts are the same every time; stretched all-to-alls were added as they ran)."""
+        parts = self.parts
+        for stage_kind, times in self.computed.items():
+            seconds, recompute, exposed, _rows, tp_ep, _flowing = self.cost_views[stage_kind]
+            parts["compute"] += times * (seconds - recompute - sum(exposed.values()))
+            parts["recompute"] += times * recompute
+            for stream, exposed_s in exposed.items():
+                parts[stream] += times * exposed_s
+            self.engine.tp_busy[self.me] += times * tp_ep
 
     def _all_to_alls(self, stage: int, kind: str):
         """A compute action's expert-parallel all-to-alls as one flow; at full fidelity it
@@ -157,23 +179,26 @@ class RankReplay(Interpreter):
         yield engine.collective(key, lambda: self.costs.ep_flows(self.me, stage, kind))
 
     def _cost(self, stage: int, kind: str) -> tuple:
-        """(seconds, recompute, exposed per stream, trace rows of its collectives, TP+EP
-        busy seconds) of a compute on this rank, derived once per (stage, kind)."""
+        """(seconds, recompute, exposed per stream, trace rows of its collectives, TP+EP busy
+        seconds, the all-to-alls that run as flows) of a compute on this rank, derived once per
+        (stage, kind) and rank."""
         key = (self.me, stage, kind)
         view = self.engine.cost_views.get(key)
         if view is None:
             cost = self.costs.compute(self.me, stage, kind)
             comm_rows = tuple((f"{stream.upper()}_COMM", stream, seconds, round(cost.wire.get(stream, 0.0)))
                               for stream, seconds in cost.comm.items() if seconds)
+            flowing = cost.exposed.get("ep", 0.0) if self.engine.network is not None else 0.0
             view = self.engine.cost_views[key] = (cost.seconds, cost.recompute, cost.exposed, comm_rows,
-                                                  sum(cost.comm.get(k, 0.0) for k in ("tp", "ep")))
+                                                  sum(cost.comm.get(k, 0.0) for k in ("tp", "ep")), flowing)
+        self.cost_views[stage, kind] = view
         return view
 
     forward = backward = backward_input = backward_weight = compute
 
     # ---- pipeline ----------------------------------------------------------------------------
     def send(self, a: Action):
-        route = self.plan[self.index]  # taken now: a transfer's process starts after the walk moves on
+        route = self.plan[a.chunk, a.kind]
         if self.engine.network is None:
             delivered = self._priced_transfer(a, route)
         else:
@@ -191,19 +216,24 @@ class RankReplay(Interpreter):
     def _priced_transfer(self, a: Action, route: tuple):
         """A transfer of known duration, without a process: its channel (messages go one at a
         time, in order, as in NCCL and gloo) is a free-at time, and one timeout delivers it."""
-        env, engine = self.env, self.engine
+        env, channel_free = self.env, self.engine.channel_free
         key = (self.pipe_id, self.pp_rank, a.peer, a.kind is Kind.SEND_F)
         issued = env.now  # the producing compute just ended
-        begin = max(issued, engine.channel_free.get(key, 0.0))
-        end = begin + self.costs.transfer(self.me, self.pipe_ranks[a.peer])
-        engine.channel_free[key] = end
-        delivery = env.timeout(end - issued)
-        delivery.callbacks.append(lambda _event: self._delivered(a, route, begin, issued))
+        begin = max(issued, channel_free.get(key, 0.0))
+        seconds = self.transfer_s.get(a.peer)
+        if seconds is None:
+            seconds = self.transfer_s[a.peer] = self.costs.transfer(self.me, self.pipe_ranks[a.peer])
+        end = channel_free[key] = begin + seconds
+        delivery = env.timeout(end - issued, (a, route, begin, issued))
+        delivery.callbacks.append(self._on_delivery)
         return delivery
+
+    def _on_delivery(self, delivery) -> None:
+        self._delivered(*delivery.value)
 
     def recv(self, a: Action):
         """A post: it costs nothing; its trace row waits for the message (sim3d.trace)."""
-        key = (self.pipe_id, self.stages.stage(self.pp_rank, a.chunk), a.mb, a.kind)
+        key = (self.pipe_id, self.plan[a.chunk, a.kind], a.mb, a.kind)
         row = self.engine.delivered.pop(key, None)
         if row is None:
             self.engine.posted[key] = self.env.now
@@ -227,7 +257,7 @@ class RankReplay(Interpreter):
         env, engine = self.env, self.engine
         stage, kind, consumer, recv = route
         src, dst = self.me, self.pipe_ranks[a.peer]
-        nbytes = round(self.costs.p2p_bytes)
+        nbytes = engine.p2p_bytes
         now = env.now
         engine.rows.append((src, stage, a.chunk, a.mb, kind, "pp", begin, now, nbytes, dst))
         row = (dst, consumer.stage, consumer.chunk, a.mb, recv.value, "pp", begin, now, nbytes, src)

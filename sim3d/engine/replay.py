@@ -95,16 +95,23 @@ class SimResult:
 
 
 class _Gather:
-    """A rendezvous of `size` members: fires with the latest arrival value once all arrived."""
+    """A rendezvous of `size` members: fires with the latest arrival value once all arrived,
+    and leaves its table then (full fidelity names millions of them, one at a time)."""
 
-    def __init__(self, env, size: int):
-        self.size, self.values, self.event = size, [], env.event()
+    __slots__ = ("size", "latest", "event", "table", "key")
+
+    def __init__(self, env, size: int, table: dict, key: tuple):
+        self.size, self.latest, self.event = size, float("-inf"), env.event()
+        self.table, self.key = table, key
 
     def arrive(self, value: float, count: int = 1):
         """`count` members arrive at `value` (a replayed rank and the ranks it stands for)."""
-        self.values.extend([value] * count)
-        if len(self.values) == self.size:
-            self.event.succeed(max(self.values))
+        self.size -= count
+        if value > self.latest:
+            self.latest = value
+        if self.size == 0:
+            del self.table[self.key]
+            self.event.succeed(self.latest)
         return self.event
 
 
@@ -157,7 +164,8 @@ class Engine:
         self.overlap_p2p = options.overlap_p2p
         self.overlap_param_gather = options.overlap_param_gather
         self.arrivals: dict[tuple, simpy.Event] = {}
-        self.compute_plans: dict[int, list] = {}  # pipeline rank -> rank_replay.compute_plan
+        self.p2p_bytes = round(costs.p2p_bytes)  # of every pipeline message
+        self.action_plans: dict[int, dict] = {}  # pipeline rank -> rank_replay.action_plan
         self.cost_views: dict[tuple, tuple] = {}  # (rank, stage, kind) -> RankReplay._cost
         self.channels: dict[tuple, simpy.Resource] = {}  # on the flow network
         self.channel_free: dict[tuple, float] = {}  # (pipeline, src, dst, direction) -> free again at
@@ -271,14 +279,18 @@ class Engine:
         return self.env.peek() == float("inf")
 
     def arrival(self, key: tuple) -> simpy.Event:
-        if key not in self.arrivals:
-            self.arrivals[key] = self.env.event()
-        return self.arrivals[key]
+        """The event of an output and its one consumer: the first of the two to ask makes it,
+        the second takes it off the table (so the table holds what is in flight, not the step)."""
+        event = self.arrivals.pop(key, None)
+        if event is None:
+            event = self.arrivals[key] = simpy.Event(self.env)
+        return event
 
     def gather(self, key: tuple, size: int) -> _Gather:
-        if key not in self.gathers:
-            self.gathers[key] = _Gather(self.env, size)
-        return self.gathers[key]
+        gather = self.gathers.get(key)
+        if gather is None:
+            gather = self.gathers[key] = _Gather(self.env, size, self.gathers, key)
+        return gather
 
     def group_key(self, axis: str, rank: int) -> tuple:
         """(axis, first rank of the group): the rendezvous name, without listing the group
