@@ -229,3 +229,22 @@ def test_the_low_latency_protocol_follows_a_hop_latency_what_if():
     small = 4 * 2**10
     assert collective_time("all_reduce", small, link(500)).seconds > 10 * collective_time("all_reduce", small, link(2)).seconds
     assert collective_time("all_reduce", 64 * 2**20, link(500)).algorithm != "ring LL"
+
+
+def test_tied_embedding_gradients_are_all_reduced_between_the_first_and_last_stage():
+    """Megatron all-reduces the tied word embedding's gradients between the ranks of the
+    first and the last stage before the optimizer step. gpt3.yaml: 51200 / 8 x 12288 bf16
+    gradients between stage 0 and stage 15 of one pipeline (different nodes, one 200 Gb/s
+    NIC each way): a two-rank ring moves the buffer once per rank. Llama unties its head, and
+    a rank holding both ends (V schedules) has nothing to exchange."""
+    s = load_scenario("scenarios/gpt3.yaml")
+    costs = CostModel(s)
+    first, last = costs.placement.rank(pp=0, dp=3, tp=5), costs.placement.rank(pp=s.pp - 1, dp=3, tp=5)
+    nbytes = 51200 / 8 * 12288 * 2
+    expected = nbytes / (200 * GBIT * NETWORK_EFFICIENCY)
+    assert costs.embedding_sync(first, (0,)) == pytest.approx(expected, rel=0.005)
+    assert costs.embedding_sync(last, (s.num_stages - 1,)) == costs.embedding_sync(first, (0,))
+    middle = costs.placement.rank(pp=7)
+    assert costs.embedding_sync(middle, (7,)) == 0.0 and costs.embedding_sync(first, (0, s.num_stages - 1)) == 0.0
+    llama = CostModel(load_scenario("scenarios/llama3.1-70b.yaml"))
+    assert llama.embedding_sync(llama.placement.rank(pp=0), (0,)) == 0.0

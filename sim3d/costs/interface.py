@@ -32,7 +32,8 @@ class RankCosts(Protocol):
         """(seconds, bytes) of gathering one bucket of updated parameters."""
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
-        """Seconds of the optimizer step of a rank holding these stages."""
+        """Seconds of the optimizer step of a rank holding these stages (the tied embedding's
+        gradient all-reduce before it included)."""
 
     # asked only on the flow network (ReplayOptions.flows)
     def link_capacity(self, edge: tuple) -> float:

@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from ..model.memory import stage_params
-from ..model.ops import ACT_BYTES, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.memory import stage_params, tied_embedding
+from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..placement import Placement
 from ..topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
@@ -470,7 +470,24 @@ class CostModel:
         per_shard = GRAD_NORM_BYTES + ADAM_BYTES + (UNSCALE_BYTES if precision == "fp16" else 0) \
             + (MASTER_COPY_BYTES if precision != "fp32" else 0)
         seconds = self.compute_model.memory_time(shard * per_shard) + self.compute_model.memory_time(local * ZERO_GRAD_BYTES)
-        return seconds * self.slowdown(rank)
+        return seconds * self.slowdown(rank) + self.embedding_sync(rank, stages)
+
+    def embedding_sync(self, rank: int, stages: tuple[int, ...]) -> float:
+        """Seconds of the tied word embedding's gradient all-reduce before the optimizer step,
+        between the ranks of the first and the last stage (Megatron's embedding group;
+        megatron/core/distributed/finalize_model_grads.py, _allreduce_word_embedding_grads):
+        vocab / tp x hidden gradients at the width of the data-parallel reduction, a two-rank
+        ring (two latencies, each rank sends the buffer once). Zero where the model unties
+        the head, pp is 1, or one rank holds both ends (V schedules)."""
+        last = self.s.num_stages - 1
+        if not tied_embedding(Dims.of(self.s)) or last == 0 or (0 in stages) == (last in stages):
+            return 0.0
+        p, c = self.placement, self.placement.coords(rank)
+        partner = p.rank(tp=c["tp"], pp=0 if last in stages else p.pp - 1, dp=c["dp"], cp=c["cp"])
+        nbytes = self.s.model.vocab * self.s.model.hidden / self.s.tp * ACT_BYTES[self.s.training.precision]
+        bw, latency = self.topology.path_cost(rank, partner)
+        crosses = self.topology.gpu_of(rank)[0] != self.topology.gpu_of(partner)[0]
+        return p2p_time(nbytes, bw, 2 * latency, crosses, self.topology.nvlink_efficiency)
 
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it comes from) rows for `sim3d run --explain` (explain.py)."""

@@ -79,7 +79,7 @@ def layer_params(d: Dims, moe_layer: bool) -> Params:
     return Params(attn + mlp(d.ffn))
 
 
-def _tied(d: Dims) -> bool:
+def tied_embedding(d: Dims) -> bool:
     """Megatron GPT ties the LM head to the word embedding (share_embeddings_and_output_weights);
     LLaMA-style models untie them. With pp > 1 the last stage still keeps its own copy
     (synchronised through the embedding group), so tying only saves memory when the first
@@ -92,7 +92,7 @@ def embedding_params(d: Dims) -> float:
 
 
 def head_params(d: Dims, with_embedding: bool) -> float:
-    lm_head = 0 if (with_embedding and _tied(d)) else d.vocab * d.h / d.tp
+    lm_head = 0 if (with_embedding and tied_embedding(d)) else d.vocab * d.h / d.tp
     return lm_head + _norm_params(d)
 
 

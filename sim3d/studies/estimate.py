@@ -116,7 +116,9 @@ class Estimator:
                       layout.distributed_optimizer)
         dp = self._memo(("dp",) + states_key + (layout.order,), lambda: self._dp(layout, scenario, cost_model()))
         dp_tail = self._dp_tail(layout, scenario, dp, per_rank)
-        optimizer = self._memo(("optimizer",) + states_key, lambda: self._optimizer(cost_model(), layout))
+        # the placement too: the tied embedding's all-reduce crosses from the first stage to the last
+        optimizer = self._memo(("optimizer",) + states_key + (layout.order,),
+                               lambda: self._optimizer(cost_model(), layout))
         return Estimate(pipeline + p2p + dp_tail + optimizer, pipeline, p2p, dp_tail, optimizer)
 
     def _rank_work(self, layout: Layout, s, costs: CostModel, compute_key: tuple) -> list[dict]:
