@@ -20,8 +20,8 @@ from .maxmin import Flow, FlowSet
 class _Live(Flow):
     """A flow in flight: its progress is settled at `since` and moves at `rate` after."""
 
-    def __init__(self, spec, done: Callable[[], None], now: float, alone_rate: float):
-        super().__init__(spec.edges, spec.cap, key=spec)
+    def __init__(self, spec, done: Callable[[], None], now: float, alone_rate: float, seq: int):
+        super().__init__(spec.edges, spec.cap, key=spec, seq=seq)
         self.remaining, self.since, self.version, self.done = spec.volume, now, 0, done
         self.started, self.alone = now - spec.latency, spec.latency + spec.volume / alone_rate
         self.planned = None  # the rate its pending end event was scheduled at
@@ -60,7 +60,7 @@ class FlowNetwork:
         if spec.volume <= 0 or not spec.edges:
             done()
             return
-        flow = _Live(spec, done, self.env.now, self._alone_rate(spec))
+        flow = _Live(spec, done, self.env.now, self._alone_rate(spec), self.stats.flows)
         self._reschedule(self.links.add(flow, before=self._settle))
 
     def _alone_rate(self, spec) -> float:

@@ -32,6 +32,13 @@ class Flow:
     cap: float = float("inf")
     key: Hashable | None = None  # flows with one key share edges and cap (FlowSet)
     rate: float = field(default=0.0, compare=False)
+    # the order flows are re-rated in (and so their ends scheduled): the order they came, not
+    # that of sets hashed by object ids, so that a run's events fall the same way every time
+    seq: int = field(default=0, compare=False)
+
+
+def _arrival_order(flow: Flow) -> int:
+    return flow.seq
 
 
 def max_min_rates(flows: Iterable[Flow], capacity: Callable[[Hashable], float]) -> None:
@@ -121,7 +128,8 @@ class FlowSet:
             self._neighbours[other].add(key)
 
     def component(self, key) -> list[Flow]:
-        """The live flows connected to `key`'s links through shared links (`key`'s own too)."""
+        """The live flows connected to `key`'s links through shared links (`key`'s own too),
+        in the order they came."""
         seen, todo, found = {key}, [key], []
         while todo:
             k = todo.pop()
@@ -130,6 +138,7 @@ class FlowSet:
                 if near not in seen and near in self.live:
                     seen.add(near)
                     todo.append(near)
+        found.sort(key=_arrival_order)
         return found
 
     def _refill(self, key) -> list[Flow]:
