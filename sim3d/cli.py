@@ -26,7 +26,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         as_json: bool = typer.Option(False, "--json", help="Print only the summary JSON."),
         full_fidelity: bool = typer.Option(False, "--full-fidelity", help="Simulate every GPU, not one pipeline."),
         explain: bool = typer.Option(False, "--explain", help="Name the source of every cost."),
-        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write gantt and memory plots."),
+        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the Gantt, memory and link-traffic plots."),
         strict: bool = typer.Option(False, "--strict", help="Exit 2 when the layout does not fit in memory "
                                     "(the outputs are still written)."),
         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron-LM "
