@@ -204,8 +204,8 @@ class Estimator:
 
     @staticmethod
     def _optimizer(costs: CostModel, layout: Layout) -> float:
-        stage_map = _stage_map(layout)
-        return max(costs.optimizer(r, tuple(stage_map.stage(r, c) for c in range(layout.vpp)))
+        stage_map, pipe = _stage_map(layout), costs.placement.pipeline()
+        return max(costs.optimizer(pipe[r], tuple(stage_map.stage(r, c) for c in range(layout.vpp)))
                    for r in range(layout.pp))
 
 
