@@ -74,9 +74,13 @@ class Topology:
         self.nics = min(scenario.nics_per_node * self.domain_nodes, self.gpus_per_node)
         self.fabric = Fabric(scenario)
         self._nic_rate = self._nic_rates()
+        # some GPU sends through a NIC other than its own (failed NIC or leaf); asked once per
+        # group priced, so counted here once
+        self.has_failed_nic = any(rate <= 0 for rate in self._nic_rate.values())
         self._refuse_cut_off_nodes()
         self._nic_choice: dict[tuple[int, int], int] = {}
         self._paths: dict[tuple[int, int], tuple] = {}
+        self._gpu_routes: dict[tuple, tuple] = {}  # shared with for_layout's copies
         self._members_by_nic: dict[tuple, dict] = {}
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
@@ -187,11 +191,6 @@ class Topology:
         """The first local GPU wired to a NIC (a PXN proxy for that rail)."""
         return next(g for g in range(self.gpus_per_node) if self.own_nic(g) == nic)
 
-    @property
-    def has_failed_nic(self) -> bool:
-        """Some GPU sends through a NIC other than its own (failed NIC or leaf)."""
-        return any(rate <= 0 for rate in self._nic_rate.values())
-
     def own_nic(self, local: int) -> int:
         """The NIC (rail) a GPU is wired to: GPUs are shared out over the NICs in order."""
         return local * self.nics // self.gpus_per_node
@@ -216,10 +215,20 @@ class Topology:
         return [(gpu, ("switch", node)), (("switch", node), proxy), (proxy, port)]
 
     def path(self, a: int, b: int) -> tuple:
-        """Edges (u, v) from GPU of rank a to GPU of rank b (routes are fixed: computed once)."""
-        if (a, b) not in self._paths:
-            self._paths[(a, b)] = tuple(self._route(a, b))
-        return self._paths[(a, b)]
+        """Edges (u, v) from GPU of rank a to GPU of rank b (routes are fixed: computed once;
+        but for ECMP's hash of the ranks, a route is the two GPUs', which every layout a
+        search prices shares)."""
+        route = self._paths.get((a, b))
+        if route is None:
+            if self.fabric.ecmp:
+                route = tuple(self._route(a, b))
+            else:
+                gpus = (self.gpu_of(a), self.gpu_of(b))
+                route = self._gpu_routes.get(gpus)
+                if route is None:
+                    route = self._gpu_routes[gpus] = tuple(self._route(a, b))
+            self._paths[(a, b)] = route
+        return route
 
     def _route(self, a: int, b: int) -> list[tuple]:
         (na, la), (nb, lb) = self.gpu_of(a), self.gpu_of(b)
