@@ -58,6 +58,17 @@ def unit_timeline(schedule: str, pp: int, m: int) -> tuple[float, tuple[tuple[fl
     return timeline.step_time - max(timeline.busy), before_end
 
 
+def _queued(leads: list[float], covered: float, reduce_s: float) -> float:
+    """When a rank's data-parallel stream is free, relative to the step's end, after one
+    chunk's reduction per lead (seconds before the end its last backward ends): each starts
+    `covered` seconds before that backward ends (its first buckets overlap it) and no
+    earlier than the stream is free."""
+    stream = -float("inf")
+    for lead in sorted(leads, reverse=True):
+        stream = max(stream, -lead - covered) + reduce_s
+    return stream
+
+
 class Estimator:
     """Prices layouts of one `Space`. Every part of an estimate is cached under the layout
     fields it depends on, so 100,000 layouts cost a few thousand cost-model calls."""
@@ -178,11 +189,11 @@ class Estimator:
     @staticmethod
     def _dp_tail(layout: Layout, s, dp: tuple, per_rank: list[dict]) -> float:
         """What the data-parallel communication adds after the last backward. Loop schedules:
-        the first rank finishes last; with overlap its buckets reduce during its last
-        backward, all but what that backward cannot cover (at least one bucket); without
-        overlap all of it waits. V schedules defer weight gradients: when each chunk's last
-        one is computed is read from the unit-cost replay, only that weight-gradient pass
-        covers the chunk's buckets, and the reductions queue on one stream."""
+        the first rank finishes last; with overlap each chunk's buckets reduce during its last
+        backward, all but what that backward cannot cover (at least one bucket), and the
+        chunks' reductions queue on one stream; without overlap all of it waits. V schedules
+        defer weight gradients: when each chunk's last one is computed is read from the
+        unit-cost replay, and only that weight-gradient pass covers the chunk's buckets."""
         reduce_s, gather_s, buckets = dp
         if not reduce_s:
             return 0.0
@@ -190,16 +201,18 @@ class Estimator:
         if not s.training.overlap_grad_reduce:
             return reduce_s * layout.vpp + gather_tail
         if layout.schedule not in V_SCHEDULES:
-            return max(reduce_s / buckets, reduce_s - per_rank[0]["B"] / layout.vpp) + gather_tail
+            # the first rank runs each chunk's last pp backwards in turn, chunk vpp-1 first
+            # (Megatron's interleaved table, schedule/generators.py): chunk c's last backward
+            # ends c * pp chunk-backwards before the step does
+            backward = per_rank[0]["B"] / layout.vpp
+            leads = [c * layout.pp * backward for c in range(layout.vpp)]
+            tail = _queued(leads, min(reduce_s * (1 - 1 / buckets), backward), reduce_s)
+            return max(tail, reduce_s / buckets) + gather_tail
         _, before_end = unit_timeline(layout.schedule, layout.pp, s.num_microbatches)
         unit = sum(r["F"] + r["BI"] + r["BW"] for r in per_rank) / layout.pp / (3 * layout.vpp)
-        tail = 0.0
-        for rank, chunks in enumerate(before_end):
-            covered = min(reduce_s * (1 - 1 / buckets), per_rank[rank]["BW"] / layout.vpp)
-            stream = -float("inf")  # when the rank's data-parallel stream is free, relative to the end
-            for lead in sorted(chunks, reverse=True):
-                stream = max(stream, -lead * unit - covered) + reduce_s
-            tail = max(tail, stream)
+        tail = max(_queued([lead * unit for lead in chunks],
+                           min(reduce_s * (1 - 1 / buckets), per_rank[rank]["BW"] / layout.vpp), reduce_s)
+                   for rank, chunks in enumerate(before_end))
         return max(tail, reduce_s / buckets) + gather_tail
 
     @staticmethod
