@@ -248,3 +248,16 @@ def test_tied_embedding_gradients_are_all_reduced_between_the_first_and_last_sta
     assert costs.embedding_sync(middle, (7,)) == 0.0 and costs.embedding_sync(first, (0, s.num_stages - 1)) == 0.0
     llama = CostModel(load_scenario("scenarios/llama3.1-70b.yaml"))
     assert llama.embedding_sync(llama.placement.rank(pp=0), (0,)) == 0.0
+
+
+def test_folded_embedding_sync_under_a_slow_node_is_the_slowest_pipelines():
+    """Folded, one pipeline stands for all, so under a network fault each cost is the
+    slowest replica's: the embedding all-reduce too. With node 123's NICs at 20 Gb/s, the
+    folded cost is that of the pipeline whose last stage sits on node 123 (every rank's own
+    cost, at full fidelity)."""
+    s = load_scenario("scenarios/gpt3.yaml", ["faults=[{link: {node: 123, nic_gbps: 20}}]"])
+    folded, every = CostModel(s), CostModel(s, folded=False)
+    first = [every.placement.rank(pp=0, dp=d, tp=t) for d in range(s.dp) for t in range(s.tp)]
+    own = [every.embedding_sync(rank, (0,)) for rank in first]
+    assert max(own) > 5 * min(own)  # the slow node is on some pipelines' path only
+    assert folded.embedding_sync(0, (0,)) == pytest.approx(max(own), rel=1e-12)

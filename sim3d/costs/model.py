@@ -390,10 +390,12 @@ class CostModel:
         pipes = [p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
         return max(self._transfer(pipe[a], pipe[b]) for pipe in pipes)
 
-    def _transfer(self, a: int, b: int) -> float:
+    def _transfer(self, a: int, b: int, nbytes: float | None = None, hops: int = 1) -> float:
+        """A message of `nbytes` (default a pipeline message) from a to b, `hops` latencies."""
         bw, lat = self.topology.path_cost(a, b)
         crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
-        return p2p_time(self.p2p_bytes, bw, lat, crosses, self.topology.nvlink_efficiency)
+        nbytes = self.p2p_bytes if nbytes is None else nbytes
+        return p2p_time(nbytes, bw, hops * lat, crosses, self.topology.nvlink_efficiency)
 
     # ---- data parallel ----------------------------------------------------------------------
     def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
@@ -477,17 +479,18 @@ class CostModel:
         between the ranks of the first and the last stage (Megatron's embedding group;
         megatron/core/distributed/finalize_model_grads.py, _allreduce_word_embedding_grads):
         vocab / tp x hidden gradients at the width of the data-parallel reduction, a two-rank
-        ring (two latencies, each rank sends the buffer once). Zero where the model unties
-        the head, pp is 1, or one rank holds both ends (V schedules)."""
+        ring (two latencies, each rank sends the buffer once); folded under a network fault,
+        the slowest pipeline's. Zero where the model unties the head, pp is 1, or one rank
+        holds both ends (V schedules)."""
         last = self.s.num_stages - 1
         if not tied_embedding(Dims.of(self.s)) or last == 0 or (0 in stages) == (last in stages):
             return 0.0
         p, c = self.placement, self.placement.coords(rank)
-        partner = p.rank(tp=c["tp"], pp=0 if last in stages else p.pp - 1, dp=c["dp"], cp=c["cp"])
+        pipes = [p.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])]
+        if self.folded and self._degraded:
+            pipes = [p.pipeline(tp=t, dp=d, cp=k) for d in range(p.dp) for k in range(p.cp) for t in range(p.tp)]
         nbytes = self.s.model.vocab * self.s.model.hidden / self.s.tp * ACT_BYTES[self.s.training.precision]
-        bw, latency = self.topology.path_cost(rank, partner)
-        crosses = self.topology.gpu_of(rank)[0] != self.topology.gpu_of(partner)[0]
-        return p2p_time(nbytes, bw, 2 * latency, crosses, self.topology.nvlink_efficiency)
+        return max(self._transfer(pipe[0], pipe[-1], nbytes, hops=2) for pipe in pipes)
 
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it comes from) rows for `sim3d run --explain` (explain.py)."""

@@ -58,14 +58,14 @@ def unit_timeline(schedule: str, pp: int, m: int) -> tuple[float, tuple[tuple[fl
     return timeline.step_time - max(timeline.busy), before_end
 
 
-def _queued(leads: list[float], covered: float, reduce_s: float) -> float:
-    """When a rank's data-parallel stream is free, relative to the step's end, after one
-    chunk's reduction per lead (seconds before the end its last backward ends): each starts
-    `covered` seconds before that backward ends (its first buckets overlap it) and no
-    earlier than the stream is free."""
+def _queued(chunks: list[tuple[float, float]], buckets: int, backward: float) -> float:
+    """When a rank's data-parallel stream is free, relative to the step's end, after each
+    chunk's reduction, given (seconds before the end its last backward ends, seconds of its
+    reduction): all but its last bucket can start during that `backward`, and none before
+    the stream is free."""
     stream = -float("inf")
-    for lead in sorted(leads, reverse=True):
-        stream = max(stream, -lead - covered) + reduce_s
+    for lead, reduce_s in sorted(chunks, reverse=True):
+        stream = max(stream, -lead - min(reduce_s * (1 - 1 / buckets), backward)) + reduce_s
     return stream
 
 
@@ -176,15 +176,21 @@ class Estimator:
         return 2 * sum(costs.transfer(pipe[r], pipe[r + 1]) for r in range(pp - 1))
 
     @staticmethod
-    def _dp(layout: Layout, s, costs: CostModel) -> tuple[float, float, int]:
-        """(gradient reduction, parameter gather) seconds of the first stage's buckets, and
-        the bucket count."""
+    def _dp(layout: Layout, s, costs: CostModel) -> tuple[tuple, tuple, int]:
+        """Gradient reduction seconds of each chunk's buckets, per pipeline rank (only the
+        first for loop schedules, whose first rank finishes last), the first rank's parameter
+        gathers per chunk, and the bucket count. Chunks differ: the first and last stage hold
+        the embedding and the head."""
         if layout.dp * layout.cp == 1:
-            return 0.0, 0.0, 1
+            return (), (), 1
         buckets = dp_buckets_per_chunk(s)
-        reduce_s = costs.dp_reduce(0, 0, buckets)[0] * buckets
-        gather_s = costs.param_gather(0, 0, buckets)[0] * buckets if layout.distributed_optimizer else 0.0
-        return reduce_s, gather_s, buckets
+        stage_map, pipe = _stage_map(layout), costs.placement.pipeline()
+        ranks = range(layout.pp if layout.schedule in V_SCHEDULES else 1)
+        reduce = tuple(tuple(costs.dp_reduce(pipe[r], stage_map.stage(r, c), buckets)[0] * buckets
+                             for c in range(layout.vpp)) for r in ranks)
+        gather = tuple(costs.param_gather(pipe[0], stage_map.stage(0, c), buckets)[0] * buckets
+                       for c in range(layout.vpp)) if layout.distributed_optimizer else ()
+        return reduce, gather, buckets
 
     @staticmethod
     def _dp_tail(layout: Layout, s, dp: tuple, per_rank: list[dict]) -> float:
@@ -194,26 +200,26 @@ class Estimator:
         chunks' reductions queue on one stream; without overlap all of it waits. V schedules
         defer weight gradients: when each chunk's last one is computed is read from the
         unit-cost replay, and only that weight-gradient pass covers the chunk's buckets."""
-        reduce_s, gather_s, buckets = dp
-        if not reduce_s:
+        reduce, gather, buckets = dp
+        if not reduce:
             return 0.0
-        gather_tail = 0.0 if s.training.overlap_param_gather else gather_s * layout.vpp
+        gather_tail = 0.0 if s.training.overlap_param_gather else sum(gather)
         if not s.training.overlap_grad_reduce:
-            return reduce_s * layout.vpp + gather_tail
+            return sum(reduce[0]) + gather_tail
+        last_bucket = reduce[0][0] / buckets  # of the first stage: no backward covers it
         if layout.schedule not in V_SCHEDULES:
             # the first rank runs each chunk's last pp backwards in turn, chunk vpp-1 first
             # (Megatron's interleaved table, schedule/generators.py): chunk c's last backward
             # ends c * pp chunk-backwards before the step does
             backward = per_rank[0]["B"] / layout.vpp
-            leads = [c * layout.pp * backward for c in range(layout.vpp)]
-            tail = _queued(leads, min(reduce_s * (1 - 1 / buckets), backward), reduce_s)
-            return max(tail, reduce_s / buckets) + gather_tail
+            tail = _queued([(c * layout.pp * backward, r) for c, r in enumerate(reduce[0])], buckets, backward)
+            return max(tail, last_bucket) + gather_tail
         _, before_end = unit_timeline(layout.schedule, layout.pp, s.num_microbatches)
         unit = sum(r["F"] + r["BI"] + r["BW"] for r in per_rank) / layout.pp / (3 * layout.vpp)
-        tail = max(_queued([lead * unit for lead in chunks],
-                           min(reduce_s * (1 - 1 / buckets), per_rank[rank]["BW"] / layout.vpp), reduce_s)
+        tail = max(_queued([(lead * unit, r) for lead, r in zip(chunks, reduce[rank])], buckets,
+                           per_rank[rank]["BW"] / layout.vpp)
                    for rank, chunks in enumerate(before_end))
-        return max(tail, reduce_s / buckets) + gather_tail
+        return max(tail, last_bucket) + gather_tail
 
     @staticmethod
     def _optimizer(costs: CostModel, layout: Layout) -> float:
