@@ -192,6 +192,23 @@ def test_shared_caches_price_every_layout_as_a_fresh_estimator_does():
         assert shared.estimate(layout, space.scenario(layout)) == Estimator(space).estimate(layout, space.scenario(layout))
 
 
+def _slow_network_case(vpp: int, vocab: int, order: str):
+    """(tier one's estimate, the simulation) of tp 2 x pp 2 x dp 8 on four 8-GPU nodes with
+    10 Gb/s NICs, one layer per chunk, interleaved (1F1B at vpp 1)."""
+    from sim3d.studies.estimate import Estimator
+    base = scenario_from_dict({
+        "name": "slow-network", "schedule": "interleaved-1f1b",
+        "model": {"layers": 16, "hidden": 1024, "heads": 8, "vocab": vocab, "seq_len": 512},
+        "training": {"micro_batch": 1, "global_batch": 32, "precision": "bf16"},
+        "cluster": {"gpu": "a100-80gb", "nodes": 4, "gpus_per_node": 8, "inter_node": {"nic_gbps": 10}}})
+    space = Space(base, 32, {})
+    layout = Layout(tp=2, pp=2, dp=8, cp=1, ep=1, vpp=vpp, micro_batch=1,
+                    schedule="interleaved-1f1b" if vpp > 1 else "1f1b", recompute="none", sequence_parallel=False,
+                    distributed_optimizer=False, tp_comm_overlap=False, order=order)
+    scenario = space.scenario(layout)
+    return Estimator(space).estimate(layout, scenario), simulate(scenario)
+
+
 @pytest.mark.parametrize("vpp,vocab", [(2, 1024), (8, 1024), (4, 65536)])
 def test_tier_one_queues_the_reductions_of_interleaved_chunks(vpp, vocab):
     """Stages inside a node, data parallelism over 10 Gb/s NICs: each chunk's gradients are
@@ -200,19 +217,17 @@ def test_tier_one_queues_the_reductions_of_interleaved_chunks(vpp, vocab):
     the first chunk holds the embedding (a large vocabulary makes its reduction the longest).
     Tier one's data-parallel tail follows the simulated one (it counted the last chunk only:
     -48% at vpp 2, -85% at vpp 8; then every chunk as the first: +106% at vpp 4, vocab 65536)."""
-    from sim3d.studies.estimate import Estimator
-    base = scenario_from_dict({
-        "name": "queue", "schedule": "interleaved-1f1b",
-        "model": {"layers": 16, "hidden": 1024, "heads": 8, "vocab": vocab, "seq_len": 512},
-        "training": {"micro_batch": 1, "global_batch": 32, "precision": "bf16"},
-        "cluster": {"gpu": "a100-80gb", "nodes": 4, "gpus_per_node": 8, "inter_node": {"nic_gbps": 10}}})
-    space = Space(base, 32, {})
-    layout = Layout(tp=2, pp=2, dp=8, cp=1, ep=1, vpp=vpp, micro_batch=1, schedule="interleaved-1f1b",
-                    recompute="none", sequence_parallel=False, distributed_optimizer=False, tp_comm_overlap=False,
-                    order="tp-cp-ep-pp-dp")
-    scenario = space.scenario(layout)
-    estimate = Estimator(space).estimate(layout, scenario)
-    simulated = simulate(scenario)
+    estimate, simulated = _slow_network_case(vpp, vocab, order="tp-cp-ep-pp-dp")
     assert simulated.sim.breakdown()["dp"] > 0.5 * simulated.step_time  # the reductions bind
     assert estimate.dp_s == pytest.approx(simulated.sim.breakdown()["dp"], rel=0.05)
     assert estimate.step_s == pytest.approx(simulated.step_time, rel=0.05)
+
+
+def test_tier_one_sees_a_pipeline_paced_by_its_transfers():
+    """The stages on different nodes instead, at vpp 8: each stage boundary's channel carries
+    every micro-batch eight times, about 0.9 ms a message against about 1 ms of compute per
+    micro-batch, so the channel sets the pace. Tier one bounds the pipeline by it (counting
+    only the fill and drain transfers, it was 40% short)."""
+    estimate, simulated = _slow_network_case(8, 1024, order="tp-cp-ep-dp-pp")
+    assert simulated.sim.breakdown()["pipeline_p2p"] > 0.4 * simulated.step_time  # the transfers bind
+    assert estimate.step_s == pytest.approx(simulated.step_time, rel=0.15)

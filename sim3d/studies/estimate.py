@@ -120,9 +120,14 @@ class Estimator:
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
         per_rank = self._memo(("work", compute_key, layout.pp, layout.vpp, v_shape),
                               lambda: self._rank_work(layout, scenario, cost_model(), compute_key))
-        pipeline = self._pipeline(layout, scenario.num_microbatches, per_rank)
-        p2p = self._memo(("p2p", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
-                          layout.micro_batch, layout.sequence_parallel), lambda: self._p2p(cost_model(), layout.pp))
+        transfers = self._memo(("p2p", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
+                                layout.micro_batch, layout.sequence_parallel),
+                               lambda: self._transfers(cost_model(), layout.pp))
+        p2p = 2 * sum(transfers)
+        # a channel between two stages carries each micro-batch once per chunk (interleaved:
+        # vpp times); where its messages take longer than the compute, it sets the pace
+        carried = scenario.num_microbatches * (layout.vpp if layout.schedule == "interleaved-1f1b" else 1)
+        pipeline = max(self._pipeline(layout, scenario.num_microbatches, per_rank), carried * max(transfers, default=0.0))
         states_key = (layout.tp, layout.pp, layout.vpp, v_shape, layout.dp, layout.cp, layout.ep,
                       layout.distributed_optimizer)
         dp = self._memo(("dp",) + states_key + (layout.order,), lambda: self._dp(layout, scenario, cost_model()))
@@ -170,10 +175,11 @@ class Estimator:
         return m * busiest + unit_timeline(layout.schedule, pp, m)[0] * mean / (3 * vpp)
 
     @staticmethod
-    def _p2p(costs: CostModel, pp: int) -> float:
-        """Replica 0's pipeline transfers along the fill and the drain."""
+    def _transfers(costs: CostModel, pp: int) -> tuple[float, ...]:
+        """Replica 0's message time across each stage boundary (the fill and the drain cross
+        each once)."""
         pipe = costs.placement.pipeline()
-        return 2 * sum(costs.transfer(pipe[r], pipe[r + 1]) for r in range(pp - 1))
+        return tuple(costs.transfer(pipe[r], pipe[r + 1]) for r in range(pp - 1))
 
     @staticmethod
     def _dp(layout: Layout, s, costs: CostModel) -> tuple[tuple, tuple, int]:
