@@ -402,3 +402,55 @@ def test_bulk_slices_span_several_blocks(monkeypatch):
     whole = report_trace.chrome_trace_events(trace)
     monkeypatch.setattr(trace_slices, "_ROWS_PER_BLOCK", 7)
     assert report_trace.chrome_trace_events(trace) == whole and len(whole) > 7
+
+
+def test_trace_columns_equal_the_table_from_rows_frames_and_columns():
+    """The plots' numpy form of a trace is the same whichever form it was handed."""
+    import numpy as np
+    import sim3d
+    from sim3d.trace import rows_to_frame, trace_columns
+    rows = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", full_fidelity=True).sim.rows
+    frame = rows_to_frame(rows)
+    forms = [trace_columns(rows), trace_columns(frame), trace_columns(trace_columns(frame))]
+    for form in forms:
+        assert tuple(form) == TRACE_COLUMNS
+        for name in TRACE_COLUMNS:
+            assert np.array_equal(form[name], frame[name].to_numpy().astype(form[name].dtype)), name
+    assert forms[0]["rank"].dtype == np.int64 and forms[0]["start_s"].dtype == np.float64
+    with pytest.raises(ValueError, match="engine rows, a DataFrame or its columns"):
+        trace_columns({"rank": [0]})
+
+
+def test_gantt_bubbles_from_rows_equal_the_closed_form():
+    """The chart's bubble column comes from the numpy core (bubbles.py), fed engine rows."""
+    from sim3d.report.bubbles import bubble_fractions
+    from sim3d.trace import trace_columns
+    pp, m = 4, 8
+    rows = list(unit_trace("1f1b", pp, m).itertuples(index=False, name=None))
+    fractions = bubble_fractions(trace_columns(rows))
+    assert fractions == pytest.approx({r: (pp - 1) / (m + pp - 1) for r in range(pp)})
+
+
+def test_link_plot_shows_each_kinds_busiest_and_totals(tmp_path, monkeypatch):
+    """The left panel keeps the busiest rows of every kind (links arrive busiest first), the
+    right panel's title sums each kind's bytes; columns as a dict, as the plotting process
+    receives them."""
+    from sim3d.report import links_plot
+    drawn = {}
+    monkeypatch.setattr(links_plot, "save", lambda fig, paths, dpi: drawn.setdefault("fig", fig) and paths)
+    links = {"src": ["gpu0", "gpu1", "leaf0", "gpu2", "leaf1", "gpu3"], "dst": ["sw"] * 3 + ["sw", "spine", "sw"],
+             "kind": ["nvlink", "nvlink", "uplink", "nvlink", "uplink", "nvlink"],
+             "bytes": [4e12, 3e12, 2e12, 1e12, 1e12, 0.5e12], "busy_fraction": [0.4, 0.3, 0.2, 0.1, 0.05, 0.01]}
+    links_plot.plot_links(links, tmp_path / "l.png", top=4)
+    left, right = drawn["fig"].axes
+    shown = [label.get_text() for label in left.get_yticklabels()]
+    assert shown == ["leaf1 → spine", "leaf0 → sw", "gpu1 → sw", "gpu0 → sw"]  # 2 per kind, least busy at the bottom
+    assert right.get_title() == "by kind of link; TB moved: 8.5, 3.0"
+
+
+def test_the_plotting_process_imports_no_pandas():
+    """`sim3d run` forks its plotting process before the caller imports pandas; the plots
+    must not need it (a fifth of a second on the run's critical path)."""
+    code = ("import sys; from sim3d.report.outputs import PLOT_MODULES; import importlib\n"
+            "[importlib.import_module(m) for m in PLOT_MODULES]; print('pandas' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -1,10 +1,13 @@
 """How busy the cluster's links were over the step (`Result.links`), as a picture: the busiest
 link directions, and for each kind of link (NVLink, PCIe, NIC to leaf, leaf to spine, spine to
-core) how its busy fractions spread."""
+core) how its busy fractions spread. It reads `links` as columns (a DataFrame or a dict of
+arrays), so the plotting process needs no pandas."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
 
 from .figure import new_figure, place_axes, save, text_inches, widest
 
@@ -14,28 +17,39 @@ KIND_NAMES = {"nvlink": "NVLink", "pcie": "GPU-NIC (PCIe)", "ib": "NIC-leaf (IB)
 
 
 def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) -> list[Path]:
+    """`links` in `Result.links`'s order (busiest first)."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
+    links = {name: np.asarray(links[name]) for name in ("src", "dst", "kind", "bytes", "busy_fraction")}
+    link_kind = links["kind"]
     fig = new_figure(12, 5)
     left, right = fig.add_axes((0.1, 0.1, 0.4, 0.8)), fig.add_axes((0.6, 0.1, 0.3, 0.8))
-    kinds = [k for k in KIND_NAMES if k in set(links.kind)] + sorted(set(links.kind) - set(KIND_NAMES))
+    present = set(link_kind.tolist())
+    kinds = [k for k in KIND_NAMES if k in present] + sorted(present - set(KIND_NAMES))
     per_kind = max(1, top // max(1, len(kinds)))  # the busiest of every kind, so no kind hides another
-    busiest = links.groupby("kind", sort=False).head(per_kind)
-    busiest = busiest.sort_values("busy_fraction", kind="stable").reset_index(drop=True)
-    labels = [f"{src} → {dst}" for src, dst in zip(busiest.src, busiest.dst)]
-    left.barh(labels, busiest.busy_fraction * 100, color=[KIND_COLORS.get(k, "grey") for k in busiest.kind])
-    for y, (frac, nbytes) in enumerate(zip(busiest.busy_fraction, busiest.bytes)):
+    counts: dict[str, int] = {}
+    picked = []  # the first per_kind rows of each kind: its busiest
+    for i, k in enumerate(link_kind.tolist()):
+        counts[k] = counts.get(k, 0) + 1
+        if counts[k] <= per_kind:
+            picked.append(i)
+    picked = np.array(picked, dtype=int)
+    picked = picked[np.argsort(links["busy_fraction"][picked], kind="stable")]
+    busiest = {name: column[picked] for name, column in links.items()}
+    labels = [f"{src} → {dst}" for src, dst in zip(busiest["src"], busiest["dst"])]
+    left.barh(labels, busiest["busy_fraction"] * 100, color=[KIND_COLORS.get(k, "grey") for k in busiest["kind"]])
+    for y, (frac, nbytes) in enumerate(zip(busiest["busy_fraction"], busiest["bytes"])):
         left.text(frac * 100, y, f" {nbytes / 1e9:,.1f} GB", va="center", fontsize=7)
     left.set_xlabel("busy (% of the step, mean utilisation of that direction)")
-    left.set_title(f"busiest {per_kind} link directions of each kind (of {len(links)})", fontsize=10, y=1.01)
+    left.set_title(f"busiest {per_kind} link directions of each kind (of {len(link_kind)})", fontsize=10, y=1.01)
     left.tick_params(axis="y", labelsize=7)
     kinds = [k for k in kinds if k in KIND_NAMES]
-    data = [links.busy_fraction[links.kind == k] * 100 for k in kinds]
+    data = [links["busy_fraction"][link_kind == k] * 100 for k in kinds]
     box = right.boxplot(data, patch_artist=True, showfliers=True)
     for patch, kind in zip(box["boxes"], kinds):
         patch.set_facecolor(KIND_COLORS[kind])
     right.set_xticks(range(1, len(kinds) + 1), [KIND_NAMES[k] for k in kinds], rotation=15, fontsize=8)
     right.set_ylabel("busy (%)")
-    totals = [links.bytes[links.kind == k].sum() / 1e12 for k in kinds]
+    totals = [links["bytes"][link_kind == k].sum() / 1e12 for k in kinds]
     right.set_title("by kind of link; TB moved: " + ", ".join(f"{t:,.1f}" for t in totals), fontsize=10, y=1.01)
     if title:
         fig.suptitle(title, fontsize=11)

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ..placement import Placement
+from ..trace import trace_columns
 from .beside import Beside
 
 
@@ -28,13 +29,14 @@ def rank_labels(s, ranks) -> dict[int, str]:
 TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
 
 
-PLOT_MODULES = ("pandas", "sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.links_plot")
+# no pandas: the plots read numpy columns, and the plotting process is on the critical path
+PLOT_MODULES = ("sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.links_plot")
 ROWS_SENT_AS_ROWS = 100_000
 
 
 def start_plotting() -> Beside:
-    """The process that will draw the plots, started now so that matplotlib's import (half a
-    second) overlaps the simulation; pass it to `write_run_outputs`."""
+    """The process that will draw the plots, started now so that matplotlib's import (a
+    fifth of a second) overlaps the simulation; pass it to `write_run_outputs`."""
     return Beside(preload=PLOT_MODULES)
 
 
@@ -67,9 +69,10 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         if plots:
             plotter.submit(draw_memory, plotted[-2], result.memory, f"{s.name}: memory per pipeline stage")
             # a folded trace goes as its rows, so that the plots need not wait for this process
-            # to import pandas (half a second); a large one as its table (rows pickle slowly)
+            # to build the table; a large one as the table's columns (rows pickle slowly)
             rows = result.sim.rows
-            plotter.submit(draw_gantt, plotted[:-2], rows if len(rows) <= ROWS_SENT_AS_ROWS else result.trace, labels,
+            plotter.submit(draw_gantt, plotted[:-2], rows if len(rows) <= ROWS_SENT_AS_ROWS else
+                           trace_columns(result.trace), labels,
                            f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                            f"step {summary['step_time_s']:.2f} s",
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
@@ -79,7 +82,7 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         trace = result.trace
         links = result.links
         if plots:
-            plotter.submit(draw_links, plotted[-1], links,
+            plotter.submit(draw_links, plotted[-1], {name: links[name].to_numpy() for name in links.columns},
                            f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
                            f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
         # the file also names the busiest link directions (all of them are in links.csv)
@@ -111,11 +114,9 @@ def draw_memory(path: Path, memory, title: str) -> None:
 
 
 def draw_gantt(paths: list[Path], trace, labels, title: str, options: dict) -> None:
-    """The Gantt chart (PNG, and PDF when asked) of a trace table or the engine's rows."""
-    from ..trace import rows_to_frame
+    """The Gantt chart (PNG, and PDF when asked) of the engine's rows or the trace's columns."""
     from .gantt import plot_gantt
-    plot_gantt(rows_to_frame(trace) if isinstance(trace, list) else trace, paths, title=title, rank_labels=labels,
-               **options)
+    plot_gantt(trace, paths, title=title, rank_labels=labels, **options)
 
 
 def draw_links(path: Path, links, title: str) -> None:

@@ -14,7 +14,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ..trace import canonical, check_trace
+from ..trace import canonical, check_trace, trace_columns
+from .bubbles import bubble_fractions
 from .trace_slices import slice_texts
 
 # Fixed thread id per stream so every rank shows its lanes in the same order in Perfetto.
@@ -203,34 +204,10 @@ def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[
 
 # ---- bubbles ----------------------------------------------------------------------------
 
-def busy_by_rank(df: pd.DataFrame, stream: str = "compute") -> pd.Series:
-    """Length of the union of `stream` intervals per rank (overlaps counted once)."""
-    df = check_trace(df)
-    ranks = pd.Index(sorted(df["rank"].unique().tolist()), name="rank")
-    sub = df.loc[df["stream"] == stream, ["rank", "start_s", "end_s"]].sort_values(["rank", "start_s"])
-    if sub.empty:
-        return pd.Series(0.0, index=ranks, name="busy_s")
-    # Sorted by start, everything already covered beyond this interval's start is
-    # [start, max previous end], so the interval adds max(0, end - max(start, prev_max)).
-    prev_max = sub.groupby("rank")["end_s"].cummax().groupby(sub["rank"]).shift(1)
-    lo = sub["start_s"].where(prev_max.isna() | (sub["start_s"] > prev_max), prev_max)
-    added = (sub["end_s"] - lo).clip(lower=0.0)
-    busy = added.groupby(sub["rank"]).sum()
-    return busy.reindex(ranks, fill_value=0.0).astype(float).rename("busy_s")
-
-
 def bubble_by_rank(df: pd.DataFrame) -> pd.Series:
-    """Idle fraction of each rank's compute stream over the step span.
-
-    The span is the global [min start, max end] of the whole trace (all ranks, all
-    streams), so every rank is measured against the same step; busy time is the union of
-    its compute intervals. Index: rank; ranks with no compute rows report 1.0.
-    """
-    df = check_trace(df)
-    if df.empty:
-        return pd.Series([], dtype=float, index=pd.Index([], name="rank", dtype="int64"), name="bubble")
-    span = float(df["end_s"].max() - df["start_s"].min())
-    busy = busy_by_rank(df)
-    if span <= 0.0:
-        return pd.Series(0.0, index=busy.index, name="bubble")
-    return (1.0 - busy / span).clip(lower=0.0).rename("bubble")
+    """Idle fraction of each rank's compute stream over the step span (`bubbles.py`: the
+    span is the whole trace's, busy time the union of the rank's compute intervals).
+    Index: rank; ranks with no compute rows report 1.0."""
+    fractions = bubble_fractions(trace_columns(df))
+    return pd.Series(list(fractions.values()), index=pd.Index(list(fractions), name="rank", dtype="int64"),
+                     name="bubble", dtype=float)
