@@ -51,15 +51,15 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
-    from .api import simulate
     from .report.outputs import start_plotting
-    from .report.summary import breakdown_table, summary_table
-    s = _load(scenario, set_)
-    folder = _writable_folder(out_dir or _default_folder(s.name))
-    # forked after the simulator's imports, which it then shares: forked before them, it paid
-    # for them again (1 s more CPU, 0.6 s more wall on two cores)
-    plotter = start_plotting() if plots else None  # imports pandas and matplotlib while the step is simulated
+    # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
+    # imported there while this process imports the simulator, loads and simulates)
+    plotter = start_plotting() if plots else None
     try:
+        from .api import simulate
+        from .report.summary import breakdown_table, summary_table
+        s = _load(scenario, set_)
+        folder = _writable_folder(out_dir or _default_folder(s.name))
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
         if every_gpu and not as_json:
             with _progress("simulate") as bar:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 GIB = 2**30
 PARTS = ("weights", "grads", "optimizer", "activations", "other", "reserve")
@@ -13,10 +14,17 @@ PARTS = ("weights", "grads", "optimizer", "activations", "other", "reserve")
 COLORS = ("#0072B2", "#56B4E9", "#009E73", "#E69F00", "#CC79A7", "#999999")
 
 
+def plain_rows(report) -> tuple[list[SimpleNamespace], float]:
+    """What the plot reads of a MemoryReport, as plain objects, and its capacity in GiB: the
+    plotting process unpickles them without importing the memory model."""
+    fields = ("rank", "stages", *PARTS)
+    return [SimpleNamespace(**{f: getattr(r, f) for f in fields}) for r in report.rows], report.hbm_bytes / GIB
+
+
 def plot_memory(rows, path_png: str | Path, title: str, hbm_gib: float | None = None) -> Path:
     """Stacked bars of each pipeline rank's memory with the HBM capacity as a dashed line.
-    `rows` is a list of RankMemory or a MemoryReport (which also supplies the capacity).
-    The file format follows the suffix of `path_png` (png, pdf, svg)."""
+    `rows` is a list of RankMemory (or of `plain_rows`) or a MemoryReport (which also
+    supplies the capacity). The file format follows the suffix of `path_png` (png, pdf, svg)."""
     if hasattr(rows, "rows"):
         hbm_gib = hbm_gib or rows.hbm_bytes / GIB
         rows = list(rows.rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..placement import Placement
 from ..trace import trace_columns
 from .beside import Beside
+from .memory_plot import plain_rows
 
 
 def folder_name(name: str) -> str:
@@ -67,7 +68,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     try:
         labels = rank_labels(s, sorted(set(result.sim.ranks)))
         if plots:
-            plotter.submit(draw_memory, plotted[-2], result.memory, f"{s.name}: memory per pipeline stage")
+            bars, hbm_gib = plain_rows(result.memory)
+            plotter.submit(draw_memory, plotted[-2], bars, hbm_gib, f"{s.name}: memory per pipeline stage")
             # a folded trace goes as its rows, so that the plots need not wait for this process
             # to build the table; a large one as the table's columns (rows pickle slowly)
             rows = result.sim.rows
@@ -108,9 +110,9 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
 
 # The plots, as run in the plotting process: plain data in, files out (matplotlib is imported
 # there, never here).
-def draw_memory(path: Path, memory, title: str) -> None:
+def draw_memory(path: Path, bars, hbm_gib: float, title: str) -> None:
     from .memory_plot import plot_memory
-    plot_memory(memory, path, title=title)
+    plot_memory(bars, path, title=title, hbm_gib=hbm_gib)
 
 
 def draw_gantt(paths: list[Path], trace, labels, title: str, options: dict) -> None:

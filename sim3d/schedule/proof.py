@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from .dependencies import RECV_OF, family, input_of, peak_inflight
 from .ir import P2P, Action, Kind, Schedule
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 F, B, BI, BW = Kind.F, Kind.B, Kind.BI, Kind.BW
 SENDS = frozenset({Kind.SEND_F, Kind.SEND_B})
@@ -101,6 +103,7 @@ def _p2p_errors(schedule: Schedule) -> list[str]:
 def dependency_graph(schedule: Schedule) -> tuple[nx.DiGraph, list[str]]:
     """Nodes are (rank, index). Edges: program order within a rank, and data edges from the
     producer (its SEND when lowered) to the consuming compute. A cycle is a deadlock."""
+    import networkx as nx  # here, not at the top: the trace contract and the plots import this package
     edges: list[tuple[tuple[int, int], tuple[int, int]]] = []
     errors: list[str] = []
     where: dict[tuple[int, Kind, int], tuple[int, int]] = {}  # (stage, family, mb) -> node
@@ -154,6 +157,7 @@ def prove(schedule: Schedule) -> ScheduleReport:
     errors += dep_errors
     if schedule.lowered:
         errors += _p2p_errors(schedule)
+    import networkx as nx
     if not errors and not nx.is_directed_acyclic_graph(graph):
         cycle = nx.find_cycle(graph)
         steps = [f"rank {r} #{i} {schedule.ranks[r][i]}" for (r, i), _ in cycle]
