@@ -16,6 +16,7 @@ fork fails, and for a job that does not pickle, the job runs in the caller when 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import multiprocessing
 import os
@@ -57,12 +58,18 @@ class Beside:
                                   name="sim3d-outputs", daemon=True)
         for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
             stream.flush()
+        # the child's collector leaves what it inherits alone: it would rescan all of it (a
+        # twentieth of a second, twice on the flagship) and write to its pages, which the
+        # child then copies (gc.freeze, as the Python docs advise before a fork); the caller
+        # collects its own objects as before
+        gc.freeze()
         try:
             process.start()
         except OSError:  # no fork to be had (EAGAIN, ENOMEM): the caller draws
             self._close_pipes()
             return
         finally:
+            gc.unfreeze()
             job_reader.close()  # the child's ends, closed here so that a dead child reads as EOF
             outcome_writer.close()
         self._process = process

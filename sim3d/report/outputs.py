@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..gc_paused import gc_paused
 from ..placement import Placement
 from ..trace import trace_columns
 from .beside import Beside
@@ -41,6 +42,7 @@ def start_plotting() -> Beside:
     return Beside(preload=PLOT_MODULES)
 
 
+@gc_paused()  # tables, strings and event dicts by the hundred thousand, no cycles to collect
 def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: str = "json",
                       pdf: bool = False, gantt_size: str = "screen",
                       gantt_window: tuple[float, float] | None = None,
