@@ -7,7 +7,7 @@ to every row alike (never tuned per row): vocabulary 51200 (GPT-2 BPE padded), b
 the notes say fp16 (on A100 and H100 fp16 has the same peak), the 1F1B schedule, or
 interleaved 1F1B when the row gives a virtual-pipeline degree, the cluster of the source
 (Selene: DGX A100, 8x HDR 200 Gb/s; Jean Zay for BLOOM: 4x Omni-Path 100 Gb/s per node, from
-the row's notes; DGX H100: 8x ConnectX-7 400 Gb/s).
+the row's notes or its model; DGX H100: 8x ConnectX-7 400 Gb/s).
 
 Each row family (the id's prefix before the first `_`) runs the software of its era, the same
 for every row of the family: see `ERA_RULES` and validation/README.md.
@@ -88,10 +88,15 @@ def _precision(settings: dict[str, str]) -> str:
     return "fp16" if value == "fp16" else "bf16"
 
 
+# trained on Jean Zay and nowhere else (bigscience train/tr11-176B-ml/README.md, "Hardware"): a
+# row of this model runs there whether or not its notes repeat it
+JEAN_ZAY_MODELS = ("BLOOM-176B",)
+
+
 def _cluster(row: dict, notes: str) -> dict:
     """The inter-node network of the row's system."""
     row_gpus = _int(row["num_gpus"])
-    if "Omni-Path" in notes:  # Jean Zay (BLOOM README): 4 Omni-Path 100 Gb/s links per node
+    if "Omni-Path" in notes or row.get("model") in JEAN_ZAY_MODELS:  # 4 Omni-Path 100 Gb/s links per node
         inter = {"fabric": "fat-tree", "nic_gbps": 100, "nics_per_node": 4}
     elif row["gpu"] == "H100-SXM5-80GB":  # DGX H100 datasheet: 8x ConnectX-7 400 Gb/s NDR, rail-optimized
         inter = {"fabric": "rail-optimized", "nic_gbps": 400, "nics_per_node": 8}

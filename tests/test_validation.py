@@ -87,8 +87,10 @@ def test_rows_run_the_software_of_their_era():
     assert kor.training.attention_backend == "unfused" and not kor.training.tp_comm_overlap
     assert kor.model.hidden_dropout == 0.1 and kor.model.attention_dropout == 0.1
     assert (kor.cluster.gpu, kor.nic_gbps) == ("a100-80gb", 200)
-    bloom = scenario_of(_published("bloom176b_iter85376_step"))
-    assert bloom.training.attention_backend == "unfused" and bloom.nics_per_node == 4
+    for row_id in ("bloom176b_iter85376_step", "bloom176b_iter85376_tflops", "bloom176b_gbs16_step"):
+        bloom = scenario_of(_published(row_id))  # Jean Zay, whether or not the notes say Omni-Path
+        assert bloom.training.attention_backend == "unfused"
+        assert (bloom.nics_per_node, bloom.nic_gbps, bloom.cluster.inter_node.fabric) == (4, 100, "fat-tree")
 
 
 def test_notes_parsing_ignores_what_it_does_not_know():
