@@ -36,6 +36,8 @@ SWITCH_FLAGS = {  # flags without a value
     "swiglu": ("model.activation", "swiglu"), "squared_relu": ("model.activation", "squared-relu"),
     "bf16": ("training.precision", "bf16"), "fp16": ("training.precision", "fp16"),
     "overlap_grad_reduce": ("training.overlap_grad_reduce", True),
+    "accumulate_allreduce_grads_in_fp32": ("training.grad_reduce_in_fp32", True),
+    "grad_reduce_in_bf16": ("training.grad_reduce_in_fp32", False),
     "overlap_param_gather": ("training.overlap_param_gather", True),
     "tp_comm_overlap": ("training.tp_comm_overlap", True),
     "use_flash_attn": ("training.attention_backend", "flash"),
@@ -349,6 +351,11 @@ def to_megatron_args(s) -> list[str]:
         if t.recompute == "full":
             args += ["--recompute-method", "uniform", "--recompute-num-layers", 1]
     args += ["--attention-backend", "flash" if t.attention_backend == "flash" else "local"]
+    if t.grad_reduce_in_fp32 is not None and t.precision != "fp32":  # else Megatron's default
+        if t.grad_reduce_in_fp32 and t.precision == "fp16":
+            args.append("--accumulate-allreduce-grads-in-fp32")
+        elif not t.grad_reduce_in_fp32 and t.precision != "fp16":
+            args.append("--grad-reduce-in-bf16")
     args += [flag for flag, on in (("--overlap-grad-reduce", t.overlap_grad_reduce),
                                    ("--overlap-param-gather", t.overlap_param_gather),
                                    ("--tp-comm-overlap", t.tp_comm_overlap),

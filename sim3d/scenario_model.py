@@ -130,6 +130,12 @@ class Training(_Strict):
     # 2020-22, --attention-backend local|unfused). `use_flash_attn: true` means flash.
     attention_backend: Literal["flash", "unfused"] = "flash"
     overlap_grad_reduce: bool = Field(True, validation_alias=AliasChoices("overlap_grad_reduce", "overlap_grad_sync"))
+    # Gradients kept and reduced in an fp32 buffer (Megatron's accumulate_allreduce_grads_in_fp32,
+    # NeMo's grad_reduce_in_fp32). Unset: Megatron's default, true for bf16 and fp8 (arguments.py
+    # forces it: "bfloat16 requires gradient accumulation and all-reduce to be done in fp32";
+    # --grad-reduce-in-bf16 turns it off), false for fp16 (an opt-in flag there).
+    grad_reduce_in_fp32: bool | None = Field(
+        None, validation_alias=AliasChoices("grad_reduce_in_fp32", "accumulate_allreduce_grads_in_fp32"))
     overlap_param_gather: bool = Field(
         False, validation_alias=AliasChoices("overlap_param_gather", "overlap_param_sync"))
     tp_comm_overlap: bool = Field(False, validation_alias=AliasChoices("tp_comm_overlap", "ub_tp_comm_overlap"))

@@ -233,8 +233,8 @@ def test_the_low_latency_protocol_follows_a_hop_latency_what_if():
 
 def test_tied_embedding_gradients_are_all_reduced_between_the_first_and_last_stage():
     """Megatron all-reduces the tied word embedding's gradients between the ranks of the
-    first and the last stage before the optimizer step. gpt3.yaml: 51200 / 8 x 12288 bf16
-    gradients between stage 0 and stage 15 of one pipeline (different nodes, one 200 Gb/s
+    first and the last stage before the optimizer step. gpt3.yaml: 51200 / 8 x 12288 fp16
+    gradients (Megatron's default width for fp16) between stage 0 and stage 15 of one pipeline (different nodes, one 200 Gb/s
     NIC each way): a two-rank ring moves the buffer once per rank. Llama unties its head, and
     a rank holding both ends (V schedules) has nothing to exchange."""
     s = load_scenario("scenarios/gpt3.yaml")
@@ -261,3 +261,18 @@ def test_folded_embedding_sync_under_a_slow_node_is_the_slowest_pipelines():
     own = [every.embedding_sync(rank, (0,)) for rank in first]
     assert max(own) > 5 * min(own)  # the slow node is on some pipelines' path only
     assert folded.embedding_sync(0, (0,)) == pytest.approx(max(own), rel=1e-12)
+
+
+@pytest.mark.parametrize("fp32_grads,ratio", [(None, 2.0), (True, 2.0), (False, 1.0)])
+def test_gradients_are_reduced_at_their_buffers_width_parameters_gathered_at_theirs(fp32_grads, ratio):
+    """Megatron reduces bf16 runs' gradients from its fp32 buffer (arguments.py forces
+    accumulate_allreduce_grads_in_fp32 for bf16) and gathers the bf16 parameters; with
+    --grad-reduce-in-bf16 both move two bytes. A reduce-scatter and an all-gather of the same
+    group put (n-1)/n of their buffer on the wire, so the bytes compare as the widths."""
+    sets = [f"training.grad_reduce_in_fp32={'null' if fp32_grads is None else str(fp32_grads).lower()}"]
+    s = load_scenario("scenarios/gpt-13b.yaml", sets)
+    costs = CostModel(s)
+    _, reduced = costs.dp_reduce(0, 0, 1)
+    _, gathered = costs.param_gather(0, 0, 1)
+    assert s.training.precision == "bf16" and s.parallel.distributed_optimizer
+    assert reduced == pytest.approx(ratio * gathered, rel=1e-12)

@@ -151,3 +151,19 @@ def test_a_tokenizer_that_is_not_a_section_is_ignored():
     imported = from_nemo({"model": {"tokenizer": 5, "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                                     "encoder_seq_length": 32, "global_batch_size": 8}}, name="t", gpu="h100-sxm")
     assert imported.scenario["model"]["vocab"] == 50304  # GPT-2's, assumed and said
+
+
+@pytest.mark.parametrize("precision,flag,fp32_grads", [("bf16", "--grad-reduce-in-bf16", False),
+                                                        ("fp16", "--accumulate-allreduce-grads-in-fp32", True)])
+def test_the_gradient_width_flags_round_trip(precision, flag, fp32_grads):
+    """Megatron's two gradient-width flags (each turns off its precision's default) import as
+    `grad_reduce_in_fp32` and are written back; the default writes neither."""
+    from sim3d.importers import to_megatron_args
+    base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "128",
+            "--max-position-embeddings", "128", "--micro-batch-size", "1", "--global-batch-size", "8", f"--{precision}"]
+    imported = from_megatron(base + [flag], name="w", gpu="h100-sxm", gpus=8, gpus_per_node=8)
+    assert imported.unmapped == []
+    s = scenario_from_dict(imported.scenario)
+    assert s.training.grad_reduce_in_fp32 is fp32_grads and flag in to_megatron_args(s)
+    plain = scenario_from_dict(from_megatron(base, name="w", gpu="h100-sxm", gpus=8, gpus_per_node=8).scenario)
+    assert plain.training.grad_reduce_in_fp32 is None and flag not in to_megatron_args(plain)

@@ -13,14 +13,14 @@ from sim3d.scenario import load_scenario, scenario_from_dict
 
 def make(layers=4, hidden=256, heads=8, seq=128, vocab=1024, mb=1, gb=4, tp=1, pp=1, cp=1, dp=1, vpp=1,
          sp=False, recompute="none", precision="bf16", schedule="1f1b", dist_opt=False, backend="unfused",
-         dropout=0.1):
+         dropout=0.1, fp32_grads=None):
     """Korthikanti's formulas describe Megatron's unfused attention with dropout: the default here."""
     return scenario_from_dict(dict(
         name="t", model=dict(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq,
                              hidden_dropout=dropout, attention_dropout=dropout),
         parallel=dict(tp=tp, pp=pp, cp=cp, dp=dp, vpp=vpp, sequence_parallel=sp, distributed_optimizer=dist_opt),
         training=dict(micro_batch=mb, global_batch=gb, recompute=recompute, precision=precision,
-                      attention_backend=backend),
+                      attention_backend=backend, grad_reduce_in_fp32=fp32_grads),
         schedule=schedule, cluster=dict(gpu="a100-80gb", nodes=1, gpus_per_node=tp * pp * cp * dp)))
 
 
@@ -117,22 +117,29 @@ def test_175b_interleaving_raises_first_stage_activations_by_korthikanti_factor(
 
 # ---- model states: Megatron distrib_optimizer.md -------------------------------------------
 
-@pytest.mark.parametrize("precision,plain,dist", [("bf16", 18, (6, 12)), ("fp32", 16, (8, 8))])
-def test_bytes_per_parameter_follow_megatron_table(precision, plain, dist):
+@pytest.mark.parametrize("precision,fp32_grads,plain,dist", [
+    ("bf16", None, 18, (6, 12)),  # "float16 param, fp32 grads": Megatron forces fp32 grads for bf16
+    ("fp16", None, 20, (4, 16)),  # "float16 param, float16 grads": fp16's default
+    ("fp16", True, 18, (6, 12)),  # --accumulate-allreduce-grads-in-fp32
+    ("bf16", False, 20, (4, 16)),  # --grad-reduce-in-bf16
+    ("fp32", None, 16, (8, 8))])
+def test_bytes_per_parameter_follow_megatron_table(precision, fp32_grads, plain, dist):
     d = 4
     kw = dict(layers=4, hidden=512, heads=8, seq=128, mb=1, gb=8, precision=precision, dp=d)
-    r = memory_per_rank(make(**kw))[0]
+    r = memory_per_rank(make(**kw, fp32_grads=fp32_grads))[0]
     assert r.model_states == pytest.approx(plain * r.params)
-    rd = memory_per_rank(make(**kw, dist_opt=True))[0]
+    rd = memory_per_rank(make(**kw, dist_opt=True, fp32_grads=fp32_grads))[0]
     assert rd.model_states == pytest.approx((dist[0] + dist[1] / d) * rd.params)
 
 
 def test_gpt3_yaml_states_and_stage_imbalance():
     rows = memory_per_rank(load_scenario("scenarios/gpt3.yaml"))
     assert len(rows) == 16
-    # 6 layers of 12h^2 params / tp 8 = 1.36B params per rank, x 18 B = 22.8 GiB
+    # fp16 with Megatron's default fp16 gradients and no distributed optimizer: 20 B per
+    # parameter; 6 layers of 12h^2 params / tp 8 = 1.36B params per middle rank, 25.3 GiB
     for r in rows:
-        assert 20 < r.model_states / GIB < 27, r
+        assert r.model_states == pytest.approx(20 * r.params), r
+        assert 25 < r.model_states / GIB < 28
     middle = rows[1:-1]
     assert len({round(r.weights) for r in middle}) == 1
     assert rows[0].weights > middle[0].weights  # vocab-parallel embedding

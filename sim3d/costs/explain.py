@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .model import (ADAM_BYTES, COMM_SMS, GRAD_NORM_BYTES, MASTER_COPY_BYTES, PIPELINE_SPLITS, UNSCALE_BYTES,
-                    ZERO_GRAD_BYTES)
+from ..model.ops import ACT_BYTES, grad_bytes
+from .model import ADAM_BYTES, COMM_SMS, GRAD_NORM_BYTES, MASTER_COPY_BYTES, PIPELINE_SPLITS, UNSCALE_BYTES
 
 
 def explain(costs) -> list[tuple[str, str]]:
@@ -17,10 +17,15 @@ def explain(costs) -> list[tuple[str, str]]:
                      "expert-parallel all-to-alls are flows on their routed links, sharing them max-min fairly "
                      "as they meet (rates recomputed at every start and end); alone, each takes its analytical "
                      "time. TP / CP collectives inside compute stay analytical"))
+    width = grad_bytes(costs.s.training)
+    rows.append(("data-parallel bytes", f"gradients reduced at {width} B per parameter ("
+                 + ("the fp32 gradient buffer: Megatron arguments.py, accumulate_allreduce_grads_in_fp32"
+                    if width == 4 else "--grad-reduce-in-bf16")
+                 + f"), parameters gathered at {ACT_BYTES[costs.s.training.precision]} B"))
     rows.append(("optimizer step", "memory-bound kernels, bytes per parameter: "
                  f"grad-norm {GRAD_NORM_BYTES} + Adam {ADAM_BYTES} + master copy {MASTER_COPY_BYTES}"
                  f"{f' + unscale {UNSCALE_BYTES}' if costs.s.training.precision == 'fp16' else ''} per shard, "
-                 f"zero-grad {ZERO_GRAD_BYTES} per local parameter (Megatron optimizer.py)"))
+                 f"zero-grad {grad_bytes(costs.s.training)} per local parameter (Megatron optimizer.py)"))
     return rows
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..model.memory import stage_params, tied_embedding
-from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.ops import (ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops,
+                         stage_layer_range)
 from ..placement import Placement
 from ..topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
@@ -29,12 +30,12 @@ from .flows import FlowSpec, NetworkFlows
 # only: read + write 4), grad-norm clipping's multi_tensor_l2norm (read 4), fused Adam
 # (read fp32 param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq: 28), copy
 # of the fp32 master weights to the 16-bit model weights (read 4, write 2); then
-# zero_grad_buffer rewrites the whole fp32 gradient buffer of the rank (4 per local parameter).
+# zero_grad_buffer rewrites the whole gradient buffer of the rank (`grad_bytes` per local
+# parameter: 4 in Megatron's default fp32 buffer).
 UNSCALE_BYTES = 8
 GRAD_NORM_BYTES = 4
 ADAM_BYTES = 28
 MASTER_COPY_BYTES = 6
-ZERO_GRAD_BYTES = 4
 # SMs a communication kernel takes from the GEMM it overlaps: Transformer Engine's userbuffer
 # default for the pipeline and bulk methods (transformer_engine/pytorch/module/base.py,
 # initialize_ub: num_sm 16, num_splits 4; ring_exchange uses 1 SM and the copy engines with
@@ -405,7 +406,8 @@ class CostModel:
         """(seconds, bytes on the wire per member) of one bucket's collective on a given
         data-parallel ring link."""
         params = stage_params(self.s, (stage,))
-        width = ACT_BYTES[self.s.training.precision]
+        # gradients go at their buffer's width (fp32 in Megatron's default), parameters at theirs
+        width = ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
         dense, expert = params.dense / buckets * width, params.expert / buckets * width
         seconds = self._collective(op, dense, "dp", {"dp": link})
         wire = self._wire(op, dense, "dp", {"dp": link})
@@ -471,7 +473,8 @@ class CostModel:
         precision = self.s.training.precision
         per_shard = GRAD_NORM_BYTES + ADAM_BYTES + (UNSCALE_BYTES if precision == "fp16" else 0) \
             + (MASTER_COPY_BYTES if precision != "fp32" else 0)
-        seconds = self.compute_model.memory_time(shard * per_shard) + self.compute_model.memory_time(local * ZERO_GRAD_BYTES)
+        zero_grad = local * grad_bytes(self.s.training)
+        seconds = self.compute_model.memory_time(shard * per_shard) + self.compute_model.memory_time(zero_grad)
         return seconds * self.slowdown(rank) + self.embedding_sync(rank, stages)
 
     def embedding_sync(self, rank: int, stages: tuple[int, ...]) -> float:
@@ -489,7 +492,7 @@ class CostModel:
         pipes = [p.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])]
         if self.folded and self._degraded:
             pipes = [p.pipeline(tp=t, dp=d, cp=k) for d in range(p.dp) for k in range(p.cp) for t in range(p.tp)]
-        nbytes = self.s.model.vocab * self.s.model.hidden / self.s.tp * ACT_BYTES[self.s.training.precision]
+        nbytes = self.s.model.vocab * self.s.model.hidden / self.s.tp * grad_bytes(self.s.training)
         return max(self._transfer(pipe[0], pipe[-1], nbytes, hops=2) for pipe in pipes)
 
     def explain(self) -> list[tuple[str, str]]:

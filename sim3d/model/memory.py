@@ -8,7 +8,9 @@ Sources:
   bytes per parameter: "float16 param, fp32 grads: 18 | 6 + 12/d" and "fp32 param, fp32 grads:
   16 | 8 + 8/d" (d = data-parallel size). So bf16/fp16/fp8: 2 B param + 4 B fp32 main grad
   + 12 B fp32 (master copy, exp_avg, exp_avg_sq), the 12 sharded by the distributed
-  optimizer; fp32: 4 + 4 + 8 (no separate master copy), the 8 sharded.
+  optimizer; fp32: 4 + 4 + 8 (no separate master copy), the 8 sharded. With gradients
+  reduced in half precision (`grad_reduce_in_fp32: false`), the table's "float16 param,
+  float16 grads: 20 | 4 + 16/d": 2 + 2 + 16, the 16 sharded.
 * Activations: Korthikanti et al. 2022 (arXiv:2205.05198) section 4 and Table 2, obtained by
   summing the per-op `act_bytes` of ops.py, times the in-flight chunk activations that the
   schedule reaches on each rank (schedule/proof.py).
@@ -24,7 +26,7 @@ import numpy as np
 from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
-from .ops import Dims, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for
+from .ops import Dims, embedding_dims_ops, grad_bytes, head_dims_ops, is_moe_layer, ops_for
 
 GIB = 2**30
 
@@ -320,7 +322,8 @@ def _schedule_key(s, check: bool) -> tuple:
 
 
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
-    shards = (s.training.precision == "fp32", s.parallel.distributed_optimizer, s.dp * s.cp, s.ep)
+    shards = (s.training.precision == "fp32", grad_bytes(s.training), s.parallel.distributed_optimizer,
+              s.dp * s.cp, s.ep)
     return _rank_states(_params_dims(d), _split(s), schedule, shards)
 
 
@@ -374,8 +377,10 @@ def _stage_counts(split: tuple) -> tuple[np.ndarray, np.ndarray]:
 @lru_cache(maxsize=65536)
 def _rank_states(d: Dims, split: tuple, schedule: tuple, shards: tuple) -> tuple:
     """Per rank: (stages, layers, parameters, weight / grad / optimizer bytes)."""
-    fp32, distributed, dp_cp, ep = shards
-    w_bytes, g_bytes, opt_bytes = (4, 4, 8) if fp32 else (2, 4, 12)  # distrib_optimizer.md table, see header
+    fp32, g_bytes, distributed, dp_cp, ep = shards
+    # distrib_optimizer.md's table (header): half-precision gradients leave the optimizer an
+    # fp32 copy of them to keep (16 B sharded instead of 12)
+    w_bytes, opt_bytes = (4, 8) if fp32 else (2, 12 if g_bytes == 4 else 16)
     dense_shards, expert_shards = (dp_cp, max(1, dp_cp // ep)) if distributed else (1, 1)
     rows = []
     for stages in _rank_stages(schedule):
