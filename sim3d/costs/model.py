@@ -15,8 +15,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..model.memory import stage_params, tied_embedding
-from ..model.ops import (ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops,
-                         stage_layer_range)
+from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..placement import Placement
 from ..topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
