@@ -63,7 +63,7 @@ IRRELEVANT = {
     "use_mcore_models", "transformer_impl", "rotary_base", "rotary_percent", "use_rotary_position_embeddings",
     "rampup_batch_size", "data_cache_path", "num_workers", "log_throughput", "timing_log_level",
     "log_timers_to_tensorboard", "tensorboard_log_interval", "make_vocab_size_divisible_by",
-    "group_query_attention", "recompute_num_layers", "accumulate_allreduce_grads_in_fp32",
+    "group_query_attention", "recompute_num_layers",
     # NeMo model keys of the same kind (numerics, fusions, checkpointing, data)
     "mcore_gpt", "bias", "layernorm_epsilon", "share_embeddings_and_output_weights", "persist_layer_norm",
     "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_add_fusion", "apply_query_key_layer_scaling",

@@ -211,3 +211,37 @@ def test_a_failing_job_run_here_still_stops_the_process(tmp_path, forked):
     with pytest.raises(ValueError, match="the local job fails"):
         process.wait()
     assert process._process is None and multiprocessing.active_children() == []
+
+
+def collector_state(path: Path) -> None:
+    import gc
+    path.write_text(f"{gc.isenabled()} {gc.get_freeze_count() > 0}")
+
+
+def test_the_process_collects_though_forked_where_the_caller_paused_it(tmp_path, forked):
+    """write_run_outputs pauses the collector and may start the process inside that pause;
+    the plots make reference cycles, so the process must collect again. What the caller had
+    when it forked is frozen there, not collected again."""
+    import gc
+
+    from sim3d.gc_paused import gc_paused
+    with gc_paused():
+        process = beside.Beside()
+    process.submit(collector_state, tmp_path / "state.txt")
+    process.wait()
+    assert (tmp_path / "state.txt").read_text() == "True True"
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # the caller's objects stay collectable
+
+
+def test_a_callers_own_freeze_outlives_the_process(forked):
+    """gc.unfreeze does not nest: a caller that froze objects itself must find them frozen
+    after starting the process."""
+    import gc
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        process = beside.Beside()
+        assert gc.get_freeze_count() == frozen > 0
+        process.close()
+    finally:
+        gc.unfreeze()

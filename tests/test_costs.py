@@ -276,3 +276,23 @@ def test_gradients_are_reduced_at_their_buffers_width_parameters_gathered_at_the
     _, gathered = costs.param_gather(0, 0, 1)
     assert s.training.precision == "bf16" and s.parallel.distributed_optimizer
     assert reduced == pytest.approx(ratio * gathered, rel=1e-12)
+
+
+@pytest.mark.parametrize("sets,shard_bytes,local_bytes", [
+    ([], 6 + 8 + 4 + 28 + 6, 2),  # fp16: cast its fp16 grads, unscale, norm, Adam, master copy; zero fp16 grads
+    (["training.grad_reduce_in_fp32=true"], 8 + 4 + 28 + 6, 4),  # fp32 main grads: nothing to cast
+    (["training.precision=bf16"], 4 + 28 + 6, 4),  # bf16: fp32 grads, no loss scale
+    (["training.precision=bf16", "training.grad_reduce_in_fp32=false"], 6 + 4 + 28 + 6, 2)])
+def test_the_optimizer_step_moves_the_bytes_of_megatrons_kernels(sets, shard_bytes, local_bytes):
+    """Megatron's optimizer step per parameter (optimizer_step.py): half-precision gradients
+    are first cast into fp32 main grads (read 2, write 4); fp16 unscales them (8); the norm
+    reads them (4); Adam moves 28; the master copy 6; then the gradient buffer is zeroed at
+    its own width. gpt3.yaml has no distributed optimizer, so the shard is the rank's whole
+    stage; the middle stage holds no embedding."""
+    from sim3d.model.memory import stage_params
+    s = load_scenario("scenarios/gpt3.yaml", sets)
+    costs = CostModel(s)
+    params = stage_params(s, (7,)).total
+    hbm = costs.compute_model.memory_time
+    expected = hbm(params * shard_bytes) + hbm(params * local_bytes)
+    assert costs.optimizer(costs.placement.rank(pp=7), (7,)) == pytest.approx(expected, rel=1e-12)

@@ -273,6 +273,8 @@ def test_gantt_of_every_gpu_shows_one_rank_per_stage(tmp_path, monkeypatch):
     gantt.plot_gantt(result.trace, [tmp_path / "h.png"], title="t", ranks=[0, result.sim.ranks[-1]])
     with pytest.raises(ValueError, match="not in the trace"):
         gantt.plot_gantt(result.trace, [tmp_path / "i.png"], title="t", ranks=[10**6])
+    with pytest.raises(ValueError, match="picks no rank"):
+        gantt.plot_gantt(result.trace, [tmp_path / "j.png"], title="t", ranks=[])
     # a TP peer folded into its twin is drawn as that twin when asked for by the CLI's outputs
     from sim3d.report.outputs import write_run_outputs
     twin = next(iter(result.sim.represented))

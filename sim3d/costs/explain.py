@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..model.ops import ACT_BYTES, grad_bytes
-from .model import ADAM_BYTES, COMM_SMS, GRAD_NORM_BYTES, MASTER_COPY_BYTES, PIPELINE_SPLITS, UNSCALE_BYTES
+from .model import COMM_SMS, PIPELINE_SPLITS
+from .optimizer_step import step_bytes
 
 
 def explain(costs) -> list[tuple[str, str]]:
@@ -17,16 +18,25 @@ def explain(costs) -> list[tuple[str, str]]:
                      "expert-parallel all-to-alls are flows on their routed links, sharing them max-min fairly "
                      "as they meet (rates recomputed at every start and end); alone, each takes its analytical "
                      "time. TP / CP collectives inside compute stay analytical"))
-    width = grad_bytes(costs.s.training)
-    rows.append(("data-parallel bytes", f"gradients reduced at {width} B per parameter ("
-                 + ("the fp32 gradient buffer: Megatron arguments.py, accumulate_allreduce_grads_in_fp32"
-                    if width == 4 else "--grad-reduce-in-bf16")
-                 + f"), parameters gathered at {ACT_BYTES[costs.s.training.precision]} B"))
-    rows.append(("optimizer step", "memory-bound kernels, bytes per parameter: "
-                 f"grad-norm {GRAD_NORM_BYTES} + Adam {ADAM_BYTES} + master copy {MASTER_COPY_BYTES}"
-                 f"{f' + unscale {UNSCALE_BYTES}' if costs.s.training.precision == 'fp16' else ''} per shard, "
-                 f"zero-grad {grad_bytes(costs.s.training)} per local parameter (Megatron optimizer.py)"))
+    rows.append(("data-parallel bytes", f"gradients reduced at {grad_bytes(costs.s.training)} B per parameter "
+                 f"({_gradient_width_source(costs.s.training)}), parameters gathered at "
+                 f"{ACT_BYTES[costs.s.training.precision]} B"))
+    kernels = step_bytes(costs.s.training)
+    per = {where: " + ".join(f"{name} {nbytes}" for name, (nbytes, at) in kernels.items() if at == where)
+           for where in ("shard", "local")}
+    rows.append(("optimizer step", f"memory-bound kernels, bytes per parameter: {per['shard']} per shard, "
+                 f"{per['local']} per local parameter (Megatron optimizer.py)"))
     return rows
+
+
+def _gradient_width_source(training) -> str:
+    if training.precision == "fp32":
+        return "fp32 training"
+    if training.grad_reduce_in_fp32 is None:
+        return ("Megatron's default for fp16: its gradient buffer in fp16" if training.precision == "fp16" else
+                "Megatron's default for bf16: arguments.py forces accumulate_allreduce_grads_in_fp32")
+    return ("grad_reduce_in_fp32 set (--accumulate-allreduce-grads-in-fp32)" if training.grad_reduce_in_fp32 else
+            "grad_reduce_in_fp32 unset (--grad-reduce-in-bf16)")
 
 
 def _describe(costs, kind: str, sources: set[str]) -> str:

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..model.memory import stage_params
-from ..model.ops import ACT_BYTES
 from .collectives import COLLECTIVE, NETWORK_EFFICIENCY, collective_time, p2p_time
 
 
@@ -176,7 +175,7 @@ class NetworkFlows:
         if self.costs.profile is not None or link.nodes < 2:
             return 1.0
         params = stage_params(self.costs.s, (stage,))
-        dense = params.dense / buckets * ACT_BYTES[self.costs.s.training.precision]
+        dense = params.dense / buckets * self.costs.dp_width(op)
         got = collective_time(COLLECTIVE[op], dense, link)
         return got.network_s / got.seconds if got.network_s is not None and got.seconds > 0 else 1.0
 

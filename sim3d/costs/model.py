@@ -22,19 +22,7 @@ from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collecti
 from .action_cost import ActionCost
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
-
-# The optimizer step as Megatron runs it (megatron/core/optimizer/optimizer.py,
-# MixedPrecisionOptimizer.step; distrib_optimizer.py), bytes moved per parameter of the
-# rank's optimizer shard: unscale + inf check of the fp32 main grads (fp16 loss scaling
-# only: read + write 4), grad-norm clipping's multi_tensor_l2norm (read 4), fused Adam
-# (read fp32 param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq: 28), copy
-# of the fp32 master weights to the 16-bit model weights (read 4, write 2); then
-# zero_grad_buffer rewrites the whole gradient buffer of the rank (`grad_bytes` per local
-# parameter: 4 in Megatron's default fp32 buffer).
-UNSCALE_BYTES = 8
-GRAD_NORM_BYTES = 4
-ADAM_BYTES = 28
-MASTER_COPY_BYTES = 6
+from .optimizer_step import step_bytes
 # SMs a communication kernel takes from the GEMM it overlaps: Transformer Engine's userbuffer
 # default for the pipeline and bulk methods (transformer_engine/pytorch/module/base.py,
 # initialize_ub: num_sm 16, num_splits 4; ring_exchange uses 1 SM and the copy engines with
@@ -405,8 +393,7 @@ class CostModel:
         """(seconds, bytes on the wire per member) of one bucket's collective on a given
         data-parallel ring link."""
         params = stage_params(self.s, (stage,))
-        # gradients go at their buffer's width (fp32 in Megatron's default), parameters at theirs
-        width = ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
+        width = self.dp_width(op)
         dense, expert = params.dense / buckets * width, params.expert / buckets * width
         seconds = self._collective(op, dense, "dp", {"dp": link})
         wire = self._wire(op, dense, "dp", {"dp": link})
@@ -415,6 +402,11 @@ class CostModel:
             seconds += collective_time(COLLECTIVE[op], expert, edp).seconds
             wire += self._wire(op, expert, "dp", {"dp": edp})
         return seconds, wire
+
+    def dp_width(self, op: str) -> int:
+        """Bytes per element of a data-parallel collective: gradients go at their buffer's
+        width (`grad_bytes`: fp32 in Megatron's default), gathered parameters at theirs."""
+        return ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
 
     def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         """(seconds, bytes on the wire) for `rank` to reduce one gradient bucket of a stage over its
@@ -463,17 +455,15 @@ class CostModel:
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
         """The optimizer step of a rank holding `stages`, from the bytes each of its kernels
-        moves (see the constants above): memory-bound, so priced at the HBM roofline."""
+        moves (optimizer_step.py): memory-bound, so priced at the HBM roofline."""
         held = [stage_params(self.s, (stage,)) for stage in stages]
-        local = sum(p.total for p in held)
-        shard = local
+        count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
         if self.s.parallel.distributed_optimizer:
-            shard = sum(p.dense / self.s.dp + p.expert / max(1, self.s.dp // self.s.ep) for p in held)
-        precision = self.s.training.precision
-        per_shard = GRAD_NORM_BYTES + ADAM_BYTES + (UNSCALE_BYTES if precision == "fp16" else 0) \
-            + (MASTER_COPY_BYTES if precision != "fp32" else 0)
-        zero_grad = local * grad_bytes(self.s.training)
-        seconds = self.compute_model.memory_time(shard * per_shard) + self.compute_model.memory_time(zero_grad)
+            count["shard"] = sum(p.dense / self.s.dp + p.expert / max(1, self.s.dp // self.s.ep) for p in held)
+        moved = defaultdict(float)
+        for nbytes, per in step_bytes(self.s.training).values():
+            moved[per] += nbytes * count[per]
+        seconds = sum(self.compute_model.memory_time(moved[per]) for per in ("shard", "local"))
         return seconds * self.slowdown(rank) + self.embedding_sync(rank, stages)
 
     def embedding_sync(self, rank: int, stages: tuple[int, ...]) -> float:

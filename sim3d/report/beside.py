@@ -61,15 +61,19 @@ class Beside:
         # the child's collector leaves what it inherits alone: it would rescan all of it (a
         # twentieth of a second, twice on the flagship) and write to its pages, which the
         # child then copies (gc.freeze, as the Python docs advise before a fork); the caller
-        # collects its own objects as before
-        gc.freeze()
+        # collects its own objects as before. A caller that froze objects itself keeps its
+        # freeze (unfreeze does not nest), and its child inherits that.
+        ours = gc.get_freeze_count() == 0
+        if ours:
+            gc.freeze()
         try:
             process.start()
         except OSError:  # no fork to be had (EAGAIN, ENOMEM): the caller draws
             self._close_pipes()
             return
         finally:
-            gc.unfreeze()
+            if ours:
+                gc.unfreeze()
             job_reader.close()  # the child's ends, closed here so that a dead child reads as EOF
             outcome_writer.close()
         self._process = process
@@ -156,6 +160,7 @@ def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
     locks (matplotlib's font cache lock, left behind, stalls every later import)."""
     die_with_parent(parent=caller)
     signal.signal(signal.SIGTERM, _exit_on_terminate)
+    gc.enable()  # forked where the caller had paused it (write_run_outputs): plots make cycles
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_read_jobs, args=(jobs, inbox), daemon=True).start()
     try:

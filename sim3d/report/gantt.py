@@ -179,6 +179,8 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
         missing = sorted(set(ranks) - set(all_ranks))
         if missing:
             raise ValueError(f"plot_gantt: rank(s) {missing[:8]} are not in the trace")
+        if not ranks:
+            raise ValueError("plot_gantt: ranks=[] picks no rank to draw (None draws them all)")
         shown, omitted = sorted(set(ranks)), 0
     else:
         candidates = _one_per_stage(t, all_ranks) if len(all_ranks) > max_ranks else all_ranks

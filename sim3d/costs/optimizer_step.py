@@ -1,0 +1,36 @@
+"""The bytes the optimizer step moves, kernel by kernel, as Megatron runs it
+(megatron/core/optimizer/optimizer.py, MixedPrecisionOptimizer.step; distrib_optimizer.py).
+The step is memory-bound, so the cost model prices these bytes at the HBM roofline.
+
+Per parameter of the rank's optimizer shard:
+* cast of half-precision gradients into the fp32 main grads (`_copy_model_grads_to_main_grads`,
+  `.float()`: read 2, write 4), only where the gradient buffer is half precision;
+* unscale + inf check of the fp32 main grads (fp16 loss scaling only: read + write 4);
+* grad-norm clipping's multi_tensor_l2norm (read 4);
+* fused Adam (read fp32 param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq: 28);
+* copy of the fp32 master weights to the 16-bit model weights (read 4, write 2).
+Per local parameter: zero_grad_buffer rewrites the whole gradient buffer (its width).
+"""
+
+from __future__ import annotations
+
+from ..model.ops import grad_bytes
+
+GRAD_CAST_BYTES = 6
+UNSCALE_BYTES = 8
+GRAD_NORM_BYTES = 4
+ADAM_BYTES = 28
+MASTER_COPY_BYTES = 6
+
+
+def step_bytes(training) -> dict[str, tuple[int, str]]:
+    """{kernel: (bytes per parameter, "shard" or "local")} of one optimizer step."""
+    half_grads = training.precision != "fp32" and grad_bytes(training) == 2
+    kernels = {"grad cast": (GRAD_CAST_BYTES, "shard")} if half_grads else {}
+    if training.precision == "fp16":
+        kernels["unscale"] = (UNSCALE_BYTES, "shard")
+    kernels |= {"grad-norm": (GRAD_NORM_BYTES, "shard"), "Adam": (ADAM_BYTES, "shard")}
+    if training.precision != "fp32":
+        kernels["master copy"] = (MASTER_COPY_BYTES, "shard")
+    kernels["zero-grad"] = (grad_bytes(training), "local")
+    return kernels
