@@ -234,9 +234,10 @@ def test_the_low_latency_protocol_follows_a_hop_latency_what_if():
 def test_tied_embedding_gradients_are_all_reduced_between_the_first_and_last_stage():
     """Megatron all-reduces the tied word embedding's gradients between the ranks of the
     first and the last stage before the optimizer step. gpt3.yaml: 51200 / 8 x 12288 fp16
-    gradients (Megatron's default width for fp16) between stage 0 and stage 15 of one pipeline (different nodes, one 200 Gb/s
-    NIC each way): a two-rank ring moves the buffer once per rank. Llama unties its head, and
-    a rank holding both ends (V schedules) has nothing to exchange."""
+    gradients (Megatron's default width for fp16) between stage 0 and stage 15 of one
+    pipeline (different nodes, one 200 Gb/s NIC each way): a two-rank ring moves the buffer
+    once per rank. Llama unties its head, and a rank holding both ends (V schedules) has
+    nothing to exchange."""
     s = load_scenario("scenarios/gpt3.yaml")
     costs = CostModel(s)
     first, last = costs.placement.rank(pp=0, dp=3, tp=5), costs.placement.rank(pp=s.pp - 1, dp=3, tp=5)

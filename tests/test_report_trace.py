@@ -446,7 +446,8 @@ def test_link_plot_shows_each_kinds_busiest_and_totals(tmp_path, monkeypatch):
     links_plot.plot_links(links, tmp_path / "l.png", top=4)
     left, right = drawn["fig"].axes
     shown = [label.get_text() for label in left.get_yticklabels()]
-    assert shown == ["leaf1 → spine", "leaf0 → sw", "gpu1 → sw", "gpu0 → sw"]  # 2 per kind, least busy at the bottom
+    # two per kind, the least busy at the bottom
+    assert shown == ["leaf1 → spine", "leaf0 → sw", "gpu1 → sw", "gpu0 → sw"]
     assert right.get_title() == "by kind of link; TB moved: 8.5, 3.0"
 
 
