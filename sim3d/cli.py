@@ -52,6 +52,8 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
     from .report.outputs import start_plotting
+    if not scenario.is_file():  # the commonest bad input, said before anything is started
+        _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
     # imported there while this process imports the simulator, loads and simulates)
     plotter = start_plotting() if plots else None
@@ -484,12 +486,11 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
 app.add_typer(import_app, name="import")
 
 
-# True in the `sim3d` command's own process (not under a test runner or in a notebook, where
-# the caller's objects must stay collectable)
-_PROCESS_ENDS_WITH_COMMAND = False
+_PROCESS_ENDS_WITH_COMMAND = False  # True in the `sim3d` command's own process only (see main)
 
 
 def main() -> None:  # pragma: no cover - console entry point
+    """The `sim3d` command, whose process (unlike a test runner's) ends with it: `_run` may gc.freeze."""
     global _PROCESS_ENDS_WITH_COMMAND
     _PROCESS_ENDS_WITH_COMMAND = True
     app()

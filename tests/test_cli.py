@@ -222,3 +222,12 @@ def test_bad_input_leaves_no_plotting_process_behind(tmp_path):
     assert result.exit_code == 2 and "model" in result.stderr
     assert multiprocessing.active_children() == []
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("path", ["no-such.yaml", "."])
+def test_a_scenario_path_that_is_no_file_is_refused_before_the_plotting_process_starts(path, monkeypatch):
+    """`sim3d run` forks its plotting process early; a mistyped path must not pay for it."""
+    from sim3d.report import outputs
+    monkeypatch.setattr(outputs, "start_plotting", lambda: pytest.fail("the plotting process was started"))
+    result = invoke("run", path)
+    assert result.exit_code == 2 and ("no such scenario file" in result.output or "is a folder" in result.output)
