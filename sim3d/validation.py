@@ -149,6 +149,11 @@ def _nemo_2024(row: dict, notes: str, settings: dict[str, str]) -> dict:
     for key, field in (("overlap_grad_sync", "overlap_grad_reduce"), ("overlap_p2p_comm", "overlap_p2p")):
         if (value := _flag(notes, settings, key, mentioned=True)) is not None:  # else the scenario default
             training[field] = value
+    if "distributed_fused_adam" in notes:
+        # the NeMo 1.x path's optimizer, which those recipes set to reduce in bf16
+        # (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml @35a9aec: optim.grad_sync_dtype: bf16);
+        # the NeMo 2.0 recipes keep MegatronMixedPrecision's grad_reduce_in_fp32=True
+        training["grad_reduce_in_fp32"] = False
     return {"model": model, "training": training}
 
 

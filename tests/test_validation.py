@@ -82,6 +82,8 @@ def test_rows_run_the_software_of_their_era():
     assert llama.cluster.inter_node.fabric == "rail-optimized"
     gpt3 = scenario_of(_published("dgxc2411_gpt3_175b_128"))
     assert gpt3.training.overlap_param_gather and gpt3.model.activation == "gelu"
+    assert gpt3.training.grad_reduce_in_fp32 is False  # its recipe's grad_sync_dtype: bf16
+    assert llama.training.grad_reduce_in_fp32 is None  # NeMo 2.0: Megatron's fp32 default
     assert scenario_of(_published("dgxc2411_nemotron4_15b_16")).model.activation == "squared-relu"
     kor = scenario_of(_published("kor22_22B_full"))
     assert kor.training.attention_backend == "unfused" and not kor.training.tp_comm_overlap
