@@ -23,6 +23,7 @@ from .action_cost import ActionCost
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
+
 # SMs a communication kernel takes from the GEMM it overlaps: Transformer Engine's userbuffer
 # default for the pipeline and bulk methods (transformer_engine/pytorch/module/base.py,
 # initialize_ub: num_sm 16, num_splits 4; ring_exchange uses 1 SM and the copy engines with
