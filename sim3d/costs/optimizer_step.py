@@ -25,8 +25,7 @@ MASTER_COPY_BYTES = 6
 
 def step_bytes(training) -> dict[str, tuple[int, str]]:
     """{kernel: (bytes per parameter, "shard" or "local")} of one optimizer step."""
-    half_grads = training.precision != "fp32" and grad_bytes(training) == 2
-    kernels = {"grad cast": (GRAD_CAST_BYTES, "shard")} if half_grads else {}
+    kernels = {"grad cast": (GRAD_CAST_BYTES, "shard")} if grad_bytes(training) == 2 else {}
     if training.precision == "fp16":
         kernels["unscale"] = (UNSCALE_BYTES, "shard")
     kernels |= {"grad-norm": (GRAD_NORM_BYTES, "shard"), "Adam": (ADAM_BYTES, "shard")}
