@@ -70,6 +70,21 @@ PRESETS: dict[str, GpuSpec] = {
     # fractions of the line rate (370/450 ring, 480/450*... NVLS 480/450) are assumed.
     "b200": GpuSpec("b200", 2250.0, 2250.0, 4500.0, 75.0, 1100.0, 180.0, 8.0, 7200.0, 400.0, 8, 8, 148,
                     740.0, 960.0),
+    # GB200 (a Blackwell GPU of the GB200 superchip, at up to 1,200 W): NVIDIA's GB200 NVL72
+    # specification, per GPU: FP16/BF16 5 PF, FP8 10 PF, TF32 2.5 PF with sparsity (2.5 / 5 /
+    # 1.25 PF dense), FP32 80 TF, 186 GB HBM3E at 8 TB/s, NVLink 5 at 1.8 TB/s. A compute tray
+    # holds 2 superchips = 4 GPUs, one 400 Gb/s NIC per GPU; its NVLink domain spans 18 trays
+    # (the cluster's intra_node.domain_nodes). busbw as the B200's.
+    "gb200": GpuSpec("gb200", 2500.0, 2500.0, 5000.0, 80.0, 1250.0, 186.0, 8.0, 7200.0, 400.0, 4, 4, 148,
+                     740.0, 960.0),
+    # H800 SXM (the export Hopper, DeepSeek-V3's cluster): H100 SXM compute, HBM and SMs with
+    # NVLink cut to 400 GB/s bidirectional = 1600 Gb/s per direction (validation/hardware.csv;
+    # DeepSeek-V3 report arXiv:2412.19437 sec. 3.2.2: ~160 GB/s usable NVLink, 50 GB/s IB per GPU,
+    # i.e. one 400 Gb/s NIC per GPU). busbw from the H100's measured fractions of the line
+    # rate (ring 370/450, NVLS 480/450): 164 and 213 GB/s; a user measured 215 GB/s
+    # (NVIDIA/nccl#1374, checked by nccl_check).
+    "h800": GpuSpec("h800", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 1600.0, 400.0, 8, 8, 132,
+                    200.0 * 370.0 / 450.0, 200.0 * 480.0 / 450.0),
     # NVIDIA V100 SXM3 32GB in a DGX-2 (the 2019-20 Megatron runs): FP16 tensor 125 TF, no
     # BF16 and no FP8; FP32 15.7 TF (V100 datasheet); 80 SMs; HBM2 900 GB/s; 16 GPUs on
     # NVSwitch at 300 GB/s bidirectional = 1200 Gb/s per direction; 8x EDR 100 Gb/s NICs per
@@ -89,6 +104,20 @@ def suggest(name: str, choices) -> str:
     close = ([folded[c] for c in folded if c.startswith(name)]
              or [folded[c] for c in difflib.get_close_matches(name, list(folded), n=1, cutoff=0.5)])
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def preset_named_in(text: str) -> str | None:
+    """The preset a free-text GPU or system name refers to ("H100-SXM5-80GB", "8x A100-SXM4-40GB
+    + 4x HDR", "DGX B200"), or None. Most specific first: "H800" and "H200" before "H100",
+    "GB200" before "B200"."""
+    text = text.upper()
+    for marker, preset in (("H800", "h800"), ("H200", "h200"), ("H100", "h100-sxm"), ("GB200", "gb200"), ("B200", "b200"),
+                           ("V100", "v100")):
+        if marker in text:
+            return preset
+    if "A100" in text:
+        return "a100-40gb" if "40G" in text else "a100-80gb"
+    return None
 
 
 def gpu_preset(name: str, **overrides) -> GpuSpec:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .costs.collectives import bus_factor, collective_time, p2p_time
+from .hardware import preset_named_in
 from .scenario import scenario_from_dict
 from .topology import Topology
 
@@ -44,8 +45,7 @@ def _system(row) -> dict | None:
     text = row["system"]
     if "ConnectX-7" in text:  # a NIC measured alone: any 400G H100 node
         return {"gpu": "h100-sxm", "gpus_per_node": 8, "inter_node": {"fabric": "rail-optimized", "nic_gbps": 400}}
-    gpu = ("h200" if "H200" in text else "h100-sxm" if re.search(r"H100", text)
-           else "a100-40gb" if "A100-SXM4-40GB" in text else "a100-80gb" if "A100" in text else None)
+    gpu = preset_named_in(text)
     if gpu is None:
         return None
     cluster = {"gpu": gpu, "gpus_per_node": 8, "inter_node": {"fabric": "rail-optimized"}}

@@ -2,33 +2,25 @@
 
     python -m sim3d.validation [CSV] [--out reports/validation.csv]
 
-Defaults for what the sources leave unknown are Megatron-LM's documented defaults, applied
-to every row alike (never tuned per row): vocabulary 51200 (GPT-2 BPE padded), bf16 unless
-the notes say fp16 (on A100 and H100 fp16 has the same peak), the 1F1B schedule, or
-interleaved 1F1B when the row gives a virtual-pipeline degree, the cluster of the source
-(Selene: DGX A100, 8x HDR 200 Gb/s; Jean Zay for BLOOM: 4x Omni-Path 100 Gb/s per node, from
-the row's notes or its model; DGX H100: 8x ConnectX-7 400 Gb/s).
-
-Each row family (the id's prefix before the first `_`) runs the software of its era, the same
-for every row of the family: see `ERA_RULES` and validation/README.md.
+How a row becomes a scenario (its cluster, its era's software, the defaults for what the
+source leaves unknown) is `sim3d.published_row`; this module predicts each row's metric,
+compares and reports.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from .scenario import ScenarioError, scenario_from_dict
+from .published_row import family_of, note_settings, scenario_dict_of, scenario_of
+from .scenario import ScenarioError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = REPO_ROOT / "validation" / "published_dev.csv"  # copied from shared/validation, see its README
-GPUS = {"A100-SXM4-80GB": "a100-80gb", "A100-SXM4-40GB": "a100-40gb", "H100-SXM5-80GB": "h100-sxm"}
 GIB = 2**30
 
 
@@ -45,162 +37,6 @@ class Row:
         if self.predicted is None:
             return None
         return (self.predicted - self.published) / self.published
-
-
-def _int(value, default=None):
-    return default if value is None or (isinstance(value, float) and math.isnan(value)) or value == "" else int(value)
-
-
-# ---- what a row's notes say ------------------------------------------------------------
-# `key=value` tokens (num_query_groups=8, ub_tp_comm_overlap=true, precision=bf16, ...); a value
-# ends at white space, `;`, `,` or a parenthesis. Keys sim3d does not know are ignored.
-_SETTING = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=([^\s;,()]+)")
-
-
-def note_settings(notes: str) -> dict[str, str]:
-    """The `key=value` tokens of a notes cell, keys lower-cased (the first of a repeated key wins)."""
-    out: dict[str, str] = {}
-    for key, value in _SETTING.findall(notes or ""):
-        out.setdefault(key.lower(), value)
-    return out
-
-
-def _flag(notes: str, settings: dict[str, str], key: str, mentioned: bool = False) -> bool | None:
-    """A boolean setting: `key=true|false|1|0` decides; otherwise, with `mentioned`, the bare
-    word (e.g. "... with overlap_grad_sync/overlap_param_sync") means on; else None (unknown)."""
-    value = {"true": True, "false": False, "1": True, "0": False}.get(settings.get(key.lower(), "").lower())
-    if value is None and mentioned and re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", notes or ""):
-        return True
-    return value
-
-
-def family_of(row_id: str) -> str:
-    """The row family: the id's prefix before the first underscore (kor22, bloom176b, dgxc2411)."""
-    return str(row_id).split("_", 1)[0]
-
-
-# ---- one rule per question, each the same for every row it applies to --------------------
-def _precision(settings: dict[str, str]) -> str:
-    """`precision=` of the notes when it names bf16 or fp16. "fp16/bf16-mixed" (not stated in
-    the sources) and missing values give bf16: both have the same tensor-core peak on A100
-    and H100, and bf16 needs no loss scaling."""
-    value = settings.get("precision", "").lower()
-    return "fp16" if value == "fp16" else "bf16"
-
-
-# trained on Jean Zay and nowhere else (bigscience train/tr11-176B-ml/README.md, "Hardware"): a
-# row of this model runs there whether or not its notes repeat it
-JEAN_ZAY_MODELS = ("BLOOM-176B",)
-
-
-def _cluster(row: dict, notes: str) -> dict:
-    """The inter-node network of the row's system."""
-    row_gpus = _int(row["num_gpus"])
-    if "Omni-Path" in notes or row.get("model") in JEAN_ZAY_MODELS:  # 4 Omni-Path 100 Gb/s links per node
-        inter = {"fabric": "fat-tree", "nic_gbps": 100, "nics_per_node": 4}
-    elif row["gpu"] == "H100-SXM5-80GB":  # DGX H100 datasheet: 8x ConnectX-7 400 Gb/s NDR, rail-optimized
-        inter = {"fabric": "rail-optimized", "nic_gbps": 400, "nics_per_node": 8}
-    else:  # Selene, DGX A100 datasheet: 8x ConnectX-6 HDR 200 Gb/s, rail-optimized
-        inter = {"fabric": "rail-optimized", "nic_gbps": 200, "nics_per_node": 8}
-    return {"gpu": GPUS.get(row["gpu"], row["gpu"]), "nodes": max(1, row_gpus // 8),
-            "gpus_per_node": min(8, row_gpus), "inter_node": inter}
-
-
-def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
-    """Megatron-LM / Megatron-DeepSpeed of 2022 (Korthikanti et al.; BLOOM's
-    train/tr11-176B-ml/tr11-176B-ml.slurm passes no dropout flags): attention scores
-    materialised in HBM with a fused softmax kernel (Megatron's --use-flash-attn postdates
-    these runs), Megatron's default dropout 0.1 (megatron/arguments.py --hidden-dropout /
-    --attention-dropout), no tensor-parallel communication overlap (Transformer Engine's
-    userbuffers overlap postdates them too)."""
-    return {"model": {"hidden_dropout": 0.1, "attention_dropout": 0.1},
-            "training": {"attention_backend": "unfused", "tp_comm_overlap": False}}
-
-
-def _nemo_model(model_name: str) -> dict:
-    """Architecture and dropout of a NeMo model family, from the `model` column."""
-    name = model_name.lower()
-    if "llama" in name:
-        # NeMo LlamaConfig (nemo/collections/llm/gpt/model/llama.py): SwiGLU, RMSNorm, no
-        # biases, attention_dropout = hidden_dropout = 0.0 (Llama 3 trains without dropout)
-        return {"activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
-    if "nemotron" in name:
-        # dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: activation squared-relu,
-        # hidden_dropout 0.0, attention_dropout 0.0 (Nemotron-4, arXiv:2402.16819 sec. 2)
-        return {"activation": "squared-relu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
-    # GPT-3 175B: the run's own config, dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml
-    # @35a9aec (v24.11.1), sets hidden_dropout 0.1 and attention_dropout 0.1 (NeMo 1.x hydra
-    # path). NeMo 2.0's GPTConfig175B (nemo/collections/llm/gpt/model/base.py) sets 0.0, but
-    # that recipe is not what these rows ran. GELU and LayerNorm as in GPT-3.
-    return {"activation": "gelu", "hidden_dropout": 0.1, "attention_dropout": 0.1}
-
-
-def _nemo_2024(row: dict, notes: str, settings: dict[str, str]) -> dict:
-    """NeMo 24.09-24.11 on Megatron-Core and Transformer Engine (DGX Cloud benchmarks):
-    fused (flash / cuDNN) attention, and the overlaps the recipe's YAML switches on as
-    recorded in the notes (ub_tp_comm_overlap, overlap_param_sync, overlap_p2p_comm,
-    num_query_groups)."""
-    model = _nemo_model(str(row.get("model", "")))
-    if (groups := settings.get("num_query_groups", "")).isdigit():
-        model["kv_heads"] = int(groups)
-    training = {"attention_backend": "flash",
-                "tp_comm_overlap": bool(_flag(notes, settings, "ub_tp_comm_overlap")),
-                "overlap_param_gather": bool(_flag(notes, settings, "overlap_param_sync", mentioned=True))}
-    for key, field in (("overlap_grad_sync", "overlap_grad_reduce"), ("overlap_p2p_comm", "overlap_p2p")):
-        if (value := _flag(notes, settings, key, mentioned=True)) is not None:  # else the scenario default
-            training[field] = value
-    if "distributed_fused_adam" in notes:
-        # the NeMo 1.x path's optimizer, which those recipes set to reduce in bf16
-        # (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml @35a9aec: optim.grad_sync_dtype: bf16);
-        # the NeMo 2.0 recipes keep MegatronMixedPrecision's grad_reduce_in_fp32=True
-        training["grad_reduce_in_fp32"] = False
-    return {"model": model, "training": training}
-
-
-# row family -> the software of its era (validation/README.md); families not listed keep
-# the scenario defaults
-ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _nemo_2024}
-
-
-def scenario_of(row: dict, layer_only: bool = False):
-    """A Scenario for one CSV row, or raise ScenarioError saying what is missing."""
-    return scenario_from_dict(scenario_dict_of(row, layer_only))
-
-
-def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
-    """The scenario file contents (a plain dict) for one CSV row."""
-    gbs, mb = _int(row.get("global_batch")), _int(row.get("micro_batch"))
-    if layer_only and mb is not None and gbs is None:  # one layer's timing: the batch size is moot
-        gbs = mb * _int(row["dp"])
-    if gbs is None or mb is None:
-        raise ScenarioError("micro_batch / global_batch not published")
-    tp, pp, dp = _int(row["tp"]), _int(row["pp"]), _int(row["dp"])
-    vpp = _int(row.get("vp"), 1) or 1
-    recompute = row.get("recompute") if isinstance(row.get("recompute"), str) else "none"
-    notes = row.get("notes")
-    notes = notes if isinstance(notes, str) else ""
-    settings = note_settings(notes)
-    raw = {
-        "name": row["id"],
-        "model": {"layers": _int(row["layers"]), "hidden": _int(row["hidden"]), "heads": _int(row["heads"]),
-                  "ffn_hidden": _int(row.get("ffn_hidden")), "vocab": _int(row.get("vocab"), 51200),
-                  "seq_len": _int(row["seq_len"])},
-        "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row.get("cp"), 1), "vpp": vpp,
-                     "sequence_parallel": str(row.get("sequence_parallel")).lower() == "true",
-                     "distributed_optimizer": str(row.get("distributed_optimizer")).lower() in ("true", "zero1")},
-        "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute,
-                     "precision": _precision(settings)},
-        "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
-        "cluster": _cluster(row, notes),
-    }
-    era = ERA_RULES.get(family_of(row["id"]))
-    if era is not None:
-        for section, values in era(row, notes, settings).items():
-            raw[section].update(values)
-    if layer_only:
-        raw["parallel"]["pp"] = 1
-        raw["parallel"]["vpp"] = 1
-    return raw
 
 
 def _predict(row: dict) -> tuple[float | None, str]:
@@ -229,13 +65,43 @@ def _predict(row: dict) -> tuple[float | None, str]:
         middle = report.rows[len(report.rows) // 2]
         return middle.model_states / GIB, (f"pipeline rank {middle.rank}; first rank with embedding: "
                                            f"{report.rows[0].model_states / GIB:.1f}")
-    summary = simulate(s).summary
-    if metric == "step_time_s":
-        return summary["step_time_s"], ""
-    if metric == "mfu":
-        return summary["mfu"], "model FLOPs / dense peak"
+    return _whole_run_metric(metric, simulate(s).summary, s, row)
+
+
+# metric -> (summary key, factor); per-GPU figures divide by the GPUs
+_SUMMARY_METRICS = {"step_time_s": ("step_time_s", 1.0), "step_time_ms": ("step_time_s", 1e3),
+                    "tokens_per_s": ("tokens_per_s", 1.0), "model_tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
+                    "hardware_tflops_per_gpu": ("hardware_tflops_per_gpu", 1.0)}
+_MODEL_FLOPS = ("model flops", "model_flops", "model tflop")
+
+
+def _whole_run_metric(metric: str, summary: dict, s, row: dict) -> tuple[float | None, str]:
+    """A whole-run metric from the simulated summary. FLOP rates follow the row's source:
+    `tflops_per_gpu` is hardware FLOPs (recompute counted, as Narayanan et al. and BLOOM
+    count) unless the notes say model FLOPs (NeMo, Llama 3). MFU / HFU divide by the dense
+    peak of the run's precision, but fp8 runs by the bf16 peak unless the notes say
+    `mfu_peak=fp8` (Llama 3 and NeMo quote BF16 MFU)."""
+    notes = row.get("notes") if isinstance(row.get("notes"), str) else ""
+    if metric in _SUMMARY_METRICS:
+        key, factor = _SUMMARY_METRICS[metric]
+        return summary[key] * factor, ""
+    if metric in ("tokens_per_s_per_gpu", "tokens_per_gpu_per_s"):
+        return summary["tokens_per_s"] / summary["num_gpus"], ""
+    if metric == "samples_per_s":
+        return summary["global_batch"] / summary["step_time_s"], ""
     if metric == "tflops_per_gpu":
+        if any(word in notes.lower() for word in _MODEL_FLOPS):
+            return summary["model_tflops_per_gpu"], "model FLOPs (no recompute)"
         return summary["hardware_tflops_per_gpu"], "hardware FLOPs (recompute counted)"
+    if metric in ("mfu", "hfu"):
+        precision = s.training.precision
+        basis = note_settings(notes).get("mfu_peak", "bf16" if precision == "fp8" else precision).lower()
+        try:
+            peak = s.gpu.peak_tflops(basis)
+        except (KeyError, ValueError):
+            return None, f"no {basis} peak for {s.gpu.name}"
+        tflops = summary["model_tflops_per_gpu" if metric == "mfu" else "hardware_tflops_per_gpu"]
+        return tflops / peak, f"{'model' if metric == 'mfu' else 'hardware'} FLOPs / dense {basis} peak"
     return None, f"metric {metric} not predicted"
 
 

@@ -25,6 +25,7 @@ GEMM_PEAK_EFFICIENCY = {  # gpu -> {precision: fraction}
     "a100-40gb": {"bf16": 0.869}, "a100-80gb": {"bf16": 0.869},
     "h100-sxm": {"bf16": 0.803, "fp8": 0.709}, "h200": {"bf16": 0.803, "fp8": 0.734},
 }
+GEMM_PEAK_EFFICIENCY["h800"] = GEMM_PEAK_EFFICIENCY["h100-sxm"]  # the same GH100 die, SMs and clocks
 ASSUMED_GEMM_EFFICIENCY = 0.75
 # MAMF is a burst figure: the kernels run for well under a second. A training step keeps the
 # tensor cores busy for seconds, the board reaches its power limit, and the SM clock drops
@@ -40,6 +41,7 @@ SUSTAINED_CLOCK_FACTOR = {  # gpu -> {precision: sustained / burst}
     "h100-sxm": {"bf16": 687.6 / 794.5, "fp8": 1238.8 / 1402.6},
     "h200": {"bf16": 658.6 / 794.5, "fp8": 1192.0 / 1453.4},
 }
+SUSTAINED_CLOCK_FACTOR["h800"] = SUSTAINED_CLOCK_FACTOR["h100-sxm"]  # and the same 700 W limit
 # Shape effects (NVIDIA "Matrix Multiplication Background" user's guide, tile and wave
 # quantization): the output is cut into tiles, one per SM at a time; a last partial wave of
 # tiles leaves SMs idle. cuBLAS's large-GEMM tiles on Ampere / Hopper are 128x256 (either

@@ -1,0 +1,241 @@
+"""One row of a published-runs CSV as a scenario: the layout the row states, the cluster its
+GPU comes in, and the software of its era for what the row leaves unsaid.
+
+Defaults for what the sources leave unknown are Megatron-LM's documented defaults, applied
+to every row alike (never tuned per row): vocabulary 51200 (GPT-2 BPE padded), bf16 unless
+the notes say fp16 or fp8 (on A100 and H100 fp16 has the same peak), the 1F1B schedule, or
+interleaved 1F1B when the row gives a virtual-pipeline degree, the servers its GPU ships in
+(Selene: DGX A100, 8x HDR 200 Gb/s; DGX H100/H200/B200: 8x ConnectX-7 400 Gb/s; Jean Zay for
+BLOOM: 4x Omni-Path 100 Gb/s per node; GB200: NVL72 racks).
+
+Each row family (the id's prefix before the first `_`) runs the software of its era, the same
+for every row of the family (`ERA_RULES`, validation/README.md). A family sim3d has no rule
+for gets its era from the row itself (`_inferred_era`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .hardware import PRESETS, preset_named_in
+from .scenario import ScenarioError, scenario_from_dict
+
+
+def _int(value, default=None):
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) or value == "" else int(value)
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+# ---- what a row's notes say ------------------------------------------------------------
+# `key=value` tokens (num_query_groups=8, ub_tp_comm_overlap=true, precision=bf16, ...); a value
+# ends at white space, `;`, `,` or a parenthesis. Keys sim3d does not know are ignored.
+_SETTING = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=([^\s;,()]+)")
+
+
+def note_settings(notes: str) -> dict[str, str]:
+    """The `key=value` tokens of a notes cell, keys lower-cased (the first of a repeated key wins)."""
+    out: dict[str, str] = {}
+    for key, value in _SETTING.findall(notes or ""):
+        out.setdefault(key.lower(), value)
+    return out
+
+
+def _flag(notes: str, settings: dict[str, str], key: str, mentioned: bool = False) -> bool | None:
+    """A boolean setting: `key=true|false|1|0` decides; otherwise, with `mentioned`, the bare
+    word (e.g. "... with overlap_grad_sync/overlap_param_sync") means on; else None (unknown)."""
+    value = {"true": True, "false": False, "1": True, "0": False}.get(settings.get(key.lower(), "").lower())
+    if value is None and mentioned and re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", notes or ""):
+        return True
+    return value
+
+
+def family_of(row_id: str) -> str:
+    """The row family: the id's prefix before the first underscore (kor22, bloom176b, dgxc2411)."""
+    return str(row_id).split("_", 1)[0]
+
+
+# ---- one rule per question, each the same for every row it applies to --------------------
+def _precision(settings: dict[str, str]) -> str:
+    """`precision=` of the notes: fp8 (Transformer Engine's recipes: "fp8", "fp8-mixed",
+    "fp8_hybrid"), fp16, fp32, else bf16. "fp16/bf16-mixed" (not stated in the sources) and
+    missing values give bf16: both have the same tensor-core peak on A100 and H100, and bf16
+    needs no loss scaling."""
+    value = settings.get("precision", "").lower()
+    if value.startswith("fp8"):
+        return "fp8"
+    return {"fp16": "fp16", "fp16-mixed": "fp16", "16-mixed": "fp16", "fp32": "fp32", "32": "fp32"}.get(value, "bf16")
+
+
+# trained on Jean Zay and nowhere else (bigscience train/tr11-176B-ml/README.md, "Hardware"): a
+# row of this model runs there whether or not its notes repeat it
+JEAN_ZAY_MODELS = ("BLOOM-176B",)
+# a GB200 NVL72 rack: 18 compute trays of 4 GPUs on one NVLink switch system (NVIDIA GB200 NVL72)
+NVL72_TRAYS = 18
+
+
+def _cluster(row: dict, notes: str) -> dict:
+    """The servers of the row's GPU as its maker ships them (the preset's GPUs and NICs per
+    node), on a rail-optimized fabric; BLOOM on Jean Zay's Omni-Path fat tree."""
+    name, row_gpus = _text(row.get("gpu")), _int(row["num_gpus"])
+    gpu = preset_named_in(name)
+    if gpu is None:
+        raise ScenarioError(f"no GPU preset for {name or 'an empty gpu cell'}")
+    spec = PRESETS[gpu]
+    per_node = min(spec.gpus_per_node, row_gpus)
+    nodes = max(1, row_gpus // per_node)
+    if "Omni-Path" in notes or row.get("model") in JEAN_ZAY_MODELS:  # 4 Omni-Path 100 Gb/s links per node
+        inter = {"fabric": "fat-tree", "nic_gbps": 100, "nics_per_node": 4}
+    else:  # DGX datasheets: one NIC per GPU (two GPUs per NIC on a DGX-2)
+        inter = {"fabric": "rail-optimized", "nic_gbps": spec.nic_gbps, "nics_per_node": spec.nics_per_node}
+    cluster = {"gpu": gpu, "nodes": nodes, "gpus_per_node": per_node, "inter_node": inter}
+    if gpu == "gb200":
+        cluster["intra_node"] = {"domain_nodes": math.gcd(nodes, NVL72_TRAYS)}
+    return cluster
+
+
+def _model_family(model_name: str) -> dict:
+    """Architecture and dropout of a model family, from the `model` column."""
+    name = model_name.lower()
+    if any(family in name for family in ("llama", "mistral", "mixtral", "qwen", "deepseek")):
+        # Llama (arXiv:2302.13971 sec. 2.2) and its descendants: SwiGLU, RMSNorm, no biases;
+        # NeMo's LlamaConfig / MixtralConfig (nemo/collections/llm/gpt/model/) set
+        # attention_dropout = hidden_dropout = 0.0
+        return {"activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
+    if "nemotron" in name:
+        # dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: activation squared-relu,
+        # hidden_dropout 0.0, attention_dropout 0.0 (Nemotron-4, arXiv:2402.16819 sec. 2)
+        return {"activation": "squared-relu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
+    # GPT-3 175B: the run's own config, dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml
+    # @35a9aec (v24.11.1), sets hidden_dropout 0.1 and attention_dropout 0.1 (NeMo 1.x hydra
+    # path), as Megatron's own defaults do. GELU and LayerNorm as in GPT-3.
+    return {"activation": "gelu", "hidden_dropout": 0.1, "attention_dropout": 0.1}
+
+
+# Mixture-of-experts models by name, for rows whose notes do not give num_experts / topk:
+# Mixtral 8x7B and 8x22B route each token to 2 of 8 experts (arXiv:2401.04088 sec. 2).
+KNOWN_MOE = {"mixtral": {"experts": 8, "top_k": 2}}
+
+
+def _moe(row: dict, settings: dict[str, str]) -> dict | None:
+    """The row's experts: notes keys (Megatron's names) first, then `KNOWN_MOE`."""
+    moe = next((dict(v) for k, v in KNOWN_MOE.items() if k in _text(row.get("model")).lower()), {})
+    for key, field in (("num_experts", "experts"), ("moe_router_topk", "top_k"),
+                       ("moe_ffn_hidden_size", "expert_ffn_hidden"), ("moe_layer_freq", "every")):
+        if settings.get(key, "").isdigit():
+            moe[field] = int(settings[key])
+    if not moe and (_int(row.get("ep"), 1) or 1) > 1:
+        raise ScenarioError("expert parallelism without experts: give num_experts= (and moe_router_topk=) in notes")
+    return moe or None
+
+
+def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
+    """Megatron-LM / Megatron-DeepSpeed of 2021-22 (Narayanan et al.; Korthikanti et al.;
+    BLOOM's train/tr11-176B-ml/tr11-176B-ml.slurm passes no dropout flags): attention scores
+    materialised in HBM with a fused softmax kernel (Megatron's --use-flash-attn postdates
+    these runs), Megatron's default dropout 0.1 (megatron/arguments.py --hidden-dropout /
+    --attention-dropout), no tensor-parallel communication overlap (Transformer Engine's
+    userbuffers overlap postdates them too)."""
+    return {"model": {"hidden_dropout": 0.1, "attention_dropout": 0.1},
+            "training": {"attention_backend": "unfused", "tp_comm_overlap": False}}
+
+
+def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
+    """Megatron-Core / NeMo / Transformer Engine from 2023 on: fused (flash / cuDNN)
+    attention, the model family's activation and dropout, and the overlaps the notes record
+    (ub_tp_comm_overlap, overlap_param_sync, overlap_grad_sync, overlap_p2p_comm,
+    num_query_groups)."""
+    model = _model_family(_text(row.get("model")))
+    if (groups := settings.get("num_query_groups", "")).isdigit():
+        model["kv_heads"] = int(groups)
+    training = {"attention_backend": "flash",
+                "tp_comm_overlap": bool(_flag(notes, settings, "ub_tp_comm_overlap")
+                                        or _flag(notes, settings, "tp_comm_overlap")),
+                "overlap_param_gather": bool(_flag(notes, settings, "overlap_param_sync", mentioned=True))}
+    for key, field in (("overlap_grad_sync", "overlap_grad_reduce"), ("overlap_p2p_comm", "overlap_p2p")):
+        if (value := _flag(notes, settings, key, mentioned=True)) is not None:  # else the scenario default
+            training[field] = value
+    if "distributed_fused_adam" in notes:
+        # the NeMo 1.x path's optimizer, which those recipes set to reduce in bf16
+        # (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml @35a9aec: optim.grad_sync_dtype: bf16);
+        # the NeMo 2.0 recipes keep MegatronMixedPrecision's grad_reduce_in_fp32=True
+        training["grad_reduce_in_fp32"] = False
+    return {"model": model, "training": training}
+
+
+# what a source says of its attention kernels, and what says it ran a 2023+ fused stack
+_UNFUSED = re.compile(r"unfused attention|flash_attention=(false|0)|use_flash_attn=(false|0)", re.I)
+_FUSED = re.compile(r"flash|cudnn|fused attention|transformer ?engine|nemo|megatron-core|megatron-bridge|"
+                    r"torchtitan", re.I)
+_YEAR = re.compile(r"arXiv:(\d{2})\d{2}\.|(?<!\d)(20[12]\d)(?!\d)")
+PRE_FLASH = ("a100-40gb", "a100-80gb", "v100")  # GPUs of the unfused era
+
+
+def _year_of(source: str) -> int | None:
+    """The latest year a source cell names (an arXiv id's yymm counts), or None."""
+    years = [2000 + int(a) if a else int(b) for a, b in _YEAR.findall(source)]
+    return max(years) if years else None
+
+
+def _inferred_era(row: dict, notes: str, settings: dict[str, str]) -> dict:
+    """A family sim3d has no rule for: the 2021-22 Megatron stack when the source says its
+    attention was unfused, or, failing any word on attention or software, when the source
+    predates 2023 (FlashAttention reached Megatron-LM in 2023, --use-flash-attn) or names no
+    year and ran on pre-Hopper GPUs; else today's fused stack. Either way the model family's
+    activation, the row's query groups and its experts."""
+    text = " ".join((notes, _text(row.get("source"))))
+    year = _year_of(_text(row.get("source")))
+    old = bool(_UNFUSED.search(text)) or (not _FUSED.search(text) and (
+        year < 2023 if year is not None else preset_named_in(_text(row.get("gpu"))) in PRE_FLASH))
+    era = _fused_stack(row, notes, settings)
+    if old:  # the family's dropout stays: GPT's 0.1 is Megatron's default, Llama never used any
+        era["training"].update(_megatron_2022(row, notes, settings)["training"])
+    return era
+
+
+# row family -> the software of its era (validation/README.md)
+ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _fused_stack}
+
+
+def scenario_of(row: dict, layer_only: bool = False):
+    """A Scenario for one CSV row, or raise ScenarioError saying what is missing."""
+    return scenario_from_dict(scenario_dict_of(row, layer_only))
+
+
+def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
+    """The scenario file contents (a plain dict) for one CSV row."""
+    gbs, mb = _int(row.get("global_batch")), _int(row.get("micro_batch"))
+    if layer_only and mb is not None and gbs is None:  # one layer's timing: the batch size is moot
+        gbs = mb * _int(row["dp"])
+    if gbs is None or mb is None:
+        raise ScenarioError("micro_batch / global_batch not published")
+    tp, pp, dp = _int(row["tp"]), _int(row["pp"]), _int(row["dp"])
+    vpp = _int(row.get("vp"), 1) or 1
+    recompute = row.get("recompute") if isinstance(row.get("recompute"), str) else "none"
+    notes = _text(row.get("notes"))
+    settings = note_settings(notes)
+    raw = {
+        "name": row["id"],
+        "model": {"layers": _int(row["layers"]), "hidden": _int(row["hidden"]), "heads": _int(row["heads"]),
+                  "ffn_hidden": _int(row.get("ffn_hidden")), "vocab": _int(row.get("vocab"), 51200),
+                  "seq_len": _int(row["seq_len"])},
+        "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row.get("cp"), 1), "ep": _int(row.get("ep"), 1),
+                     "vpp": vpp, "sequence_parallel": str(row.get("sequence_parallel")).lower() == "true",
+                     "distributed_optimizer": str(row.get("distributed_optimizer")).lower() in ("true", "zero1")},
+        "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute,
+                     "precision": _precision(settings)},
+        "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
+        "cluster": _cluster(row, notes),
+    }
+    if (moe := _moe(row, settings)) is not None:
+        raw["model"]["moe"] = moe
+    era = ERA_RULES.get(family_of(row["id"]), _inferred_era)
+    for section, values in era(row, notes, settings).items():
+        raw[section].update(values)
+    if layer_only:
+        raw["parallel"]["pp"] = 1
+        raw["parallel"]["vpp"] = 1
+    return raw
