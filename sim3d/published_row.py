@@ -23,7 +23,7 @@ from .scenario import ScenarioError, scenario_from_dict
 
 
 def _int(value, default=None):
-    return default if value is None or (isinstance(value, float) and math.isnan(value)) or value == "" else int(value)
+    return default if _blank(value) else int(value)
 
 
 def _text(value) -> str:
@@ -149,6 +149,10 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     (ub_tp_comm_overlap, overlap_param_sync, overlap_grad_sync, overlap_p2p_comm,
     num_query_groups)."""
     model = _model_family(_text(row.get("model")))
+    if _GATED.search(notes):
+        # a gated MLP the notes name (Grok-1's GeGLU): three GEMMs of ffn_hidden, as SwiGLU; the
+        # nonlinearity differs only in an elementwise kernel of the same size
+        model["activation"] = "swiglu"
     if (groups := settings.get("num_query_groups", "")).isdigit():
         model["kv_heads"] = int(groups)
     training = {"attention_backend": "flash",
@@ -166,6 +170,7 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     return {"model": model, "training": training}
 
 
+_GATED = re.compile(r"geglu|swiglu|gated (mlp|linear unit)", re.I)
 # what a source says of its attention kernels, and what says it ran a 2023+ fused stack
 _UNFUSED = re.compile(r"unfused attention|flash_attention=(false|0)|use_flash_attn=(false|0)", re.I)
 _FUSED = re.compile(r"flash|cudnn|fused attention|transformer ?engine|nemo|megatron-core|megatron-bridge|"
@@ -205,16 +210,72 @@ def scenario_of(row: dict, layer_only: bool = False):
     return scenario_from_dict(scenario_dict_of(row, layer_only))
 
 
+def _recompute_that_fits(raw: dict) -> str:
+    """Recomputation a run that does not say must have used. On the 2021-22 Megatron stack
+    (unfused attention), where full recomputation was the only kind and large models needed
+    it: none if the run fits in its GPUs' memory without it (a run that trained fitted), else
+    full; there Korthikanti's activation formulas, which the memory model reproduces within 3%
+    (validation), decide. On today's stack the recipes' default, none (NeMo and
+    Megatron-Bridge: recompute_granularity None): its fp8 and FSDP memory savings are beyond
+    what the memory model is validated on, and it would wrongly choose full for runs that
+    published their speed without it."""
+    if raw["training"].get("attention_backend") != "unfused":
+        return "none"
+    from .model.memory import fits_in_memory
+    trial = {**raw, "training": {**raw["training"], "recompute": "none"}}
+    return "none" if fits_in_memory(scenario_from_dict(trial), check_schedule=False)[0] else "full"
+
+
+# What a row that leaves a cell empty gets, and why (`assumed` names those a row used):
+# micro-batch 1, as Megatron-LM's GPT-3 175B example (examples/gpt3/train_gpt3_175b_distributed.sh
+# @157006d: --micro-batch-size 1) and NeMo's recipes (micro_batch_size: int = 1) run large models.
+DEFAULT_MICRO_BATCH = 1
+# sharded data parallelism of any kind: Megatron's distributed optimizer (ZeRO-1), or FSDP /
+# ZeRO-2 as Llama 3 ran it (arXiv:2407.21783 sec. 3.3.2: parameters not resharded after the
+# forward), which moves the same bytes per step: gradients reduce-scattered, parameters gathered
+SHARDED_DP = ("true", "zero1", "zero2", "fsdp")
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
+def assumed(row: dict) -> list[str]:
+    """The defaults a row's empty cells take (for the validation table's notes)."""
+    out = []
+    if _blank(row.get("recompute")) and (choice := _recompute_that_fits(scenario_dict_of(row))) != "none":
+        out.append(f"recompute {choice} assumed (none does not fit in memory)")
+    if _blank(row.get("micro_batch")) and not _blank(row.get("global_batch")):
+        out.append(f"micro-batch {DEFAULT_MICRO_BATCH} assumed")
+    if _blank(row.get("vocab")):
+        out.append("vocab 51200 assumed")
+    if _blank(row.get("sequence_parallel")) and _sequence_parallel(row) is True:
+        out.append("sequence parallelism assumed (recipe default)")
+    return out
+
+
+def _sequence_parallel(row: dict) -> bool:
+    """The row's cell, else NeMo's and Megatron-Bridge's recipe default (sequence_parallelism:
+    bool = True) wherever tensor parallelism runs on today's fused stack; off in 2022 Megatron."""
+    cell = row.get("sequence_parallel")
+    if not _blank(cell):
+        return str(cell).lower() == "true"
+    era = ERA_RULES.get(family_of(row["id"]), _inferred_era)
+    fused = era(row, _text(row.get("notes")), note_settings(_text(row.get("notes"))))["training"]
+    return fused["attention_backend"] == "flash" and (_int(row.get("tp"), 1) or 1) > 1
+
+
 def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
     """The scenario file contents (a plain dict) for one CSV row."""
     gbs, mb = _int(row.get("global_batch")), _int(row.get("micro_batch"))
     if layer_only and mb is not None and gbs is None:  # one layer's timing: the batch size is moot
         gbs = mb * _int(row["dp"])
-    if gbs is None or mb is None:
-        raise ScenarioError("micro_batch / global_batch not published")
+    if gbs is None:
+        raise ScenarioError("global_batch not published")
+    mb = DEFAULT_MICRO_BATCH if mb is None else mb
     tp, pp, dp = _int(row["tp"]), _int(row["pp"]), _int(row["dp"])
     vpp = _int(row.get("vp"), 1) or 1
-    recompute = row.get("recompute") if isinstance(row.get("recompute"), str) else "none"
+    recompute = row.get("recompute") if isinstance(row.get("recompute"), str) and row["recompute"] else None
     notes = _text(row.get("notes"))
     settings = note_settings(notes)
     raw = {
@@ -223,9 +284,9 @@ def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
                   "ffn_hidden": _int(row.get("ffn_hidden")), "vocab": _int(row.get("vocab"), 51200),
                   "seq_len": _int(row["seq_len"])},
         "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row.get("cp"), 1), "ep": _int(row.get("ep"), 1),
-                     "vpp": vpp, "sequence_parallel": str(row.get("sequence_parallel")).lower() == "true",
-                     "distributed_optimizer": str(row.get("distributed_optimizer")).lower() in ("true", "zero1")},
-        "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute,
+                     "vpp": vpp, "sequence_parallel": _sequence_parallel(row),
+                     "distributed_optimizer": str(row.get("distributed_optimizer")).lower() in SHARDED_DP},
+        "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",
                      "precision": _precision(settings)},
         "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
         "cluster": _cluster(row, notes),
@@ -238,4 +299,6 @@ def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
     if layer_only:
         raw["parallel"]["pp"] = 1
         raw["parallel"]["vpp"] = 1
+    elif recompute is None:
+        raw["training"]["recompute"] = _recompute_that_fits(raw)
     return raw

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .published_row import family_of, note_settings, scenario_dict_of, scenario_of
+from .published_row import assumed, family_of, note_settings, scenario_dict_of, scenario_of
 from .scenario import ScenarioError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +113,7 @@ def validate_rows(csv_path: Path = DEFAULT_CSV, progress=None) -> list[Row]:
             progress(record["id"])
         try:
             predicted, note = _predict(record)
+            note = "; ".join(filter(None, [note, *assumed(record)]))
         except ScenarioError as e:
             predicted, note = None, f"not expressible: {str(e).splitlines()[0]}"
         rows.append(Row(record["id"], record["metric"], float(record["value"]), predicted, note))

@@ -137,3 +137,52 @@ def test_the_inferred_era_agrees_with_every_family_rule_on_the_dev_rows():
         assert {**unknown, "name": known["name"]} == known, record["id"]
         checked += 1
     assert checked >= 45  # the rest publish no batch sizes
+
+
+def test_empty_cells_take_the_framework_defaults_and_say_so():
+    quiet = row(micro_batch=None, sequence_parallel=None, vocab=None, distributed_optimizer="fsdp")
+    s = scenario_of(quiet)
+    assert s.training.micro_batch == 1 and s.model.vocab == 51200
+    assert s.parallel.sequence_parallel is True  # the NeMo / Megatron-Bridge recipes' default with tp > 1
+    assert s.parallel.distributed_optimizer is True  # FSDP moves a sharded optimizer's bytes
+    notes = _validate([quiet])[0].note
+    for said in ("micro-batch 1 assumed", "vocab 51200 assumed", "sequence parallelism assumed"):
+        assert said in notes
+    old = scenario_of(row(sequence_parallel=None, gpu="A100-SXM4-80GB", source="arXiv:2104.04473"))
+    assert old.parallel.sequence_parallel is False  # 2021 Megatron had none
+    with pytest.raises(ScenarioError, match="global_batch"):
+        scenario_of(row(global_batch=None))
+
+
+def test_unsaid_recomputation_is_the_cheapest_that_fits_on_the_2022_stack_and_none_after():
+    """A 2021-22 run that does not fit without recomputation must have recomputed (full: the
+    only kind then); today's stack keeps the recipes' default even where the memory model
+    would not fit it."""
+    big = dict(gpu="A100-SXM4-80GB", source="arXiv:2201.11990", model="GPT 530B", layers=105, hidden=20480,
+               heads=128, num_gpus=2240, tp=8, pp=35, dp=8, global_batch=1920, recompute=None, notes="",
+               sequence_parallel="false")
+    assert scenario_of(row(**big)).training.recompute == "full"
+    assert "recompute full assumed" in " ".join(_validate([row(**big)])[0].note.split())
+    assert scenario_of(row(gpu="A100-SXM4-80GB", source="arXiv:2201.11990", recompute=None)).training.recompute == "none"
+    modern = {**big, "gpu": "H100-SXM5-80GB", "source": "NeMo 2025"}
+    assert scenario_of(row(**modern)).training.recompute == "none"
+    assert scenario_of(row(**{**big, "recompute": "selective"})).training.recompute == "selective"  # said: kept
+
+
+def test_a_gated_mlp_named_in_the_notes_gets_three_gemms():
+    grok = scenario_of(row(model="Grok-1 314B", notes="precision=bf16; GeGLU (fast-geglu)"))
+    assert grok.model.activation == "swiglu"
+    assert scenario_of(row(model="GPT 1B")).model.activation == "gelu"
+
+
+def test_every_held_out_row_becomes_a_scenario():
+    """validation/published_extra.csv (sources sim3d has no family rule for) is expressible
+    row by row: the inferred eras, presets, experts and defaults cover it."""
+    import pandas as pd
+    from sim3d.validation import REPO_ROOT
+    table = pd.read_csv(REPO_ROOT / "validation" / "published_extra.csv")
+    assert len(table) >= 30 and table["id"].is_unique
+    for record in table.to_dict("records"):
+        scenario_of(record)
+    grok = scenario_of(table[table["id"] == "dgxc2411_grok1_314b_bf16_512"].to_dict("records")[0])
+    assert (grok.model.moe.experts, grok.model.moe.top_k, grok.ep, grok.model.activation) == (8, 2, 8, "swiglu")
