@@ -35,8 +35,9 @@ CASES = [("gpt3.yaml folded (pp16, m192)", "scenarios/gpt3.yaml", [], 7),
 COMPUTE = (Kind.F, Kind.B, Kind.BI, Kind.BW)
 
 
-def bare(schedule, costs) -> tuple[float, float]:
-    """(step time, wall seconds of the replay alone)."""
+def bare(schedule, costs, copies: int = 1) -> tuple[float, float]:
+    """(step time, wall seconds of the replay alone); `copies` independent pipelines in one
+    environment, as an every-rank replay runs one per tensor rank and data-parallel replica."""
     stages, pipe = schedule.stages, costs.placement.pipeline()
     price = {}
     for rank, actions in enumerate(schedule.ranks):
@@ -53,25 +54,26 @@ def bare(schedule, costs) -> tuple[float, float]:
             arrivals[key] = env.event()
         return arrivals[key]
 
-    def rank_process(rank, actions):
+    def rank_process(copy, rank, actions):
         for a in actions:
             if a.kind in COMPUTE:
                 src = input_of(stages, rank, a)
                 if src is not None:
-                    yield arrival((src.stage, src.family, a.mb, src.rank == rank))
+                    yield arrival((copy, src.stage, src.family, a.mb, src.rank == rank))
                 yield env.timeout(price[(rank, a.chunk, a.kind)])
-                arrival((stages.stage(rank, a.chunk), family(a.kind), a.mb, True)).succeed()
+                arrival((copy, stages.stage(rank, a.chunk), family(a.kind), a.mb, True)).succeed()
             elif a.kind in (Kind.SEND_F, Kind.SEND_B):
-                key = (rank, a.peer, a.kind)
+                key = (copy, rank, a.peer, a.kind)
                 begin = max(env.now, free.get(key, 0.0))
                 free[key] = begin + price[(rank, a.peer)]
                 out = output_to(stages, rank, a)
-                done = arrival((stages.stage(rank, a.chunk), out.family, a.mb, False))
+                done = arrival((copy, stages.stage(rank, a.chunk), out.family, a.mb, False))
                 env.timeout(free[key] - env.now).callbacks.append(lambda _e, done=done: done.succeed())
         finish.append(env.now)
 
-    for rank, actions in enumerate(schedule.ranks):
-        env.process(rank_process(rank, actions))
+    for copy in range(copies):
+        for rank, actions in enumerate(schedule.ranks):
+            env.process(rank_process(copy, rank, actions))
     start = time.perf_counter()
     with gc_paused():  # as the engine does: the comparison is of the bookkeeping alone
         env.run()
