@@ -22,6 +22,10 @@ from .hardware import PRESETS, preset_named_in
 from .scenario import ScenarioError, scenario_from_dict
 
 
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
 def _int(value, default=None):
     return default if _blank(value) else int(value)
 
@@ -143,6 +147,9 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
             "training": {"attention_backend": "unfused", "tp_comm_overlap": False}}
 
 
+_GATED = re.compile(r"geglu|swiglu|gated (mlp|linear unit)", re.I)
+
+
 def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     """Megatron-Core / NeMo / Transformer Engine from 2023 on: fused (flash / cuDNN)
     attention, the model family's activation and dropout, and the overlaps the notes record
@@ -170,7 +177,6 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     return {"model": model, "training": training}
 
 
-_GATED = re.compile(r"geglu|swiglu|gated (mlp|linear unit)", re.I)
 # what a source says of its attention kernels, and what says it ran a 2023+ fused stack
 _UNFUSED = re.compile(r"unfused attention|flash_attention=(false|0)|use_flash_attn=(false|0)", re.I)
 _FUSED = re.compile(r"flash|cudnn|fused attention|transformer ?engine|nemo|megatron-core|megatron-bridge|"
@@ -205,11 +211,6 @@ def _inferred_era(row: dict, notes: str, settings: dict[str, str]) -> dict:
 ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _fused_stack}
 
 
-def scenario_of(row: dict, layer_only: bool = False):
-    """A Scenario for one CSV row, or raise ScenarioError saying what is missing."""
-    return scenario_from_dict(scenario_dict_of(row, layer_only))
-
-
 def _recompute_that_fits(raw: dict) -> str:
     """Recomputation a run that does not say must have used. On the 2021-22 Megatron stack
     (unfused attention), where full recomputation was the only kind and large models needed
@@ -234,10 +235,6 @@ DEFAULT_MICRO_BATCH = 1
 # ZeRO-2 as Llama 3 ran it (arXiv:2407.21783 sec. 3.3.2: parameters not resharded after the
 # forward), which moves the same bytes per step: gradients reduce-scattered, parameters gathered
 SHARDED_DP = ("true", "zero1", "zero2", "fsdp")
-
-
-def _blank(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
 
 
 def assumed(row: dict) -> list[str]:
@@ -302,3 +299,8 @@ def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
     elif recompute is None:
         raw["training"]["recompute"] = _recompute_that_fits(raw)
     return raw
+
+
+def scenario_of(row: dict, layer_only: bool = False):
+    """A Scenario for one CSV row, or raise ScenarioError saying what is missing."""
+    return scenario_from_dict(scenario_dict_of(row, layer_only))
