@@ -20,7 +20,12 @@ import numpy as np
 # of a brute-force search ("maximum achievable matmul FLOPS"): stas00/ml-engineering,
 # compute/accelerator/README.md, MAMF table (mamf-finder.py): A100 SXM bf16 271.2 of 312;
 # H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; H200 fp8 1453.4 of 1979 (bf16 taken
-# as H100's: same SMs and clocks). B200 and V100: no public MAMF found; 0.75 assumed.
+# as H100's: same SMs and clocks). B200 and V100: no public MAMF found; 0.75 assumed. For
+# Blackwell that is borne out by XLA's default matmul table (tensorflow/tensorflow
+# third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h @a305421, key sm_100,
+# board not named): bf16 4 x 4096^3 at 1670 TFLOP/s, 0.742 of the B200's dense 2250; its Hopper
+# entries (805 TFLOP/s, 0.81) agree with MAMF's. Its fp8 entries exceed Hopper's dense fp8
+# peak, so they are not used.
 GEMM_PEAK_EFFICIENCY = {  # gpu -> {precision: fraction}
     "a100-40gb": {"bf16": 0.869}, "a100-80gb": {"bf16": 0.869},
     "h100-sxm": {"bf16": 0.803, "fp8": 0.709}, "h200": {"bf16": 0.803, "fp8": 0.734},
