@@ -26,8 +26,25 @@ def _blank(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
 
 
-def _int(value, default=None):
-    return default if _blank(value) else int(value)
+# cells a row cannot do without; every other one has a default
+REQUIRED = ("layers", "hidden", "heads", "seq_len", "num_gpus", "tp", "pp", "dp")
+
+
+def _int(row: dict, key: str, default=None):
+    """A whole-number cell: its default when empty, ScenarioError naming the column when it
+    is required and empty or holds something else."""
+    value = row.get(key)
+    if _blank(value):
+        if key in REQUIRED:
+            raise ScenarioError(f"{key} not published")
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not number.is_integer():
+        raise ScenarioError(f"{key}: {value!r} is not a whole number")
+    return int(number)
 
 
 def _text(value) -> str:
@@ -84,7 +101,9 @@ NVL72_TRAYS = 18
 def _cluster(row: dict, notes: str) -> dict:
     """The servers of the row's GPU as its maker ships them (the preset's GPUs and NICs per
     node), on a rail-optimized fabric; BLOOM on Jean Zay's Omni-Path fat tree."""
-    name, row_gpus = _text(row.get("gpu")), _int(row["num_gpus"])
+    name, row_gpus = _text(row.get("gpu")), _int(row, "num_gpus")
+    if row_gpus < 1:
+        raise ScenarioError(f"num_gpus: {row_gpus} GPUs")
     gpu = preset_named_in(name)
     if gpu is None:
         raise ScenarioError(f"no GPU preset for {name or 'an empty gpu cell'}")
@@ -131,7 +150,7 @@ def _moe(row: dict, settings: dict[str, str]) -> dict | None:
                        ("moe_ffn_hidden_size", "expert_ffn_hidden"), ("moe_layer_freq", "every")):
         if settings.get(key, "").isdigit():
             moe[field] = int(settings[key])
-    if not moe and (_int(row.get("ep"), 1) or 1) > 1:
+    if not moe and _int(row, "ep", 1) > 1:
         raise ScenarioError("expert parallelism without experts: give num_experts= (and moe_router_topk=) in notes")
     return moe or None
 
@@ -259,28 +278,28 @@ def _sequence_parallel(row: dict) -> bool:
         return str(cell).lower() == "true"
     era = ERA_RULES.get(family_of(row["id"]), _inferred_era)
     fused = era(row, _text(row.get("notes")), note_settings(_text(row.get("notes"))))["training"]
-    return fused["attention_backend"] == "flash" and (_int(row.get("tp"), 1) or 1) > 1
+    return fused["attention_backend"] == "flash" and _int(row, "tp", 1) > 1
 
 
 def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
     """The scenario file contents (a plain dict) for one CSV row."""
-    gbs, mb = _int(row.get("global_batch")), _int(row.get("micro_batch"))
+    gbs, mb = _int(row, "global_batch"), _int(row, "micro_batch")
     if layer_only and mb is not None and gbs is None:  # one layer's timing: the batch size is moot
-        gbs = mb * _int(row["dp"])
+        gbs = mb * _int(row, "dp")
     if gbs is None:
         raise ScenarioError("global_batch not published")
     mb = DEFAULT_MICRO_BATCH if mb is None else mb
-    tp, pp, dp = _int(row["tp"]), _int(row["pp"]), _int(row["dp"])
-    vpp = _int(row.get("vp"), 1) or 1
+    tp, pp, dp = _int(row, "tp"), _int(row, "pp"), _int(row, "dp")
+    vpp = _int(row, "vp", 1) or 1
     recompute = row.get("recompute") if isinstance(row.get("recompute"), str) and row["recompute"] else None
     notes = _text(row.get("notes"))
     settings = note_settings(notes)
     raw = {
         "name": row["id"],
-        "model": {"layers": _int(row["layers"]), "hidden": _int(row["hidden"]), "heads": _int(row["heads"]),
-                  "ffn_hidden": _int(row.get("ffn_hidden")), "vocab": _int(row.get("vocab"), 51200),
-                  "seq_len": _int(row["seq_len"])},
-        "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row.get("cp"), 1), "ep": _int(row.get("ep"), 1),
+        "model": {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
+                  "ffn_hidden": _int(row, "ffn_hidden"), "vocab": _int(row, "vocab", 51200),
+                  "seq_len": _int(row, "seq_len")},
+        "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
                      "vpp": vpp, "sequence_parallel": _sequence_parallel(row),
                      "distributed_optimizer": str(row.get("distributed_optimizer")).lower() in SHARDED_DP},
         "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",

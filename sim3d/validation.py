@@ -10,6 +10,7 @@ compares and reports.
 from __future__ import annotations
 
 import argparse
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ class Row:
 
     @property
     def error(self) -> float | None:
-        if self.predicted is None:
+        if self.predicted is None or not self.published:
             return None
         return (self.predicted - self.published) / self.published
 
@@ -105,18 +106,40 @@ def _whole_run_metric(metric: str, summary: dict, s, row: dict) -> tuple[float |
     return None, f"metric {metric} not predicted"
 
 
+COLUMNS = ("id", "metric", "value")  # the least a row needs to be compared
+
+
+def read_rows(csv_path: Path) -> pd.DataFrame:
+    """The CSV's rows, or ScenarioError saying why it cannot be read."""
+    try:
+        table = pd.read_csv(csv_path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{csv_path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    missing = [c for c in COLUMNS if c not in table.columns]
+    if missing:
+        raise ScenarioError(f"{csv_path}: no column {', '.join(missing)} (see validation/README.md for the columns)")
+    return table
+
+
 def validate_rows(csv_path: Path = DEFAULT_CSV, progress=None) -> list[Row]:
-    table = pd.read_csv(csv_path)
     rows = []
-    for record in table.to_dict("records"):
+    for record in read_rows(csv_path).to_dict("records"):
+        rid, metric = str(record["id"]), str(record["metric"])
         if progress:
-            progress(record["id"])
+            progress(rid)
+        try:
+            published = float(record["value"])
+        except (TypeError, ValueError):
+            published = math.nan
+        if not math.isfinite(published):
+            rows.append(Row(rid, metric, published, None, f"published value {record['value']!r} is not a number"))
+            continue
         try:
             predicted, note = _predict(record)
             note = "; ".join(filter(None, [note, *assumed(record)]))
         except ScenarioError as e:
             predicted, note = None, f"not expressible: {str(e).splitlines()[0]}"
-        rows.append(Row(record["id"], record["metric"], float(record["value"]), predicted, note))
+        rows.append(Row(rid, metric, published, predicted, note))
     return rows
 
 
@@ -160,14 +183,16 @@ def markdown(rows: list[Row]) -> str:
 
 def _write_scenarios(csv_path: Path, ids: list[str], out: Path, console) -> int:
     import yaml
-    table = pd.read_csv(csv_path).set_index("id", drop=False)
-    missing = [i for i in ids if i not in table.index]
+    by_id: dict[str, dict] = {}
+    for record in read_rows(csv_path).to_dict("records"):
+        by_id.setdefault(str(record["id"]), record)  # a repeated id: its first row
+    missing = [i for i in ids if i not in by_id]
     if missing or not ids:
         console.print(f"error: unknown row ids: {missing}" if missing else "error: name rows with --row", markup=False)
         return 2
     out.mkdir(parents=True, exist_ok=True)
     for rid in ids:
-        raw = scenario_dict_of(table.loc[rid].to_dict())
+        raw = scenario_dict_of(by_id[rid])
         path = out / f"{rid}.yaml"
         path.write_text(f"# the scenario sim3d.validation builds for row {rid} of {csv_path.name}\n"
                         + yaml.safe_dump(raw, sort_keys=False))
@@ -189,10 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.csv.is_file():
         console.print(f"error: no such file {args.csv}")
         return 2
-    if args.write_scenarios:
-        return _write_scenarios(args.csv, args.row, args.write_scenarios, console)
-    with console.status("simulating published runs ...") as status:
-        rows = validate_rows(args.csv, progress=lambda rid: status.update(f"simulating {rid} ..."))
+    try:
+        if args.write_scenarios:
+            return _write_scenarios(args.csv, args.row, args.write_scenarios, console)
+        with console.status("simulating published runs ...") as status:
+            rows = validate_rows(args.csv, progress=lambda rid: status.update(f"simulating {rid} ..."))
+    except ScenarioError as e:
+        console.print(f"error: {e}")
+        return 2
     console.print(markdown(rows) if args.markdown else render(rows), highlight=False)
     for metric in sorted({r.metric for r in rows}):
         value = mape(rows, metric)

@@ -123,3 +123,27 @@ def test_command_prints_family_mape(tmp_path, capsys):
     csv.write_text("\n".join([HEADER, ROWS[0].replace("kor22_layer,", "fam_layer,", 1)]) + "\n")
     assert main([str(csv)]) == 0
     assert "mean absolute percentage error, fam_*, layer_fwd_bwd_ms:" in capsys.readouterr().out
+
+
+def test_bad_cells_cost_their_row_not_the_run(tmp_path, capsys):
+    """A user's own CSV: each bad row says what is wrong with it and the others still run;
+    a file that is no CSV of runs is refused with exit code 2 and no traceback."""
+    good = ROWS[0]
+    cells = good.split(",")
+    bad_tp = ",".join(["kor22_badtp", *cells[1:12], "eight", *cells[13:]])
+    bad_value = ",".join([*cells[:24], "fast", *cells[25:]])
+    csv = tmp_path / "runs.csv"
+    csv.write_text("\n".join([HEADER, good, bad_tp, bad_value.replace("kor22_layer", "kor22_badvalue", 1)]) + "\n")
+    rows = {r.id: r for r in validate_rows(csv)}
+    assert rows["kor22_layer"].predicted is not None
+    assert rows["kor22_badtp"].predicted is None and "tp: 'eight' is not a whole number" in rows["kor22_badtp"].note
+    assert rows["kor22_badvalue"].error is None and "not a number" in rows["kor22_badvalue"].note
+    assert mape(list(rows.values()), "layer_fwd_bwd_ms") == pytest.approx(abs(rows["kor22_layer"].error))
+    no_columns = tmp_path / "other.csv"
+    no_columns.write_text("a,b\n1,2\n")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(bytes(range(256)) * 4)
+    for path in (no_columns, binary):
+        assert main([str(path)]) == 2
+        assert "error:" in capsys.readouterr().out
+    assert main([str(no_columns), "--write-scenarios", str(tmp_path / "out"), "--row", "a"]) == 2
