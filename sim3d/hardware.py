@@ -8,6 +8,7 @@ Gbit/s per GPU per direction (the scenario's `intra_node.gbps` / `inter_node.nic
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, fields, replace
 
 
@@ -109,8 +110,10 @@ def suggest(name: str, choices) -> str:
 def preset_named_in(text: str) -> str | None:
     """The preset a free-text GPU or system name refers to ("H100-SXM5-80GB", "8x A100-SXM4-40GB
     + 4x HDR", "DGX B200"), or None. Most specific first: "H800" and "H200" before "H100",
-    "GB200" before "B200"."""
+    "GB200" before "B200". PCIe cards are none of the SXM presets."""
     text = text.upper()
+    if "PCIE" in text or re.search(r"H100 ?NVL(?!\d)", text):
+        return None  # PCIe cards: other clocks, power, HBM and no NVSwitch; no preset models them
     for marker, preset in (("H800", "h800"), ("H200", "h200"), ("H100", "h100-sxm"), ("GB200", "gb200"), ("B200", "b200"),
                            ("V100", "v100")):
         if marker in text:

@@ -24,7 +24,8 @@ def row(**cells) -> dict:
 @pytest.mark.parametrize("name, preset", [
     ("H100-SXM5-80GB", "h100-sxm"), ("H200-SXM-141GB", "h200"), ("H800", "h800"), ("8x H800 (DeepSeek)", "h800"),
     ("B200", "b200"), ("DGX GB200 NVL72", "gb200"), ("A100-SXM4-40GB", "a100-40gb"), ("A100 80GB", "a100-80gb"),
-    ("V100-SXM3-32GB (DGX-2)", "v100"), ("MI300X", None), ("", None)])
+    ("V100-SXM3-32GB (DGX-2)", "v100"), ("MI300X", None), ("", None), ("H100-PCIe-80GB", None),
+    ("H100 NVL", None), ("A100-PCIE-40GB", None), ("GB200 NVL72", "gb200")])
 def test_gpu_names_find_their_preset(name, preset):
     assert preset_named_in(name) == preset
 
