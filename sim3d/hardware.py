@@ -112,14 +112,16 @@ def preset_named_in(text: str) -> str | None:
     + 4x HDR", "DGX B200"), or None. Most specific first: "H800" and "H200" before "H100",
     "GB200" before "B200". PCIe cards are none of the SXM presets."""
     text = text.upper()
-    if "PCIE" in text or re.search(r"H100 ?NVL(?!\d)", text):
-        return None  # PCIe cards: other clocks, power, HBM and no NVSwitch; no preset models them
+    if "PCIE" in text or re.search(r"NVL(?![A-Z\d])", text) and "GB200" not in text:
+        return None  # PCIe cards (H100 NVL is a PCIe pair): other clocks, power, HBM, no NVSwitch
+    if "GH200" in text:
+        return None  # a Grace Hopper superchip: an H100 with 96-144 GB beside a CPU, no preset
     for marker, preset in (("H800", "h800"), ("H200", "h200"), ("H100", "h100-sxm"), ("GB200", "gb200"), ("B200", "b200"),
                            ("V100", "v100")):
         if marker in text:
             return preset
-    if "A100" in text:
-        return "a100-40gb" if "40G" in text else "a100-80gb"
+    if "A100" in text:  # the size written with the part's name, not elsewhere in the text
+        return "a100-40gb" if re.search(r"A100[-\w ]*?40 ?GB", text) else "a100-80gb"
     return None
 
 

@@ -65,10 +65,21 @@ def note_settings(notes: str) -> dict[str, str]:
     return out
 
 
+_TRUE, _FALSE = ("true", "1", "1.0", "yes", "on"), ("false", "0", "0.0", "no", "off")
+
+
+def _truth(value) -> bool | None:
+    """A yes/no cell or setting however it is spelt (true, 1, yes, on, ...); None when it is
+    neither (empty, "not stated")."""
+    text = str(value).strip().lower()
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
 def _flag(notes: str, settings: dict[str, str], key: str, mentioned: bool = False) -> bool | None:
-    """A boolean setting: `key=true|false|1|0` decides; otherwise, with `mentioned`, the bare
-    word (e.g. "... with overlap_grad_sync/overlap_param_sync") means on; else None (unknown)."""
-    value = {"true": True, "false": False, "1": True, "0": False}.get(settings.get(key.lower(), "").lower())
+    """A boolean setting: `key=true|false|1|0|yes|no|on|off` decides; otherwise, with
+    `mentioned`, the bare word (e.g. "... with overlap_grad_sync/overlap_param_sync") means on;
+    else None (unknown)."""
+    value = _truth(settings.get(key.lower(), ""))
     if value is None and mentioned and re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", notes or ""):
         return True
     return value
@@ -80,15 +91,17 @@ def family_of(row_id: str) -> str:
 
 
 # ---- one rule per question, each the same for every row it applies to --------------------
-def _precision(settings: dict[str, str]) -> str:
+def _precision(settings: dict[str, str], gpu: str | None) -> str:
     """`precision=` of the notes: fp8 (Transformer Engine's recipes: "fp8", "fp8-mixed",
     "fp8_hybrid"), fp16, fp32, else bf16. "fp16/bf16-mixed" (not stated in the sources) and
     missing values give bf16: both have the same tensor-core peak on A100 and H100, and bf16
-    needs no loss scaling."""
+    needs no loss scaling; fp16 on a GPU without bf16 (V100), as those runs trained."""
     value = settings.get("precision", "").lower()
     if value.startswith("fp8"):
         return "fp8"
-    return {"fp16": "fp16", "fp16-mixed": "fp16", "16-mixed": "fp16", "fp32": "fp32", "32": "fp32"}.get(value, "bf16")
+    unsaid = "fp16" if gpu in PRESETS and PRESETS[gpu].bf16_tflops is None else "bf16"
+    return {"fp16": "fp16", "fp16-mixed": "fp16", "16-mixed": "fp16", "fp32": "fp32", "32": "fp32",
+            "bf16": "bf16", "bf16-mixed": "bf16"}.get(value, unsaid)
 
 
 # trained on Jean Zay and nowhere else (bigscience train/tr11-176B-ml/README.md, "Hardware"): a
@@ -116,7 +129,8 @@ def _cluster(row: dict, notes: str) -> dict:
         inter = {"fabric": "rail-optimized", "nic_gbps": spec.nic_gbps, "nics_per_node": spec.nics_per_node}
     cluster = {"gpu": gpu, "nodes": nodes, "gpus_per_node": per_node, "inter_node": inter}
     if gpu == "gb200":
-        cluster["intra_node"] = {"domain_nodes": math.gcd(nodes, NVL72_TRAYS)}
+        # the job's trays fill whole racks where they can: the largest rack share that divides them
+        cluster["intra_node"] = {"domain_nodes": max(d for d in range(1, NVL72_TRAYS + 1) if nodes % d == 0)}
     return cluster
 
 
@@ -166,7 +180,7 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
             "training": {"attention_backend": "unfused", "tp_comm_overlap": False}}
 
 
-_GATED = re.compile(r"geglu|swiglu|gated (mlp|linear unit)", re.I)
+_GATED = re.compile(r"(?<!non-)(?<!non )(?<!not )\b(geglu|swiglu|gated (mlp|linear unit))", re.I)
 
 
 def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
@@ -196,32 +210,54 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     return {"model": model, "training": training}
 
 
-# what a source says of its attention kernels, and what says it ran a 2023+ fused stack
-_UNFUSED = re.compile(r"unfused attention|flash_attention=(false|0)|use_flash_attn=(false|0)", re.I)
-_FUSED = re.compile(r"flash|cudnn|fused attention|transformer ?engine|nemo|megatron-core|megatron-bridge|"
-                    r"torchtitan", re.I)
-_YEAR = re.compile(r"arXiv:(\d{2})\d{2}\.|(?<!\d)(20[12]\d)(?!\d)")
+# what a source says of its attention kernels (key=value settings removed first: they are read
+# as settings, and "flash_attention=not stated" says nothing)
+_SAYS_UNFUSED = re.compile(r"\bunfused attention\b|\b(without|no) flash", re.I)
+_SAYS_FUSED = re.compile(r"\bflash[ _-]?attn\b|\bflash ?attention|\bcudnn\b|\bfused attention\b", re.I)
+# software of today's stack (NeMo dates from 2022, so these count only where no year is named)
+_FUSED_SOFTWARE = re.compile(r"\b(transformer ?engine|megatron-core|mcore|megatron-bridge|torchtitan|nemo)\b", re.I)
+# an arXiv id's yymm (arXiv:2104.04473, arxiv.org/abs/2201.11990), or a year standing alone
+# (not in a hash, a version or a count such as "2016 GPUs")
+_ARXIV = re.compile(r"arxiv(?:\.org/(?:abs|pdf)/|:)\s*(\d{2})\d{2}\.\d{4,5}", re.I)
+_YEAR = re.compile(r"(?<![\w@./-])(20(?:1[89]|2\d))(?![\w./-])(?!\s*(?:GPUs?|nodes?|servers?)\b)", re.I)
 PRE_FLASH = ("a100-40gb", "a100-80gb", "v100")  # GPUs of the unfused era
 
 
 def _year_of(source: str) -> int | None:
-    """The latest year a source cell names (an arXiv id's yymm counts), or None."""
-    years = [2000 + int(a) if a else int(b) for a, b in _YEAR.findall(source)]
-    return max(years) if years else None
+    """When a source's run happened: its arXiv id's year if it names one, else the earliest
+    year it names (a later one is usually a transcription's or a re-run's), else None."""
+    if (arxiv := _ARXIV.search(source)) is not None:
+        return 2000 + int(arxiv[1])
+    years = [int(y) for y in _YEAR.findall(source)]
+    return min(years) if years else None
+
+
+def _unfused_era(row: dict, notes: str, settings: dict[str, str]) -> bool:
+    """Whether a row of a family without a rule ran the 2021-22 Megatron stack. In order, the
+    first that speaks decides: a flash_attention / use_flash_attn setting; words on the
+    attention kernels; the source's year (FlashAttention reached Megatron-LM in 2023,
+    --use-flash-attn); software of today's stack named; the GPU generation (A100, V100)."""
+    for key in ("flash_attention", "use_flash_attn"):
+        if (said := _truth(settings.get(key, ""))) is not None:
+            return not said
+    text = _SETTING.sub(" ", " ".join((notes, _text(row.get("source")))))
+    if _SAYS_UNFUSED.search(text):
+        return True
+    if _SAYS_FUSED.search(text):
+        return False
+    if (year := _year_of(_text(row.get("source")))) is not None:
+        return year < 2023
+    if _FUSED_SOFTWARE.search(text):
+        return False
+    return preset_named_in(_text(row.get("gpu"))) in PRE_FLASH
 
 
 def _inferred_era(row: dict, notes: str, settings: dict[str, str]) -> dict:
-    """A family sim3d has no rule for: the 2021-22 Megatron stack when the source says its
-    attention was unfused, or, failing any word on attention or software, when the source
-    predates 2023 (FlashAttention reached Megatron-LM in 2023, --use-flash-attn) or names no
-    year and ran on pre-Hopper GPUs; else today's fused stack. Either way the model family's
-    activation, the row's query groups and its experts."""
-    text = " ".join((notes, _text(row.get("source"))))
-    year = _year_of(_text(row.get("source")))
-    old = bool(_UNFUSED.search(text)) or (not _FUSED.search(text) and (
-        year < 2023 if year is not None else preset_named_in(_text(row.get("gpu"))) in PRE_FLASH))
+    """A family sim3d has no rule for: the 2021-22 Megatron stack or today's fused one as
+    `_unfused_era` reads the row; either way the model family's activation, the row's query
+    groups and its experts."""
     era = _fused_stack(row, notes, settings)
-    if old:  # the family's dropout stays: GPT's 0.1 is Megatron's default, Llama never used any
+    if _unfused_era(row, notes, settings):  # the family's dropout stays: GPT's 0.1 is Megatron's default
         era["training"].update(_megatron_2022(row, notes, settings)["training"])
     return era
 
@@ -250,22 +286,33 @@ def _recompute_that_fits(raw: dict) -> str:
 # micro-batch 1, as Megatron-LM's GPT-3 175B example (examples/gpt3/train_gpt3_175b_distributed.sh
 # @157006d: --micro-batch-size 1) and NeMo's recipes (micro_batch_size: int = 1) run large models.
 DEFAULT_MICRO_BATCH = 1
+# GPT-2's BPE vocabulary padded to a multiple of 128 x 8 (Megatron-LM's README: "All models use a
+# vocabulary size of 51,200")
+DEFAULT_VOCAB = 51200
 # sharded data parallelism of any kind: Megatron's distributed optimizer (ZeRO-1), or FSDP /
 # ZeRO-2 as Llama 3 ran it (arXiv:2407.21783 sec. 3.3.2: parameters not resharded after the
 # forward), which moves the same bytes per step: gradients reduce-scattered, parameters gathered
-SHARDED_DP = ("true", "zero1", "zero2", "fsdp")
+# once. A ZeRO-3 that reshards after the forward gathers them twice; that is not modelled.
+SHARDED_DP = ("zero1", "zero-1", "zero2", "zero-2", "fsdp")
 
 
-def assumed(row: dict) -> list[str]:
-    """The defaults a row's empty cells take (for the validation table's notes)."""
+def _sharded(cell) -> bool:
+    """The distributed_optimizer cell: yes/no however spelt, or the kind of sharding."""
+    return bool(_truth(cell)) or str(cell).strip().lower() in SHARDED_DP
+
+
+def assumed(row: dict, layer_only: bool = False) -> list[str]:
+    """The defaults a row's empty cells take (for the validation table's notes); a layer's
+    timing needs no batch and no recomputation rule."""
     out = []
-    if _blank(row.get("recompute")) and (choice := _recompute_that_fits(scenario_dict_of(row))) != "none":
-        out.append(f"recompute {choice} assumed (none does not fit in memory)")
-    if _blank(row.get("micro_batch")) and not _blank(row.get("global_batch")):
-        out.append(f"micro-batch {DEFAULT_MICRO_BATCH} assumed")
+    if not layer_only:
+        if _blank(row.get("recompute")) and scenario_dict_of(row)["training"]["recompute"] != "none":
+            out.append("recompute full assumed (none does not fit in memory)")
+        if _blank(row.get("micro_batch")):
+            out.append(f"micro-batch {DEFAULT_MICRO_BATCH} assumed")
     if _blank(row.get("vocab")):
-        out.append("vocab 51200 assumed")
-    if _blank(row.get("sequence_parallel")) and _sequence_parallel(row) is True:
+        out.append(f"vocab {DEFAULT_VOCAB} assumed")
+    if _truth(row.get("sequence_parallel")) is None and _sequence_parallel(row):
         out.append("sequence parallelism assumed (recipe default)")
     return out
 
@@ -273,9 +320,8 @@ def assumed(row: dict) -> list[str]:
 def _sequence_parallel(row: dict) -> bool:
     """The row's cell, else NeMo's and Megatron-Bridge's recipe default (sequence_parallelism:
     bool = True) wherever tensor parallelism runs on today's fused stack; off in 2022 Megatron."""
-    cell = row.get("sequence_parallel")
-    if not _blank(cell):
-        return str(cell).lower() == "true"
+    if (said := _truth(row.get("sequence_parallel"))) is not None:
+        return said
     era = ERA_RULES.get(family_of(row["id"]), _inferred_era)
     fused = era(row, _text(row.get("notes")), note_settings(_text(row.get("notes"))))["training"]
     return fused["attention_backend"] == "flash" and _int(row, "tp", 1) > 1
@@ -297,13 +343,13 @@ def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
     raw = {
         "name": row["id"],
         "model": {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
-                  "ffn_hidden": _int(row, "ffn_hidden"), "vocab": _int(row, "vocab", 51200),
+                  "ffn_hidden": _int(row, "ffn_hidden"), "vocab": _int(row, "vocab", DEFAULT_VOCAB),
                   "seq_len": _int(row, "seq_len")},
         "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
                      "vpp": vpp, "sequence_parallel": _sequence_parallel(row),
-                     "distributed_optimizer": str(row.get("distributed_optimizer")).lower() in SHARDED_DP},
+                     "distributed_optimizer": _sharded(row.get("distributed_optimizer"))},
         "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",
-                     "precision": _precision(settings)},
+                     "precision": _precision(settings, preset_named_in(_text(row.get("gpu"))))},
         "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
         "cluster": _cluster(row, notes),
     }

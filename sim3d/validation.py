@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,8 @@ def _predict(row: dict) -> tuple[float | None, str]:
 _SUMMARY_METRICS = {"step_time_s": ("step_time_s", 1.0), "step_time_ms": ("step_time_s", 1e3),
                     "tokens_per_s": ("tokens_per_s", 1.0), "model_tflops_per_gpu": ("model_tflops_per_gpu", 1.0),
                     "hardware_tflops_per_gpu": ("hardware_tflops_per_gpu", 1.0)}
-_MODEL_FLOPS = ("model flops", "model_flops", "model tflop")
+# the notes say the source counts model FLOPs (and do not say it does not)
+_MODEL_FLOPS = re.compile(r"(?<!not )(?<!no )\bmodel[ _](t?flop)", re.I)
 
 
 def _whole_run_metric(metric: str, summary: dict, s, row: dict) -> tuple[float | None, str]:
@@ -82,7 +84,7 @@ def _whole_run_metric(metric: str, summary: dict, s, row: dict) -> tuple[float |
     count) unless the notes say model FLOPs (NeMo, Llama 3). MFU / HFU divide by the dense
     peak of the run's precision, but fp8 runs by the bf16 peak unless the notes say
     `mfu_peak=fp8` (Llama 3 and NeMo quote BF16 MFU)."""
-    notes = row.get("notes") if isinstance(row.get("notes"), str) else ""
+    notes = row.get("notes") if isinstance(row.get("notes"), str) else ""  # pandas gives NaN for empty
     if metric in _SUMMARY_METRICS:
         key, factor = _SUMMARY_METRICS[metric]
         return summary[key] * factor, ""
@@ -91,7 +93,7 @@ def _whole_run_metric(metric: str, summary: dict, s, row: dict) -> tuple[float |
     if metric == "samples_per_s":
         return summary["global_batch"] / summary["step_time_s"], ""
     if metric == "tflops_per_gpu":
-        if any(word in notes.lower() for word in _MODEL_FLOPS):
+        if _MODEL_FLOPS.search(notes):
             return summary["model_tflops_per_gpu"], "model FLOPs (no recompute)"
         return summary["hardware_tflops_per_gpu"], "hardware FLOPs (recompute counted)"
     if metric in ("mfu", "hfu"):
@@ -124,19 +126,25 @@ def read_rows(csv_path: Path) -> pd.DataFrame:
 def validate_rows(csv_path: Path = DEFAULT_CSV, progress=None) -> list[Row]:
     rows = []
     for record in read_rows(csv_path).to_dict("records"):
-        rid, metric = str(record["id"]), str(record["metric"])
+        rid = str(record["id"])
+        metric = record["metric"].strip() if isinstance(record["metric"], str) else ""
+        record = {**record, "metric": metric}
         if progress:
             progress(rid)
         try:
             published = float(record["value"])
         except (TypeError, ValueError):
             published = math.nan
-        if not math.isfinite(published):
-            rows.append(Row(rid, metric, published, None, f"published value {record['value']!r} is not a number"))
+        if not math.isfinite(published) or published == 0:
+            why = "zero: no relative error" if published == 0 else "not a finite number"
+            rows.append(Row(rid, metric, published, None, f"published value {record['value']!r} is {why}"))
+            continue
+        if not metric:
+            rows.append(Row(rid, metric, published, None, "no metric named"))
             continue
         try:
             predicted, note = _predict(record)
-            note = "; ".join(filter(None, [note, *assumed(record)]))
+            note = "; ".join(filter(None, [note, *assumed(record, layer_only=metric.startswith("layer_"))]))
         except ScenarioError as e:
             predicted, note = None, f"not expressible: {str(e).splitlines()[0]}"
         rows.append(Row(rid, metric, published, predicted, note))

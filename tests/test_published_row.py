@@ -25,7 +25,9 @@ def row(**cells) -> dict:
     ("H100-SXM5-80GB", "h100-sxm"), ("H200-SXM-141GB", "h200"), ("H800", "h800"), ("8x H800 (DeepSeek)", "h800"),
     ("B200", "b200"), ("DGX GB200 NVL72", "gb200"), ("A100-SXM4-40GB", "a100-40gb"), ("A100 80GB", "a100-80gb"),
     ("V100-SXM3-32GB (DGX-2)", "v100"), ("MI300X", None), ("", None), ("H100-PCIe-80GB", None),
-    ("H100 NVL", None), ("A100-PCIE-40GB", None), ("GB200 NVL72", "gb200")])
+    ("H100 NVL", None), ("A100-PCIE-40GB", None), ("GB200 NVL72", "gb200"), ("H100 NVLink 8-GPU", "h100-sxm"),
+    ("A100-SXM4-80GB (not the 40GB part)", "a100-80gb"), ("A100 40 GB", "a100-40gb"),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("GH200 Grace Hopper", None)])
 def test_gpu_names_find_their_preset(name, preset):
     assert preset_named_in(name) == preset
 
@@ -39,6 +41,8 @@ def test_each_gpu_comes_in_the_servers_its_maker_ships():
     assert (gb200["gpus_per_node"], gb200["nodes"], gb200["intra_node"]["domain_nodes"]) == (4, 144, 18)
     small = scenario_dict_of(row(gpu="GB200", num_gpus=8))["cluster"]
     assert small["intra_node"]["domain_nodes"] == 2  # both trays of a partial rack share its switches
+    pow2 = scenario_dict_of(row(gpu="GB200", num_gpus=512, tp=4, pp=4, dp=32, global_batch=64))["cluster"]
+    assert pow2["intra_node"]["domain_nodes"] == 16  # 128 trays: 8 racks of 16 trays, not 64 pairs
     assert scenario_of(row(gpu="H800")).gpu.nvlink_gbps == 1600  # 400 GB/s bidirectional
 
 
@@ -51,9 +55,9 @@ def test_fp8_rows_run_fp8_and_quote_mfu_against_the_bf16_peak(tmp_path):
     fp8 = row(id="other_fp8", metric="mfu", notes="precision=fp8")
     s = scenario_of(fp8)
     assert s.training.precision == "fp8"
-    [mfu, own_peak, tflops] = _validate([fp8, {**fp8, "id": "other_fp8peak", "notes": "precision=fp8; mfu_peak=fp8"},
+    [mfu, own_peak, tokens] = _validate([fp8, {**fp8, "id": "other_fp8peak", "notes": "precision=fp8; mfu_peak=fp8"},
                                          {**fp8, "id": "other_tokens", "metric": "tokens_per_s_per_gpu"}])
-    tokens_per_gpu = tflops.predicted
+    tokens_per_gpu = tokens.predicted
     step = 16 * 2048 / (tokens_per_gpu * 8)
     assert mfu.predicted == pytest.approx(model_flops_per_step(s) / step / 8 / 1e12 / 989.4, rel=1e-6)
     assert own_peak.predicted == pytest.approx(mfu.predicted * 989.4 / 1978.9, rel=1e-6)  # H100's dense peaks
@@ -65,6 +69,8 @@ def test_flop_rates_follow_what_the_source_counts():
     [hardware, model, step] = _validate([full, {**full, "id": "other_m", "notes": "precision=bf16; model FLOPs"},
                                          {**full, "id": "other_s", "metric": "step_time_s"}])
     assert hardware.predicted > model.predicted  # the recomputed forward counted
+    [negated] = _validate([{**full, "id": "other_n", "notes": "precision=bf16; hardware, not model FLOPs"}])
+    assert negated.predicted == pytest.approx(hardware.predicted)
     s = scenario_of(full)
     assert model.predicted == pytest.approx(model_flops_per_step(s) / step.predicted / 8 / 1e12, rel=1e-6)
 
@@ -87,11 +93,15 @@ def test_experts_from_the_notes_or_the_model_name():
     (dict(gpu="H100-SXM5-80GB", source="a blog"), "flash"),
     (dict(gpu="H100-SXM5-80GB", notes="precision=bf16; unfused attention"), "unfused"),
     (dict(gpu="H100-SXM5-80GB", notes="precision=bf16; flash_attention=false"), "unfused"),
+    (dict(gpu="A100-SXM4-80GB", source="arXiv:2205.05198", notes="precision=bf16; flash_attention=no"), "unfused"),
+    (dict(gpu="A100-SXM4-80GB", source="arXiv:2205.05198", notes="flash_attention=not stated"), "unfused"),
+    (dict(gpu="A100-SXM4-80GB", source="NeMo Megatron, 2022"), "unfused"),  # NeMo predates flash
+    (dict(gpu="A100-SXM4-80GB", source="a Nemotron-style model"), "unfused"),  # a word, not "NeMo"
+    (dict(gpu="A100-SXM4-80GB", source="NeMo recipe"), "flash"),  # no year: today's software
+    (dict(gpu="H100-SXM5-80GB", source="a blog", notes="without FlashAttention"), "unfused"),
 ])
 def test_an_unknown_family_gets_its_era_from_the_row(cells, backend):
-    s = scenario_of(row(**cells))
-    assert s.training.attention_backend == backend
-    assert s.training.tp_comm_overlap is False
+    assert scenario_of(row(**cells)).training.attention_backend == backend
 
 
 def test_the_family_of_the_model_keeps_its_dropout_in_either_era():
@@ -103,7 +113,10 @@ def test_the_family_of_the_model_keeps_its_dropout_in_either_era():
 
 def test_years_of_sources():
     assert _year_of("Narayanan et al. arXiv:2104.04473 Table 1") == 2021
-    assert _year_of("NeMo performance summary, 2025; Llama 3 (arXiv:2407.21783)") == 2025
+    assert _year_of("NeMo performance summary, 2025; Llama 3 (arXiv:2407.21783)") == 2024  # the paper's own
+    assert _year_of("https://arxiv.org/abs/2201.11990 (transcribed 2024)") == 2022
+    assert _year_of("a 2022 run, re-read in 2024") == 2022  # the run's, not the transcription's
+    assert _year_of("logs @a2024bc; 2016 GPUs; v24.11") is None  # a hash, a count, a version
     assert _year_of("dgxc-benchmarking @35a9aec (v24.11.1)") is None
 
 
@@ -174,6 +187,18 @@ def test_a_gated_mlp_named_in_the_notes_gets_three_gemms():
     grok = scenario_of(row(model="Grok-1 314B", notes="precision=bf16; GeGLU (fast-geglu)"))
     assert grok.model.activation == "swiglu"
     assert scenario_of(row(model="GPT 1B")).model.activation == "gelu"
+    for negated in ("precision=bf16; non-gated MLP", "precision=bf16; GELU MLP, not SwiGLU"):
+        assert scenario_of(row(model="GPT 1B", notes=negated)).model.activation == "gelu"
+
+
+def test_yes_no_cells_however_spelt_and_v100_trains_fp16_unless_told():
+    for spelling in ("1", " true", "yes", "TRUE"):
+        s = scenario_of(row(sequence_parallel=spelling, distributed_optimizer=spelling))
+        assert s.parallel.sequence_parallel and s.parallel.distributed_optimizer, spelling
+    assert scenario_of(row(distributed_optimizer="ZeRO-1")).parallel.distributed_optimizer
+    assert not scenario_of(row(sequence_parallel="0", distributed_optimizer="no")).parallel.distributed_optimizer
+    v100 = row(gpu="V100-SXM3-32GB", num_gpus=16, tp=4, pp=2, dp=2, notes="")
+    assert scenario_of(v100).training.precision == "fp16"  # no bf16 tensor cores
 
 
 def test_every_held_out_row_becomes_a_scenario():

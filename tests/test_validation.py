@@ -132,12 +132,18 @@ def test_bad_cells_cost_their_row_not_the_run(tmp_path, capsys):
     cells = good.split(",")
     bad_tp = ",".join(["kor22_badtp", *cells[1:12], "eight", *cells[13:]])
     bad_value = ",".join([*cells[:24], "fast", *cells[25:]])
+    no_metric = ",".join(["kor22_nometric", *cells[1:23], "", *cells[24:]])
+    spaced = ",".join(["kor22_spaced", *cells[1:21], "", "", " layer_fwd_bwd_ms ", *cells[24:]])  # recompute empty
     csv = tmp_path / "runs.csv"
-    csv.write_text("\n".join([HEADER, good, bad_tp, bad_value.replace("kor22_layer", "kor22_badvalue", 1)]) + "\n")
+    csv.write_text("\n".join([HEADER, good, bad_tp, bad_value.replace("kor22_layer", "kor22_badvalue", 1),
+                              no_metric, spaced]) + "\n")
     rows = {r.id: r for r in validate_rows(csv)}
+    assert rows["kor22_nometric"].predicted is None and rows["kor22_nometric"].note == "no metric named"
+    # a layer's timing needs neither batch nor a recomputation rule: its prediction stands
+    assert rows["kor22_spaced"].predicted == pytest.approx(rows["kor22_layer"].predicted)
     assert rows["kor22_layer"].predicted is not None
     assert rows["kor22_badtp"].predicted is None and "tp: 'eight' is not a whole number" in rows["kor22_badtp"].note
-    assert rows["kor22_badvalue"].error is None and "not a number" in rows["kor22_badvalue"].note
+    assert rows["kor22_badvalue"].error is None and "not a finite number" in rows["kor22_badvalue"].note
     assert mape(list(rows.values()), "layer_fwd_bwd_ms") == pytest.approx(abs(rows["kor22_layer"].error))
     no_columns = tmp_path / "other.csv"
     no_columns.write_text("a,b\n1,2\n")
