@@ -187,6 +187,7 @@ def test_a_gated_mlp_named_in_the_notes_gets_three_gemms():
     grok = scenario_of(row(model="Grok-1 314B", notes="precision=bf16; GeGLU (fast-geglu)"))
     assert grok.model.activation == "swiglu"
     assert scenario_of(row(model="GPT 1B")).model.activation == "gelu"
+    assert scenario_of(row(model="Gemma 7B")).model.activation == "swiglu"
     for negated in ("precision=bf16; non-gated MLP", "precision=bf16; GELU MLP, not SwiGLU"):
         assert scenario_of(row(model="GPT 1B", notes=negated)).model.activation == "gelu"
 
