@@ -140,8 +140,8 @@ def _model_family(model_name: str) -> dict:
     if any(family in name for family in ("llama", "mistral", "mixtral", "qwen", "deepseek", "olmo", "gemma")):
         # Llama (arXiv:2302.13971 sec. 2.2) and its descendants: SwiGLU, RMSNorm, no biases;
         # NeMo's LlamaConfig / MixtralConfig (nemo/collections/llm/gpt/model/) set
-        # attention_dropout = hidden_dropout = 0.0. OLMo: SwiGLU, no dropout (arXiv:2402.00838
-        # sec. 2.1); Gemma: GeGLU (arXiv:2403.08295 sec. 2), gated as SwiGLU is.
+        # attention_dropout = hidden_dropout = 0.0. OLMo: SwiGLU, no dropout (arXiv:2402.00838);
+        # Gemma: GeGLU (arXiv:2403.08295), gated as SwiGLU is.
         return {"activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if "nemotron" in name:
         # dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: activation squared-relu,
