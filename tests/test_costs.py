@@ -118,6 +118,17 @@ def test_gemm_shape_efficiency_wave_quantization():
     assert gemm_shape_efficiency(4096, 4096, 128, 132) < gemm_shape_efficiency(4096, 4096, 8192, 132)
 
 
+def test_grouped_gemm_pads_per_group_and_shares_the_waves():
+    """Experts in one grouped kernel: 132 groups of one exact tile fill 132 SMs in one wave;
+    one group more needs a second wave; a group's rows that stick out of its last tile are
+    padding, however many groups share the kernel."""
+    k = 256
+    assert gemm_shape_efficiency(128, 256, k, 132, groups=132) == pytest.approx(k / (k + 128))
+    assert gemm_shape_efficiency(128, 256, k, 132, groups=133) == pytest.approx(133 / 264 * k / (k + 128))
+    assert gemm_shape_efficiency(129, 256, k, 132, groups=66) == pytest.approx(129 / 256 * k / (k + 128))
+    assert gemm_shape_efficiency(128 * 12, 256 * 11, k, 132, groups=1) == gemm_shape_efficiency(128 * 12, 256 * 11, k, 132)
+
+
 def test_fp8_changes_only_the_te_linear_gemms():
     bf16 = gpt3("cluster.gpu=h100-sxm", "training.precision=bf16")
     fp8 = gpt3("cluster.gpu=h100-sxm", "training.precision=fp8")

@@ -162,6 +162,12 @@ def test_moe_layer_flops_and_all_to_all():
     assert eops["expert_up"].fwd_flops == ops["expert_up"].fwd_flops
     assert (eops["moe_dispatch"].comm, eops["moe_dispatch"].group) == ("all-to-all", "ep")
     assert eops["moe_dispatch"].comm_bytes == b * s * k * h * 2
+    # each rank holds E / ep experts: their GEMMs split its token copies and read every
+    # local expert's weight once (ref: all 8 experts on one rank)
+    assert (ops["expert_up"].gemm_groups, eops["expert_up"].gemm_groups) == (E, E // 4)
+    tokens, ab = b * s * k, 2
+    assert ops["expert_down"].fwd_bytes == ab * (tokens * ffn + E * ffn * h) + ab * tokens * h
+    assert eops["expert_down"].fwd_bytes == ab * (tokens * ffn + E // 4 * ffn * h) + ab * tokens * h
     # capacity factor 1.25 bounds the busiest rank's work at 1.25x; model FLOPs stay useful work
     cf = make(hidden=h, heads=16, seq=s, mb=b, gb=4 * b, moe=dict(moe, capacity_factor=1.25), layers=2, ep=4, dp=4)
     cops = {o.name: o for o in layer_ops(cf, moe_layer=True)}

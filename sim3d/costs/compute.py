@@ -101,15 +101,16 @@ def gemm_peak_efficiency(gpu: str, precision: str) -> float:
     return GEMM_PEAK_EFFICIENCY.get(gpu, {}).get(key, ASSUMED_GEMM_EFFICIENCY) * sustained_clock_factor(gpu, key)
 
 
-def gemm_shape_efficiency(m: int, n: int, k: int, sms: int) -> float:
+def gemm_shape_efficiency(m: int, n: int, k: int, sms: int, groups: int = 1) -> float:
     """Tile and wave quantization of the output (best tile orientation, and split-K up to
     `GEMM_MAX_SPLIT_K` ways when too few tiles fill the SMs, as cuBLAS's heuristics and
     Hopper's stream-K kernels do) times the k-loop's fixed cost per tile; 1.0 for a GEMM that
-    fills every SM in whole waves with a deep k."""
+    fills every SM in whole waves with a deep k. `groups` GEMMs of this (m, n, k) in one
+    grouped kernel: each pads its own tiles, all share the waves."""
     best = 0.0
     for tm, tn in (GEMM_TILE, GEMM_TILE[::-1]):
-        tiles = math.ceil(m / tm) * math.ceil(n / tn)
-        useful = (m * n) / (tiles * tm * tn)  # a tile that sticks out of the matrix computes padding
+        tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
+        useful = groups * (m * n) / (tiles * tm * tn)  # a tile that sticks out of the matrix computes padding
         for split in range(1, GEMM_MAX_SPLIT_K + 1):
             depth = k / split
             if split > 1 and depth < 2 * GEMM_K_OVERHEAD:
@@ -129,6 +130,17 @@ def attention_efficiency(gpu: str, direction: str, seq: int, head_dim: int) -> f
         hopper *= _AMPERE_PEAK[direction] / (table[-1] / 989.4)
     factor = HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
     return float(hopper * factor * sustained_clock_factor(gpu, "bf16"))
+
+
+def _part_shapes(op) -> dict[str, tuple[int, int, int] | None]:
+    """The shape each part of a GEMM op tiles, per group: forward [m x k] @ [k x n], dgrad
+    [m x n] @ [n x k], wgrad [k x m] @ [m x n]; a group owns m / groups of the rows (the
+    reduction depth of its wgrad)."""
+    if op.gemm is None:
+        return {"fwd": None, "bwd_input": None, "bwd_weight": None}
+    m, n, k = op.gemm
+    rows = max(1, round(m / op.gemm_groups))
+    return {"fwd": (rows, n, k), "bwd_input": (rows, k, n), "bwd_weight": (k, n, rows)}
 
 
 def block_shape(scenario) -> str:
@@ -166,12 +178,13 @@ class ComputeModel:
         return nbytes / (self.hbm * MEMORY_EFFICIENCY) + KERNEL_OVERHEAD_S if nbytes > 0 else 0.0
 
     def roofline(self, flops: float, nbytes: float, gemm: tuple[int, int, int] | None = None,
-                 fp8: bool = False) -> float:
+                 fp8: bool = False, groups: int = 1) -> float:
+        """`gemm`: the shape of one of `groups` GEMMs that share a kernel."""
         if flops <= 0 and nbytes <= 0:
             return 0.0
         peak, eff = (self.peak_fp8, self.gemm_eff_fp8) if fp8 else (self.peak, self.gemm_eff)
         if gemm is not None:
-            eff *= gemm_shape_efficiency(*gemm, self.gpu.sms)
+            eff *= gemm_shape_efficiency(*gemm, self.gpu.sms, groups)
         return max(flops / (peak * eff), nbytes / (self.hbm * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S
 
     def op_time(self, op) -> OpTime:
@@ -184,12 +197,13 @@ class ComputeModel:
         # output gradient) per half; a memory-bound op's backward reads the saved input and
         # the output gradient and writes the input gradient: twice the forward traffic.
         if op.fwd_flops > 0:
-            m, n, k = op.gemm if op.gemm else (0, 0, 0)
-            # dgrad is [m x n] @ [n x k], wgrad [k x m] @ [m x n]: the shape each one tiles
-            shapes = (op.gemm, (m, k, n), (k, n, m)) if op.gemm else (None, None, None)
-            fwd = self.roofline(op.fwd_flops, op.fwd_bytes, shapes[0], op.fp8)
-            bi = self.roofline(op.bwd_input_flops, op.fwd_bytes, shapes[1], op.fp8) if op.bwd_input_flops else 0.0
-            bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes, shapes[2], op.fp8) if op.bwd_weight_flops else 0.0
+            shapes = _part_shapes(op)
+            g = op.gemm_groups
+            fwd = self.roofline(op.fwd_flops, op.fwd_bytes, shapes["fwd"], op.fp8, g)
+            bi = self.roofline(op.bwd_input_flops, op.fwd_bytes, shapes["bwd_input"], op.fp8, g) \
+                if op.bwd_input_flops else 0.0
+            bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes, shapes["bwd_weight"], op.fp8, g) \
+                if op.bwd_weight_flops else 0.0
             cast_fwd, cast_bi = self._fp8_casts(op)
             fwd, bi = fwd + cast_fwd, bi + cast_bi
         else:
@@ -209,15 +223,14 @@ class ComputeModel:
         """One part ("fwd", "bwd_input", "bwd_weight") of a GEMM op run as `splits` GEMMs
         over slices of its rows, as Transformer Engine's userbuffer overlap runs it: each slice
         pays its own wave quantization."""
-        m, n, k = op.gemm
-        shape, flops = {"fwd": ((m, n, k), op.fwd_flops), "bwd_input": ((m, k, n), op.bwd_input_flops),
-                        "bwd_weight": ((k, n, m), op.bwd_weight_flops)}[part]
+        shape = _part_shapes(op)[part]
+        flops = {"fwd": op.fwd_flops, "bwd_input": op.bwd_input_flops, "bwd_weight": op.bwd_weight_flops}[part]
         rows, cols, depth = shape
         if part == "bwd_weight":  # wgrad slices its reduction dimension (the tokens)
             piece = (rows, cols, max(1, round(depth / splits)))
         else:
             piece = (max(1, round(rows / splits)), cols, depth)
-        return splits * self.roofline(flops / splits, op.fwd_bytes / splits, piece, op.fp8)
+        return splits * self.roofline(flops / splits, op.fwd_bytes / splits, piece, op.fp8, op.gemm_groups)
 
     def _fused_attention(self, op) -> OpTime:
         _, sq, _, head_dim = op.attention
@@ -242,6 +255,8 @@ class ComputeModel:
             steps = sk / sq  # context parallelism: one causal sq x sq block per ring step on average
             return OpTime(fwd * steps, bwd * steps, 0.0, "profile")
         if op.gemm is not None and op.fwd_flops > 0:
+            if op.gemm_groups > 1:
+                return None  # profiles time single GEMMs, not a grouped kernel: the roofline prices it
             m, n, k = op.gemm
             dtype = "fp8" if op.fp8 else self.dtype
             fwd = self.profile.gemm_seconds(m, n, k, dtype, "fwd")

@@ -70,6 +70,8 @@ class Op:
       the core attention, QK^T through AV).
     gemm: (m, n, k) of the op's matrix product, [m x k] @ [k x n] (batched products are
       flattened into m), so a calibration profile can look the shape up.
+    gemm_groups: the product is that many independent GEMMs, each with its own [k x n] weight
+      and m / groups of the rows: a rank's local experts (one grouped-GEMM kernel).
     kernels / numel: the elementwise kernels the op launches (calibration profile names:
       layernorm, rmsnorm, softmax, dropout, add, gelu, swiglu, embedding, cross_entropy) and
       the elements of their main tensor.
@@ -89,6 +91,7 @@ class Op:
     bwd_comm: str | None = None
     bwd_comm_bytes: float = 0.0
     gemm: tuple[int, int, int] | None = None
+    gemm_groups: int = 1
     kernels: tuple[str, ...] = ()
     numel: float = 0.0
     fp8: bool = False  # a Transformer Engine linear whose GEMMs run on FP8 tensor cores
@@ -170,18 +173,19 @@ class Dims:
 
 
 def _gemm(name: str, d: Dims, tokens: float, k: float, n: float, *, act: float = 0.0, te_linear: bool = True,
-          comm=None, comm_bytes=0.0, group=None, bwd_comm=None, bwd_comm_bytes=None) -> Op:
+          comm=None, comm_bytes=0.0, group=None, bwd_comm=None, bwd_comm_bytes=None, groups: int = 1) -> Op:
     """[tokens x k] @ [k x n] with a weight: forward 2*tokens*k*n, BI and BW the same.
     `te_linear`: a Transformer Engine linear of the transformer layer, the only GEMMs that
-    run in FP8 (the LM head and the router stay 16-bit, outside TE's fp8_autocast)."""
+    run in FP8 (the LM head and the router stay 16-bit, outside TE's fp8_autocast).
+    `groups`: the tokens are spread over that many [k x n] weights (experts), each read once."""
     f = 2.0 * tokens * k * n
     fp8 = te_linear and d.precision == "fp8"
     operand = FP8_BYTES if fp8 else d.ab
-    traffic = operand * (tokens * k + k * n) + d.ab * tokens * n
+    traffic = operand * (tokens * k + groups * k * n) + d.ab * tokens * n
     cast = FP8_CAST_BYTES_PER_ELEMENT * tokens * k if fp8 else 0.0
     return Op(name, f, f, f, traffic, act, comm, comm_bytes, group, False, bwd_comm,
               comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes, gemm=(round(tokens), round(n), round(k)),
-              fp8=fp8, fp8_cast_bytes=cast)
+              gemm_groups=groups, fp8=fp8, fp8_cast_bytes=cast)
 
 
 def _elementwise(name: str, d: Dims, elems: float, *, act: float = 0.0, passes: int = 2,
@@ -322,7 +326,10 @@ def _moe_mlp(d: Dims) -> list[Op]:
     The capacity factor bounds the busiest rank at capacity x average (tokens beyond are
     dropped), so per-rank time uses that bound. Experts are tensor-parallel over tp (Megatron's
     expert_tensor_parallel_size defaults to tp) and, with TP, tokens are gathered within TP
-    after the all-to-all and scattered back before the combine.
+    after the all-to-all and scattered back before the combine. The rank's experts are
+    separate weights: its token copies split over them (tokens / local experts rows each), so
+    each expert's GEMM tiles its own rows and its weight is read once per pass (Megatron's
+    grouped GEMM, moe_grouped_gemm: one kernel for all local experts).
     """
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     own = b * sl / (t if d.sp else 1)  # tokens this rank routes (SP shards them over TP)
@@ -331,6 +338,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
     f = d.expert_ffn / t
     up_width = 2 * f if d.gated else f
     a2a = routed * h * ab
+    local = max(1, d.experts // d.ep)  # experts this rank holds
     ep_comm = dict(comm="all-to-all", bwd_comm="all-to-all", comm_bytes=a2a, group="ep") if d.ep > 1 else {}
     ops = [
         _elementwise("post_norm", d, own * h, act=ab * own * h, kernels=_norm(d), **({} if d.sp else _tp_boundary(d, True))),
@@ -341,10 +349,10 @@ def _moe_mlp(d: Dims) -> list[Op]:
         ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
                                 group="tp", bwd_comm="reduce-scatter"))
     ops += [
-        _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (t if d.sp else 1)),
+        _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (t if d.sp else 1), groups=local),
         _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=3 if d.gated else 2,
                      kernels=_activation(d)),
-        _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f),
+        _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f, groups=local),
     ]
     if t > 1 and d.sp:
         ops.append(_elementwise("moe_tp_scatter", d, tokens * h, comm="reduce-scatter",
