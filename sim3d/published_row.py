@@ -188,7 +188,7 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     """Megatron-Core / NeMo / Transformer Engine from 2023 on: fused (flash / cuDNN)
     attention, the model family's activation and dropout, and the overlaps the notes record
     (ub_tp_comm_overlap, overlap_param_sync, overlap_grad_sync, overlap_p2p_comm,
-    num_query_groups)."""
+    num_query_groups, kv_channels)."""
     model = _model_family(_text(row.get("model")))
     if _GATED.search(notes):
         # a gated MLP the notes name (Grok-1's GeGLU): three GEMMs of ffn_hidden, as SwiGLU; the
@@ -196,6 +196,8 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
         model["activation"] = "swiglu"
     if (groups := settings.get("num_query_groups", "")).isdigit():
         model["kv_heads"] = int(groups)
+    if (head_dim := settings.get("kv_channels", "")).isdigit():  # a head size other than hidden / heads
+        model["kv_channels"] = int(head_dim)
     training = {"attention_backend": "flash",
                 "tp_comm_overlap": bool(_flag(notes, settings, "ub_tp_comm_overlap")
                                         or _flag(notes, settings, "tp_comm_overlap")),
