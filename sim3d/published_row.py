@@ -285,7 +285,7 @@ def _recompute_that_fits(raw: dict) -> str:
     return "none" if fits_in_memory(scenario_from_dict(trial), check_schedule=False)[0] else "full"
 
 
-# What a row that leaves a cell empty gets, and why (`assumed` names those a row used):
+# What a row that leaves a cell empty gets, and why (`read_row` names those a row used):
 # micro-batch 1, as Megatron-LM's GPT-3 175B example (examples/gpt3/train_gpt3_175b_distributed.sh
 # @157006d: --micro-batch-size 1) and NeMo's recipes (micro_batch_size: int = 1) run large models.
 DEFAULT_MICRO_BATCH = 1
@@ -304,52 +304,40 @@ def _sharded(cell) -> bool:
     return bool(_truth(cell)) or str(cell).strip().lower() in SHARDED_DP
 
 
-def assumed(row: dict, layer_only: bool = False) -> list[str]:
-    """The defaults a row's empty cells take (for the validation table's notes); a layer's
-    timing needs no batch and no recomputation rule."""
-    out = []
-    if not layer_only:
-        if _blank(row.get("recompute")) and scenario_dict_of(row)["training"]["recompute"] != "none":
-            out.append("recompute full assumed (none does not fit in memory)")
-        if _blank(row.get("micro_batch")):
-            out.append(f"micro-batch {DEFAULT_MICRO_BATCH} assumed")
-    if _blank(row.get("vocab")):
-        out.append(f"vocab {DEFAULT_VOCAB} assumed")
-    if _truth(row.get("sequence_parallel")) is None and _sequence_parallel(row):
-        out.append("sequence parallelism assumed (recipe default)")
-    return out
-
-
-def _sequence_parallel(row: dict) -> bool:
-    """The row's cell, else NeMo's and Megatron-Bridge's recipe default (sequence_parallelism:
-    bool = True) wherever tensor parallelism runs on today's fused stack; off in 2022 Megatron."""
-    if (said := _truth(row.get("sequence_parallel"))) is not None:
-        return said
-    era = ERA_RULES.get(family_of(row["id"]), _inferred_era)
-    fused = era(row, _text(row.get("notes")), note_settings(_text(row.get("notes"))))["training"]
-    return fused["attention_backend"] == "flash" and _int(row, "tp", 1) > 1
-
-
-def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
-    """The scenario file contents (a plain dict) for one CSV row."""
+def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
+    """The scenario file contents (a plain dict) for one CSV row, and the defaults its empty
+    cells took, for the validation table's notes (a layer's timing needs no batch and no
+    recomputation rule). ScenarioError says what is missing."""
+    said = []
     gbs, mb = _int(row, "global_batch"), _int(row, "micro_batch")
     if layer_only and mb is not None and gbs is None:  # one layer's timing: the batch size is moot
         gbs = mb * _int(row, "dp")
     if gbs is None:
         raise ScenarioError("global_batch not published")
-    mb = DEFAULT_MICRO_BATCH if mb is None else mb
+    if mb is None:
+        mb = DEFAULT_MICRO_BATCH
+        said += [] if layer_only else [f"micro-batch {DEFAULT_MICRO_BATCH} assumed"]
+    if _blank(row.get("vocab")):
+        said.append(f"vocab {DEFAULT_VOCAB} assumed")
     tp, pp, dp = _int(row, "tp"), _int(row, "pp"), _int(row, "dp")
     vpp = _int(row, "vp", 1) or 1
     recompute = row.get("recompute") if isinstance(row.get("recompute"), str) and row["recompute"] else None
     notes = _text(row.get("notes"))
     settings = note_settings(notes)
+    era = ERA_RULES.get(family_of(row["id"]), _inferred_era)(row, notes, settings)
+    sequence_parallel = _truth(row.get("sequence_parallel"))
+    if sequence_parallel is None:
+        # NeMo's and Megatron-Bridge's recipe default (sequence_parallelism: bool = True)
+        # wherever tensor parallelism runs on today's fused stack; 2022 Megatron had none
+        sequence_parallel = era["training"]["attention_backend"] == "flash" and tp > 1
+        said += ["sequence parallelism assumed (recipe default)"] if sequence_parallel else []
     raw = {
         "name": row["id"],
         "model": {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
                   "ffn_hidden": _int(row, "ffn_hidden"), "vocab": _int(row, "vocab", DEFAULT_VOCAB),
                   "seq_len": _int(row, "seq_len")},
         "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
-                     "vpp": vpp, "sequence_parallel": _sequence_parallel(row),
+                     "vpp": vpp, "sequence_parallel": sequence_parallel,
                      "distributed_optimizer": _sharded(row.get("distributed_optimizer"))},
         "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",
                      "precision": _precision(settings, preset_named_in(_text(row.get("gpu"))))},
@@ -358,15 +346,20 @@ def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
     }
     if (moe := _moe(row, settings)) is not None:
         raw["model"]["moe"] = moe
-    era = ERA_RULES.get(family_of(row["id"]), _inferred_era)
-    for section, values in era(row, notes, settings).items():
+    for section, values in era.items():
         raw[section].update(values)
     if layer_only:
         raw["parallel"]["pp"] = 1
         raw["parallel"]["vpp"] = 1
     elif recompute is None:
         raw["training"]["recompute"] = _recompute_that_fits(raw)
-    return raw
+        said += ["recompute full assumed (none does not fit in memory)"] if raw["training"]["recompute"] != "none" else []
+    return raw, said
+
+
+def scenario_dict_of(row: dict, layer_only: bool = False) -> dict:
+    """The scenario file contents (a plain dict) for one CSV row."""
+    return read_row(row, layer_only)[0]
 
 
 def scenario_of(row: dict, layer_only: bool = False):

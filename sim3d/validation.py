@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .published_row import assumed, family_of, note_settings, scenario_dict_of, scenario_of
-from .scenario import ScenarioError
+from .published_row import family_of, note_settings, read_row, scenario_dict_of
+from .scenario import ScenarioError, scenario_from_dict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = REPO_ROOT / "validation" / "published_dev.csv"  # copied from shared/validation, see its README
@@ -41,22 +41,31 @@ class Row:
         return (self.predicted - self.published) / self.published
 
 
+LAYER_METRICS = ("layer_fwd_ms", "layer_bwd_ms", "layer_fwd_bwd_ms")
+
+
 def _predict(row: dict) -> tuple[float | None, str]:
+    """The row's metric as sim3d predicts it, and a note: how it was read and the defaults
+    the row's empty cells took."""
+    metric = row["metric"]
+    raw, said = read_row(row, layer_only=metric in LAYER_METRICS)
+    value, note = _metric(metric, scenario_from_dict(raw), row)
+    return value, "; ".join(filter(None, [note, *said]))
+
+
+def _metric(metric: str, s, row: dict) -> tuple[float | None, str]:
     from .costs.model import CostModel
     from .api import simulate
     from .model.memory import memory_report
     from .model.ops import layer_ops
 
-    metric = row["metric"]
-    if metric.startswith("layer_"):
-        s = scenario_of(row, layer_only=True)
+    if metric in LAYER_METRICS:
         costs = CostModel(s)
         ops = layer_ops(s)
         fwd = costs.ops_cost(ops, "F").seconds
         bwd = costs.ops_cost(ops, "B").seconds
         value = {"layer_fwd_ms": fwd, "layer_bwd_ms": bwd, "layer_fwd_bwd_ms": fwd + bwd}[metric] * 1e3
         return value, "one transformer layer, its TP collectives included"
-    s = scenario_of(row)
     if metric in ("activation_mem_gib_per_gpu", "param_grad_opt_mem_gib_per_gpu"):
         report = memory_report(s, check_schedule=False)
         worst = report.worst
@@ -144,7 +153,6 @@ def validate_rows(csv_path: Path = DEFAULT_CSV, progress=None) -> list[Row]:
             continue
         try:
             predicted, note = _predict(record)
-            note = "; ".join(filter(None, [note, *assumed(record, layer_only=metric.startswith("layer_"))]))
         except ScenarioError as e:
             predicted, note = None, f"not expressible: {str(e).splitlines()[0]}"
         rows.append(Row(rid, metric, published, predicted, note))

@@ -135,10 +135,12 @@ def test_bad_cells_cost_their_row_not_the_run(tmp_path, capsys):
     no_metric = ",".join(["kor22_nometric", *cells[1:23], "", *cells[24:]])
     spaced = ",".join(["kor22_spaced", *cells[1:21], "", "", " layer_fwd_bwd_ms ", *cells[24:]])  # recompute empty
     csv = tmp_path / "runs.csv"
+    unknown = ",".join(["kor22_unknown", *cells[1:23], "layer_joules", *cells[24:]])
     csv.write_text("\n".join([HEADER, good, bad_tp, bad_value.replace("kor22_layer", "kor22_badvalue", 1),
-                              no_metric, spaced]) + "\n")
+                              no_metric, spaced, unknown]) + "\n")
     rows = {r.id: r for r in validate_rows(csv)}
     assert rows["kor22_nometric"].predicted is None and rows["kor22_nometric"].note == "no metric named"
+    assert rows["kor22_unknown"].predicted is None and rows["kor22_unknown"].note  # said, not a KeyError
     # a layer's timing needs neither batch nor a recomputation rule: its prediction stands
     assert rows["kor22_spaced"].predicted == pytest.approx(rows["kor22_layer"].predicted)
     assert rows["kor22_layer"].predicted is not None
