@@ -6,6 +6,12 @@ axes innermost first, so with "tp-cp-ep-dp-pp" consecutive ranks form a tensor-p
 group and the pipeline axis is outermost. As in Megatron, expert parallelism folds into
 data parallelism: the ep axis here splits the dp*cp ranks into ep-sized expert groups, so
 the dense layout (tp, cp, dp, pp) ignores ep when computing strides.
+
+Gradients are reduced over GRADIENT_AXIS, the dp x cp ranks of a (tp, pp) coordinate: context-
+parallel ranks hold the same weights and see different tokens, so Megatron-Core reduces dense
+gradients over the data-parallel group *with* context parallelism
+(megatron/core/distributed/distributed_data_parallel.py @0011998: the dense buffers take
+`intra_dp_cp_group`), and its distributed optimizer shards over the same group.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 DENSE_AXES = ("tp", "cp", "dp", "pp")
+GRADIENT_AXIS = "dp-cp"
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,11 @@ class Placement:
     @classmethod
     def of(cls, scenario) -> "Placement":
         return cls(scenario.tp, scenario.pp, scenario.dp, scenario.cp, scenario.ep, scenario.parallel.order)
+
+    @property
+    def gradient_group_size(self) -> int:
+        """Members of a GRADIENT_AXIS group: the ranks a gradient bucket is reduced over."""
+        return self.dp * self.cp
 
     @property
     def world_size(self) -> int:
@@ -68,7 +80,7 @@ class Placement:
         return {}
 
     def group(self, axis: str, rank: int) -> list[int]:
-        """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, or ep), in group order."""
+        """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, ep, or dp-cp), in group order."""
         key = (axis, rank)
         if key not in self._groups:
             self._groups[key] = tuple(self._list_group(axis, rank))
@@ -83,7 +95,10 @@ class Placement:
             base = flat - flat % self.ep
             return [self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp)
                     for f in range(base, base + self.ep)]
-        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp")
+        if axis == GRADIENT_AXIS:  # cp innermost, as Megatron lists its dp-cp groups
+            return [self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp)
+                    for f in range(self.dp * self.cp)]
+        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}")
 
     def group_leader(self, axis: str, rank: int) -> int:
         """The first rank of `rank`'s group along `axis` (= group(axis, rank)[0]) without listing
@@ -95,7 +110,9 @@ class Placement:
             flat = c["dp"] * self.cp + c["cp"]
             base = flat - flat % self.ep
             return self.rank(tp=c["tp"], pp=c["pp"], dp=base // self.cp, cp=base % self.cp)
-        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp")
+        if axis == GRADIENT_AXIS:
+            return self.rank(tp=c["tp"], pp=c["pp"])
+        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}")
 
     def groups(self, axis: str) -> list[list[int]]:
         """All disjoint groups along `axis`, sorted by their first rank."""

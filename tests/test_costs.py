@@ -310,3 +310,44 @@ def test_the_optimizer_step_moves_the_bytes_of_megatrons_kernels(sets, shard_byt
     hbm = costs.compute_model.memory_time
     expected = hbm(params * shard_bytes) + hbm(params * local_bytes)
     assert costs.optimizer(costs.placement.rank(pp=7), (7,)) == pytest.approx(expected, rel=1e-12)
+
+
+def _one_node(dp: int, cp: int, *sets: str):
+    raw = {"name": "grads", "model": {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 32000, "seq_len": 4096},
+           "parallel": {"tp": 1, "pp": 1, "dp": dp, "cp": cp, "distributed_optimizer": True},
+           "training": {"micro_batch": 1, "global_batch": 8 * dp, "precision": "bf16", "attention_backend": "flash"},
+           "cluster": {"nodes": 1, "gpus_per_node": dp * cp, "gpu": "h100-sxm"}}
+    return scenario_from_dict(raw, list(sets))
+
+
+def test_gradients_are_reduced_over_data_and_context_parallel_ranks_together():
+    """Context-parallel ranks hold the same weights and see different tokens, so Megatron
+    reduces gradients, and shards the distributed optimizer, over dp x cp ranks
+    (distributed_data_parallel.py: the dense buffers take intra_dp_cp_group). On one NVSwitch
+    node a group's cost is set by its size alone, so dp 2 x cp 2 costs what dp 4 does, and
+    cp 2 alone (dp 1) still reduces, over two ranks, what dp 2 reduces."""
+    def costs(dp, cp):
+        c = CostModel(_one_node(dp, cp))
+        return (*c.dp_reduce(0, 0, 1), *c.param_gather(0, 0, 1), c.optimizer(0, (0,)))
+    assert costs(2, 2) == pytest.approx(costs(4, 1), rel=1e-12)
+    assert costs(1, 2) == pytest.approx(costs(2, 1), rel=1e-12)
+    seconds, wire, *_ = costs(1, 2)
+    assert seconds > 0
+    s = _one_node(1, 2)
+    from sim3d.model.memory import stage_params
+    grads = stage_params(s, (0,)).total * 4  # fp32 gradient buffer, reduce-scattered: half on the wire
+    assert wire == pytest.approx(grads / 2, rel=1e-12)
+    assert costs(2, 2)[-1] < costs(2, 1)[-1]  # the optimizer's shard is a quarter, not a half
+
+
+def test_a_straggler_holds_back_the_gradient_reduction_of_its_context_parallel_peers():
+    """At full fidelity the context-parallel peers of a straggler wait for it at every
+    gradient bucket (they are one reduction group), even with no data parallelism."""
+    import sim3d
+    sets = ["training.overlap_grad_reduce=true"]
+    healthy = sim3d.simulate(_one_node(1, 2, *sets), full_fidelity=True).sim
+    slow = sim3d.simulate(_one_node(1, 2, *sets, "faults=[{straggler: {rank: 1, slowdown: 2.0}}]"),
+                          full_fidelity=True).sim
+    reduce_start = lambda r, rank: r.trace().query(f"rank == {rank} and kind == 'DP_REDUCE'").start_s.min()  # noqa: E731
+    assert reduce_start(slow, 0) > reduce_start(healthy, 0)
+    assert reduce_start(slow, 0) == pytest.approx(reduce_start(slow, 1), rel=1e-12)

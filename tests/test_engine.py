@@ -220,13 +220,21 @@ def test_engine_reports_a_deadlock_with_the_waiting_rank():
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
        st.sampled_from(["tp-cp-ep-dp-pp", "dp-tp-cp-ep-pp", "pp-dp-cp-ep-tp"]), st.data())
-def test_group_leader_is_the_first_rank_of_the_group(tp, pp, dp, cp, order, data):
+def test_group_leaders_and_the_gradient_groups(tp, pp, dp, cp, order, data):
     from sim3d.placement import Placement
     ep = data.draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0]))
     placement = Placement(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order)
-    for axis in ("tp", "cp", "dp", "pp", "ep"):
+    for axis in ("tp", "cp", "dp", "pp", "ep", "dp-cp"):
         for rank in range(tp * pp * dp * cp):
             assert placement.group_leader(axis, rank) == placement.group(axis, rank)[0]
+    # the gradient group: every rank of one (tp, pp) coordinate, each once, whatever the order
+    groups = placement.groups("dp-cp")
+    assert sorted(r for g in groups for r in g) == list(range(tp * pp * dp * cp))
+    for group in groups:
+        coords = [placement.coords(r) for r in group]
+        assert len(group) == dp * cp == placement.gradient_group_size
+        assert len({(c["tp"], c["pp"]) for c in coords}) == 1
+        assert len({(c["dp"], c["cp"]) for c in coords}) == dp * cp
 
 
 def test_recv_rows_mean_what_the_trace_contract_says():
@@ -261,11 +269,12 @@ def test_full_fidelity_folded_equals_every_rank_replayed(data):
     replayed rank by rank)."""
     from sim3d.engine.run import unfolded_pipelines
     tp, pp, dp = data.draw(st.sampled_from([1, 2, 4])), data.draw(st.sampled_from([2, 4])), data.draw(st.sampled_from([1, 2, 3]))
+    cp = data.draw(st.sampled_from([1, 1, 2]))  # context-parallel peers share the gradient rendezvous
     schedule = data.draw(st.sampled_from(["1f1b", "interleaved-1f1b", "zb-h1", "gpipe"]))
-    world = tp * pp * dp
+    world = tp * pp * dp * cp
     stragglers = data.draw(st.lists(st.integers(0, world - 1), max_size=2, unique=True))
     raw = {"name": "fold", "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256},
-           "parallel": {"tp": tp, "pp": pp, "dp": dp, "vpp": 2 if schedule == "interleaved-1f1b" else 1,
+           "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": 2 if schedule == "interleaved-1f1b" else 1,
                         "distributed_optimizer": data.draw(st.booleans())},
            "training": {"micro_batch": 1, "global_batch": 4 * dp, "overlap_grad_reduce": data.draw(st.booleans())},
            "schedule": schedule, "cluster": {"nodes": -(-world // 8), "gpus_per_node": min(8, world)},

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..model.memory import stage_params
+from ..placement import GRADIENT_AXIS
 from .collectives import COLLECTIVE, NETWORK_EFFICIENCY, collective_time, p2p_time
 
 
@@ -109,13 +110,13 @@ class NetworkFlows:
         `rank`'s data-parallel group (folded: bundled over every group of its pipeline stage)."""
         p = self.placement
         if not self.costs.folded:
-            return self._group(what, p.group("dp", rank), stage, buckets)
+            return self._group(what, p.group(GRADIENT_AXIS, rank), stage, buckets)
         pp = p.coords(rank)["pp"]
         key = (what, pp, stage, buckets)
         if key not in self._stages:
             if self._dp_groups is None:
                 self._dp_groups = defaultdict(list)
-                for g in p.groups("dp"):
+                for g in p.groups(GRADIENT_AXIS):
                     self._dp_groups[p.coords(g[0])["pp"]].append(g)
             self._stages[key] = bundle([self._group(what, g, stage, buckets) for g in self._dp_groups[pp]])
         return self._stages[key]
@@ -127,7 +128,7 @@ class NetworkFlows:
         if key not in self._groups:
             op = ("reduce-scatter" if self.costs.s.parallel.distributed_optimizer else "all-reduce") \
                 if what == "reduce" else "all-gather"
-            alone = self.topology.group_link("dp", group[0], alone=True)
+            alone = self.topology.group_link(GRADIENT_AXIS, group[0], alone=True)
             seconds, wire = self.costs.dp_collective_on(op, alone, stage, buckets)
             network = self._network_fraction(op, alone, stage, buckets)
             edges: dict = defaultdict(float)

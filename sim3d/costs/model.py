@@ -16,7 +16,7 @@ from functools import cached_property
 
 from ..model.memory import stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
-from ..placement import Placement
+from ..placement import GRADIENT_AXIS, Placement
 from ..topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
@@ -106,8 +106,8 @@ class CostModel:
     def _folded_links(self):
         # no "pp": a pipeline transfer is priced on its own path (`_transfer`), not as a ring
         if not self._degraded:
-            return {axis: self.topology.group_link(axis) for axis in ("tp", "cp", "ep", "dp")}
-        links = {axis: self.topology.slowest_group_link(axis) for axis in ("tp", "cp", "dp")}
+            return {axis: self.topology.group_link(axis) for axis in ("tp", "cp", "ep", GRADIENT_AXIS)}
+        links = {axis: self.topology.slowest_group_link(axis) for axis in ("tp", "cp", GRADIENT_AXIS)}
         # expert groups wait for their slowest all-to-all, which a ring's bandwidth does not tell
         links["ep"] = self.topology.slowest_group_link("ep", _all_to_all_slowness)
         return links
@@ -388,21 +388,27 @@ class CostModel:
 
     # ---- data parallel ----------------------------------------------------------------------
     def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        return self.dp_collective_on(op, self._link("dp", rank), stage, buckets)
+        return self.dp_collective_on(op, self._link(GRADIENT_AXIS, rank), stage, buckets)
 
     def dp_collective_on(self, op: str, link, stage: int, buckets: int) -> tuple[float, float]:
         """(seconds, bytes on the wire per member) of one bucket's collective on a given
-        data-parallel ring link."""
+        gradient-group (dp x cp) ring link; expert parameters go over their expert-data-parallel
+        share of it."""
         params = stage_params(self.s, (stage,))
         width = self.dp_width(op)
         dense, expert = params.dense / buckets * width, params.expert / buckets * width
         seconds = self._collective(op, dense, "dp", {"dp": link})
         wire = self._wire(op, dense, "dp", {"dp": link})
-        if expert:  # expert parameters are replicated over the dp/ep expert-data-parallel ranks
-            edp = replace(link, size=max(1, self.s.dp // self.s.ep))
+        if expert:  # expert parameters are replicated over the expert-data-parallel ranks
+            edp = replace(link, size=self.expert_data_parallel)
             seconds += collective_time(COLLECTIVE[op], expert, edp).seconds
             wire += self._wire(op, expert, "dp", {"dp": edp})
         return seconds, wire
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Ranks holding the same experts: the gradient group (dp x cp) over the expert group."""
+        return max(1, self.placement.gradient_group_size // self.s.ep)
 
     def dp_width(self, op: str) -> int:
         """Bytes per element of a data-parallel collective: gradients go at their buffer's
@@ -460,7 +466,8 @@ class CostModel:
         held = [stage_params(self.s, (stage,)) for stage in stages]
         count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
         if self.s.parallel.distributed_optimizer:
-            count["shard"] = sum(p.dense / self.s.dp + p.expert / max(1, self.s.dp // self.s.ep) for p in held)
+            shards = self.placement.gradient_group_size
+            count["shard"] = sum(p.dense / shards + p.expert / self.expert_data_parallel for p in held)
         moved = defaultdict(float)
         for nbytes, per in step_bytes(self.s.training).values():
             moved[per] += nbytes * count[per]

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from simpy import Resource
 
+from ..placement import GRADIENT_AXIS
 from ..schedule.dependencies import family, input_of, output_to
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import Action, Kind
@@ -283,10 +284,11 @@ class RankReplay(Interpreter):
         if engine.overlap_dp and chunk in self.last_backward:
             b_start, b_dur = self.last_backward[chunk]
             ready = b_start + (k + 1) / buckets * b_dur
-        if engine.full and engine.placement.dp > 1:
-            gather = engine.gather((*engine.group_key("dp", self.me), self.dp_seq), engine.placement.dp).arrive(ready)
+        members = engine.placement.gradient_group_size
+        if engine.full and members > 1:
+            gather = engine.gather((*engine.group_key(GRADIENT_AXIS, self.me), self.dp_seq), members).arrive(ready)
             for leader, count in self.dp_stand_ins:  # for the ranks this one stands for
-                engine.gather(("dp", leader, self.dp_seq), engine.placement.dp).arrive(ready, count)
+                engine.gather((GRADIENT_AXIS, leader, self.dp_seq), members).arrive(ready, count)
             waited = env.now
             yield gather
             self.parts["dp"] += env.now - waited
@@ -342,9 +344,10 @@ class RankReplay(Interpreter):
         with self.dp_stream.request() as slot:
             yield slot
             key = None
-            if engine.full and engine.placement.dp > 1:
-                key = (*engine.group_key("dp", self.me), self.dp_seq)  # no TP twins on flows
-                yield engine.gather(key, engine.placement.dp).arrive(env.now)
+            members = engine.placement.gradient_group_size
+            if engine.full and members > 1:
+                key = (*engine.group_key(GRADIENT_AXIS, self.me), self.dp_seq)  # no TP twins on flows
+                yield engine.gather(key, members).arrive(env.now)
             self.dp_seq += 1
             begin = env.now
             yield engine.collective(key, lambda: self.costs.dp_flows(what, self.me, stage, engine.buckets))

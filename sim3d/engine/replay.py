@@ -32,6 +32,7 @@ import simpy
 from ..costs.interface import RankCosts
 from ..schedule.ir import Kind, Schedule
 from ..gc_paused import gc_paused
+from ..placement import GRADIENT_AXIS
 from ..trace import rows_to_frame
 from .flow_network import FlowNetwork, NetworkStats
 from .rank_replay import RankReplay
@@ -225,10 +226,10 @@ class Engine:
         """A replayed rank arrives at the data-parallel rendezvous of every rank it stands for,
         as that rank would have, where some replayed rank waits there (elsewhere nobody does)."""
         p = self.placement
-        waited = {p.group_leader("dp", p.rank(pp=stage, **pipe)) for pipe in pipes for stage in range(p.pp)}
+        waited = {p.group_leader(GRADIENT_AXIS, p.rank(pp=stage, **pipe)) for pipe in pipes for stage in range(p.pp)}
         arrivals: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         for rank, twin in self.represented.items():
-            leader = p.group_leader("dp", rank)
+            leader = p.group_leader(GRADIENT_AXIS, rank)
             if leader in waited:
                 arrivals[twin][leader] += 1
         self.dp_stand_ins = {twin: list(leaders.items()) for twin, leaders in arrivals.items()}

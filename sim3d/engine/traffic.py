@@ -25,7 +25,9 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
-AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp"}
+from ..placement import GRADIENT_AXIS
+
+AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": GRADIENT_AXIS}
 LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..costs.model import CostModel
 from ..model.memory import stage_layer_counts, steady_microbatches
+from ..placement import GRADIENT_AXIS
 from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
@@ -86,12 +87,14 @@ class Estimator:
     def _placed(self, layout: Layout, scenario) -> tuple:
         """(topology, {axis: GroupLink}) of a layout's process groups. The graph is built once;
         a dense axis's groups are fixed by its stride and size, so its link is priced once per
-        (stride, size) however many layouts share it."""
+        (stride, size) however many layouts share it; the gradient group (dp x cp) by both axes'."""
         def place():
             topology = self._memo(("fabric",), lambda: Topology(scenario)).for_layout(scenario)
+            stride = topology.placement.stride
             links = {}
-            for axis in ("tp", "cp", "ep", "dp"):
-                key = (("link", axis, topology.placement.stride(axis), getattr(layout, axis)) if axis != "ep"
+            for axis in ("tp", "cp", "ep", GRADIENT_AXIS):
+                key = (("link", axis, stride(axis), getattr(layout, axis)) if axis in ("tp", "cp")
+                       else ("link", axis, stride("dp"), layout.dp, stride("cp"), layout.cp) if axis == GRADIENT_AXIS
                        else ("link", axis, layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order))
                 links[axis] = self._memo(key, lambda: topology.group_link(axis))
             topology.release_loads()  # the links are priced; the tables behind them are not kept
