@@ -23,6 +23,7 @@ VALUE_FLAGS = {
     "moe_expert_capacity_factor": "model.moe.capacity_factor", "moe_layer_freq": "model.moe.every",
     "tensor_model_parallel_size": "parallel.tp", "pipeline_model_parallel_size": "parallel.pp",
     "context_parallel_size": "parallel.cp", "expert_model_parallel_size": "parallel.ep",
+    "expert_tensor_parallel_size": "parallel.etp",
     "decoder_first_pipeline_num_layers": "parallel.decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers": "parallel.decoder_last_pipeline_num_layers",
     "num_layers_in_first_pipeline_stage": "parallel.decoder_first_pipeline_num_layers",
@@ -333,6 +334,8 @@ def to_megatron_args(s) -> list[str]:
         args += ["--context-parallel-size", s.cp]
     if s.ep > 1:
         args += ["--expert-model-parallel-size", s.ep]
+    if p.etp is not None:
+        args += ["--expert-tensor-parallel-size", p.etp]
     accounted = p.account_for_embedding_in_pipeline_split + p.account_for_loss_in_pipeline_split
     if s.vpp > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", (m.layers + accounted) // (s.pp * s.vpp)]

@@ -3,9 +3,13 @@ process groups that follow. One rank order for the simulator and the executor al
 
 Megatron's convention (megatron/core/parallel_state.py, RankGenerator): `order` lists the
 axes innermost first, so with "tp-cp-ep-dp-pp" consecutive ranks form a tensor-parallel
-group and the pipeline axis is outermost. As in Megatron, expert parallelism folds into
-data parallelism: the ep axis here splits the dp*cp ranks into ep-sized expert groups, so
-the dense layout (tp, cp, dp, pp) ignores ep when computing strides.
+group and the pipeline axis is outermost. The dense layers lay ranks out over (tp, cp, dp, pp),
+ignoring ep. The experts take a second grid over the same ranks, as Megatron-Core's expert
+RankGenerator does (parallel_state.py, initialize_model_parallel; MoE parallel folding,
+arXiv:2504.14960): the same order over (etp, ep, edp, pp) with cp 1, edp = tp*cp*dp/(etp*ep).
+With etp = tp (the default) an expert group splits the dp*cp ranks of one tensor-parallel
+rank; with etp 1 it may span tensor-parallel ranks too. Both grids must give the same
+pipeline groups (`pipelines_agree`).
 
 Gradients are reduced over GRADIENT_AXIS, the dp x cp ranks of a (tp, pp) coordinate: context-
 parallel ranks hold the same weights and see different tokens, so Megatron-Core reduces dense
@@ -31,10 +35,39 @@ class Placement:
     cp: int = 1
     ep: int = 1
     order: str = "tp-cp-ep-dp-pp"
+    etp: int | None = None  # expert tensor parallelism; None: tp
 
     @classmethod
     def of(cls, scenario) -> "Placement":
-        return cls(scenario.tp, scenario.pp, scenario.dp, scenario.cp, scenario.ep, scenario.parallel.order)
+        return cls(scenario.tp, scenario.pp, scenario.dp, scenario.cp, scenario.ep, scenario.parallel.order,
+                   scenario.etp)
+
+    @cached_property
+    def _expert_sizes(self) -> dict[str, int]:
+        etp = self.tp if self.etp is None else self.etp
+        return {"tp": etp, "cp": 1, "ep": self.ep, "dp": self.tp * self.cp * self.dp // (etp * self.ep), "pp": self.pp}
+
+    @cached_property
+    def _expert_strides(self) -> dict[str, int]:
+        strides, stride = {}, 1
+        for axis in self.order.split("-"):
+            strides[axis] = stride
+            stride *= self._expert_sizes[axis]
+        return strides
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Ranks holding the same expert shard: the stage's tp*cp*dp ranks over etp x ep."""
+        return self._expert_sizes["dp"]
+
+    @property
+    def pipelines_agree(self) -> bool:
+        """Whether the expert grid puts each rank on the pipeline stage the dense grid does
+        (Megatron asserts the two grids' pipeline groups are equal)."""
+        return self.pp == 1 or self._expert_strides["pp"] == self._strides["pp"]
+
+    def _expert_coord(self, rank: int, axis: str) -> int:
+        return (rank // self._expert_strides[axis]) % self._expert_sizes[axis]
 
     @property
     def gradient_group_size(self) -> int:
@@ -67,12 +100,12 @@ class Placement:
         return sum(coords[a] * self._strides[a] for a in DENSE_AXES)
 
     def coords(self, rank: int) -> dict[str, int]:
-        """{'tp', 'cp', 'dp', 'pp', 'ep'} coordinates of a global rank (ep = index of the
-        rank inside its expert group, taken over the combined dp*cp index)."""
+        """{'tp', 'cp', 'dp', 'pp', 'ep'} coordinates of a global rank (ep: its index in its
+        expert group, on the expert grid)."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} outside 0..{self.world_size - 1}")
         out = {a: (rank // self._strides[a]) % getattr(self, a) for a in DENSE_AXES}
-        out["ep"] = (out["dp"] * self.cp + out["cp"]) % self.ep
+        out["ep"] = self._expert_coord(rank, "ep")
         return out
 
     @cached_property
@@ -91,10 +124,8 @@ class Placement:
         if axis in DENSE_AXES:
             return [self.rank(**{**_dense(c), axis: i}) for i in range(getattr(self, axis))]
         if axis == "ep":
-            flat = c["dp"] * self.cp + c["cp"]
-            base = flat - flat % self.ep
-            return [self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp)
-                    for f in range(base, base + self.ep)]
+            first, stride = rank - c["ep"] * self._expert_strides["ep"], self._expert_strides["ep"]
+            return [first + i * stride for i in range(self.ep)]
         if axis == GRADIENT_AXIS:  # cp innermost, as Megatron lists its dp-cp groups
             return [self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp)
                     for f in range(self.dp * self.cp)]
@@ -107,9 +138,7 @@ class Placement:
         if axis in DENSE_AXES:
             return rank - c[axis] * self._strides[axis]
         if axis == "ep":
-            flat = c["dp"] * self.cp + c["cp"]
-            base = flat - flat % self.ep
-            return self.rank(tp=c["tp"], pp=c["pp"], dp=base // self.cp, cp=base % self.cp)
+            return rank - c["ep"] * self._expert_strides["ep"]
         if axis == GRADIENT_AXIS:
             return self.rank(tp=c["tp"], pp=c["pp"])
         raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}")

@@ -346,6 +346,9 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
     }
     if (moe := _moe(row, settings)) is not None:
         raw["model"]["moe"] = moe
+        etp = settings.get("expert_tensor_parallel_size", settings.get("etp", ""))
+        if etp.isdigit():  # Megatron-Core's MoE parallel folding; absent, experts follow tp
+            raw["parallel"]["etp"] = int(etp)
     for section, values in era.items():
         raw[section].update(values)
     if layer_only:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from .hardware import PRESETS, suggest
 from .limits import GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
+from .placement import Placement
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in V placement
@@ -63,8 +64,7 @@ def consistency_problems(s) -> list[str]:
         how = "dp given" if par.dp is not None else "dp derived"
         p.append(f"parallel: tp*pp*dp*cp = {par.tp}*{par.pp}*{s.dp}*{par.cp} = {s.world_size} ({how}) "
                  f"but cluster has {s.num_gpus} GPUs ({s.cluster.nodes} nodes x {s.gpus_per_node})")
-    if (s.dp * par.cp) % par.ep:
-        p.append(f"parallel.ep: ep={par.ep} must divide dp*cp={s.dp * par.cp} (experts are spread over data-parallel ranks)")
+    p += _expert_grid_problems(s)
     unit = tr.micro_batch * s.dp
     if tr.global_batch % unit:
         p.append(f"training.global_batch: {tr.global_batch} is not divisible by micro_batch*dp = "
@@ -161,3 +161,28 @@ def _fabric_problems(s) -> list[str]:
         p.append(f"cluster.inter_node.nodes_per_pod: {inter.nodes_per_pod} is not a whole number of leaves of "
                  f"{per_leaf} servers{hint}")
     return p
+
+
+def _expert_grid_problems(s) -> list[str]:
+    """The experts' grid etp x ep x edp must tile the tp*cp*dp ranks of a stage (Megatron-Core's
+    expert RankGenerator, parallel_state.py), and sim3d prices expert tensor parallelism of 1
+    or tp only: an expert's TP collectives then run on no group or on the tensor-parallel one."""
+    par, problems = s.parallel, []
+    stage = s.tp * s.cp * s.dp
+    if par.etp is not None and s.model.moe is None and par.etp != par.tp:
+        problems.append(f"parallel.etp: etp={par.etp} needs an MoE model (model.moe is null)")
+    if s.etp not in (1, s.tp):
+        problems.append(f"parallel.etp: sim3d models expert tensor parallelism of 1 or tp={s.tp}, got {s.etp}")
+    elif stage % (s.etp * s.ep):
+        spread = "data-parallel" if s.etp == s.tp else "tensor-, context- and data-parallel"
+        problems.append(f"parallel.ep: etp*ep = {s.etp}*{s.ep} must divide tp*cp*dp = {stage} "
+                        f"(experts are spread over the stage's {spread} ranks)")
+    elif s.model.moe is not None and not Placement.of(s).pipelines_agree:
+        problems.append(f"parallel.order: {par.order!r} puts the experts' grid (etp={s.etp}, ep={s.ep}) on other "
+                        "pipeline stages than the dense layers; put pp last, or keep edp equal to dp")
+    if s.model.moe is not None and s.etp != s.tp and not (par.sequence_parallel or s.tp == 1):
+        # Megatron's arguments.py: "When using MoE and tensor parallelism, sequence
+        # parallelism must be used."
+        problems.append(f"parallel.sequence_parallel: expert tensor parallelism {s.etp} apart from tp={s.tp} "
+                        "needs sequence parallelism (Megatron requires it for MoE with tp > 1)")
+    return problems

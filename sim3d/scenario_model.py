@@ -105,6 +105,10 @@ class Parallel(_Strict):
     dp: PositiveInt | None = Field(None, validation_alias=AliasChoices("dp", "data_parallel_size"))
     cp: PositiveInt = Field(1, validation_alias=AliasChoices("cp", "context_parallel_size"))
     ep: PositiveInt = Field(1, validation_alias=AliasChoices("ep", "expert_model_parallel_size"))
+    # expert tensor parallelism; None follows tp (Megatron's default). With MoE parallel folding
+    # (arXiv:2504.14960) the experts take their own grid etp x ep x edp over the tp*cp*dp ranks
+    # of a stage, so ep may span tensor-parallel ranks.
+    etp: PositiveInt | None = Field(None, validation_alias=AliasChoices("etp", "expert_tensor_parallel_size"))
     vpp: PositiveInt = Field(1, validation_alias=AliasChoices("vpp", "virtual_pipeline_model_parallel_size"))
     sequence_parallel: bool = False
     distributed_optimizer: bool = Field(False, validation_alias=AliasChoices("distributed_optimizer", "use_distributed_optimizer"))
@@ -307,6 +311,10 @@ class Scenario(_Strict):
     @property
     def ep(self) -> int:
         return self.parallel.ep
+
+    @property
+    def etp(self) -> int:
+        return self.parallel.etp if self.parallel.etp is not None else self.parallel.tp
 
     @property
     def vpp(self) -> int:

@@ -407,8 +407,8 @@ class CostModel:
 
     @property
     def expert_data_parallel(self) -> int:
-        """Ranks holding the same experts: the gradient group (dp x cp) over the expert group."""
-        return max(1, self.placement.gradient_group_size // self.s.ep)
+        """Ranks holding the same expert shard: the stage's tp*cp*dp ranks over etp x ep."""
+        return self.placement.expert_data_parallel
 
     def dp_width(self, op: str) -> int:
         """Bytes per element of a data-parallel collective: gradients go at their buffer's

@@ -45,7 +45,8 @@ ACTIVATION_FRAGMENTATION = 0.10
 @dataclass(frozen=True)
 class Params:
     """Parameter counts held by ONE rank: `dense` are replicated over dp*cp, `expert` over
-    the expert-data-parallel group dp*cp/ep (the distributed optimizer shards each over its group)."""
+    the expert-data-parallel group tp*cp*dp/(etp*ep) (the distributed optimizer shards each
+    over its group)."""
 
     dense: float = 0.0
     expert: float = 0.0
@@ -70,14 +71,14 @@ def layer_params(d: Dims, moe_layer: bool) -> Params:
     qkv_out = d.q_dim + 2 * d.kv_dim
     attn = (h * qkv_out + bias * qkv_out + d.q_dim * h) / t + bias * h + 2 * _norm_params(d)
 
-    def mlp(ffn: int) -> float:
+    def mlp(ffn: int, t: int = t) -> float:
         if d.gated:
             return 3 * h * ffn / t
         return (2 * h * ffn + bias * ffn) / t + bias * h
 
     if moe_layer and d.experts:
         router = h * d.experts  # replicated on every rank
-        return Params(attn + router, d.experts / d.ep * mlp(d.expert_ffn))
+        return Params(attn + router, d.experts / d.ep * mlp(d.expert_ffn, d.etp))
     return Params(attn + mlp(d.ffn))
 
 
@@ -323,7 +324,7 @@ def _schedule_key(s, check: bool) -> tuple:
 
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
     shards = (s.training.precision == "fp32", grad_bytes(s.training), s.parallel.distributed_optimizer,
-              s.dp * s.cp, s.ep)
+              s.dp * s.cp, s.tp * s.cp * s.dp // (s.etp * s.ep))
     return _rank_states(_params_dims(d), _split(s), schedule, shards)
 
 
@@ -377,11 +378,11 @@ def _stage_counts(split: tuple) -> tuple[np.ndarray, np.ndarray]:
 @lru_cache(maxsize=65536)
 def _rank_states(d: Dims, split: tuple, schedule: tuple, shards: tuple) -> tuple:
     """Per rank: (stages, layers, parameters, weight / grad / optimizer bytes)."""
-    fp32, g_bytes, distributed, dp_cp, ep = shards
+    fp32, g_bytes, distributed, dp_cp, edp = shards
     # distrib_optimizer.md's table (header): half-precision gradients leave the optimizer an
     # fp32 copy of them to keep (16 B sharded instead of 12)
     w_bytes, opt_bytes = (4, 8) if fp32 else (2, 12 if g_bytes == 4 else 16)
-    dense_shards, expert_shards = (dp_cp, max(1, dp_cp // ep)) if distributed else (1, 1)
+    dense_shards, expert_shards = (dp_cp, edp) if distributed else (1, 1)
     rows = []
     for stages in _rank_stages(schedule):
         dense, moe = _counts(split, stages)

@@ -120,6 +120,7 @@ class Dims:
     tp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int = 1  # expert tensor parallelism: 1 or tp (scenario_checks)
     sp: bool = False
     experts: int = 0
     top_k: int = 1
@@ -136,14 +137,14 @@ class Dims:
         return cls(b=tr.micro_batch, s=m.seq_len, h=m.hidden, heads=m.heads,
                    kv_heads=m.num_kv_heads, head_dim=m.head_dim, ffn=m.ffn, vocab=m.vocab,
                    activation=m.activation, precision=tr.precision,
-                   tp=s.tp, cp=s.cp, ep=s.ep, sp=s.parallel.sequence_parallel and s.tp > 1,
+                   tp=s.tp, cp=s.cp, ep=s.ep, etp=s.etp, sp=s.parallel.sequence_parallel and s.tp > 1,
                    experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 1,
                    expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0)
 
     def unsharded(self) -> "Dims":
-        return replace(self, tp=1, cp=1, ep=1, sp=False)
+        return replace(self, tp=1, cp=1, ep=1, etp=1, sp=False)
 
     @property
     def sl(self) -> int:
@@ -321,21 +322,23 @@ def _dense_mlp(d: Dims) -> list[Op]:
 def _moe_mlp(d: Dims) -> list[Op]:
     """Token-choice top-k MoE (Megatron `MoELayer` with the all-to-all token dispatcher).
 
-    EP folds into DP, so every EP rank brings its own micro-batch; the b*s*top_k token copies
-    of the ep ranks are spread over their experts, i.e. b*s*top_k per rank when balanced.
-    The capacity factor bounds the busiest rank at capacity x average (tokens beyond are
-    dropped), so per-rank time uses that bound. Experts are tensor-parallel over tp (Megatron's
-    expert_tensor_parallel_size defaults to tp) and, with TP, tokens are gathered within TP
-    after the all-to-all and scattered back before the combine. The rank's experts are
-    separate weights: its token copies split over them (tokens / local experts rows each), so
-    each expert's GEMM tiles its own rows and its weight is read once per pass (Megatron's
-    grouped GEMM, moe_grouped_gemm: one kernel for all local experts).
+    Every rank routes its own tokens (sequence parallelism shards them over TP); the token
+    copies of an expert group are spread over its experts, so when balanced each rank gets
+    back as many copies as it sent. The capacity factor bounds the busiest rank at capacity x
+    average (tokens beyond are dropped), so per-rank time uses that bound. Experts are
+    tensor-parallel over etp ranks (Megatron's expert_tensor_parallel_size, default tp): with
+    etp = tp > 1 the copies are gathered within TP after the all-to-all and scattered back
+    before the combine; with etp 1 (MoE parallel folding) each rank computes its copies alone
+    with whole experts. The rank's experts are separate weights: its copies split over them
+    (tokens / local experts rows each), so each expert's GEMM tiles its own rows and its
+    weight is read once per pass (Megatron's grouped GEMM, moe_grouped_gemm: one kernel for
+    all local experts).
     """
-    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
-    own = b * sl / (t if d.sp else 1)  # tokens this rank routes (SP shards them over TP)
+    b, sl, h, et, ab = d.b, d.sl, d.h, d.etp, d.ab
+    own = b * sl / (d.tp if d.sp else 1)  # tokens this rank routes (SP shards them over TP)
     routed = own * d.top_k * d.capacity  # token copies this rank sends out / gets back
-    tokens = b * sl * d.top_k * d.capacity  # token copies this rank's experts process
-    f = d.expert_ffn / t
+    tokens = routed * (et if d.sp else 1)  # token copies this rank's experts process
+    f = d.expert_ffn / et
     up_width = 2 * f if d.gated else f
     a2a = routed * h * ab
     local = max(1, d.experts // d.ep)  # experts this rank holds
@@ -345,19 +348,20 @@ def _moe_mlp(d: Dims) -> list[Op]:
         _gemm("router", d, own, h, d.experts, act=ab * own * (h + d.experts), te_linear=False),  # input + logits
         _elementwise("moe_dispatch", d, routed * h, **ep_comm),
     ]
-    if t > 1 and d.sp:
+    # expert TP is 1 or tp (scenario_checks), so its collectives run on the TP group
+    if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
                                 group="tp", bwd_comm="reduce-scatter"))
     ops += [
-        _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (t if d.sp else 1), groups=local),
+        _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (et if d.sp else 1), groups=local),
         _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=3 if d.gated else 2,
                      kernels=_activation(d)),
         _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f, groups=local),
     ]
-    if t > 1 and d.sp:
+    if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_scatter", d, tokens * h, comm="reduce-scatter",
                                 comm_bytes=tokens * h * ab, group="tp", bwd_comm="all-gather"))
-    elif t > 1:
+    elif et > 1:
         ops.append(_elementwise("moe_tp_reduce", d, tokens * h, comm="all-reduce",
                                 comm_bytes=tokens * h * ab, group="tp"))
     ops += [

@@ -20,7 +20,9 @@ def layout_rows(s) -> list[tuple[str, str]]:
     spread = f"{layers[0]}" if len(set(layers)) == 1 else f"{min(layers)}-{max(layers)} (uneven)"
     return [
         ("GPUs", f"{s.num_gpus} ({s.cluster.nodes} nodes x {per_node} {s.cluster.gpu})"),
-        ("degrees", f"tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep} vpp={s.vpp}"),
+        ("degrees", f"tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep} vpp={s.vpp}"
+                    + (f" etp={s.etp} (experts: etp x ep x edp = {s.etp} x {s.ep} x "
+                       f"{s.tp * s.cp * s.dp // (s.etp * s.ep)} per stage)" if s.etp != s.tp else "")),
         ("rank order", f"{s.parallel.order} (innermost first)"),
         ("micro-batches", f"{s.num_microbatches} per step ({s.training.global_batch} / "
                           f"({s.training.micro_batch} x dp {s.dp}))"),

@@ -10,7 +10,7 @@ from .. import __version__
 from ..model.flops import hardware_flops_per_step, model_flops_per_step
 from ..model.memory import memory_report
 
-SUMMARY_KEYS = ("name", "num_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "schedule", "micro_batch",
+SUMMARY_KEYS = ("name", "num_gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch",
                 "global_batch", "num_microbatches", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
                 "hardware_tflops_per_gpu", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
                 "fits_in_memory", "sim_events", "sim_wall_s", "hfu", "breakdown", "sim3d_version")
@@ -27,7 +27,7 @@ def summarize(run, memory=None) -> dict:
         memory = memory_report(s, check_schedule=False)  # the run's schedule is already validated
     summary = {
         "name": s.name, "num_gpus": s.num_gpus, "tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep,
-        "vpp": s.vpp, "schedule": s.schedule, "micro_batch": s.training.micro_batch,
+        "etp": s.etp, "vpp": s.vpp, "schedule": s.schedule, "micro_batch": s.training.micro_batch,
         "global_batch": s.training.global_batch, "num_microbatches": s.num_microbatches,
         "step_time_s": step,
         "tokens_per_s": s.training.global_batch * s.model.seq_len / step,
@@ -76,8 +76,9 @@ def summary_table(summary: dict):
     table = Table(title=f"sim3d: {summary['name']}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
+    etp = f", etp {summary['etp']}" if summary.get("etp", summary["tp"]) != summary["tp"] else ""
     layout = (f"tp {summary['tp']} x pp {summary['pp']} x dp {summary['dp']} x cp {summary['cp']}"
-              f" (ep {summary['ep']}, vpp {summary['vpp']})")
+              f" (ep {summary['ep']}{etp}, vpp {summary['vpp']})")
     rows = [
         ("GPUs", f"{summary['num_gpus']}"),
         ("layout", layout),

@@ -10,12 +10,17 @@ each named so that a search can count what it dropped and why:
 - `shape`: tp does not divide heads, kv heads, ffn and vocab; pp*vpp does not divide the
   layers (uneven splits are for hand-made layouts; with the base scenario's Megatron split
   options, the split Megatron would refuse); cp does not divide seq_len/2 (Megatron's
-  load-balanced ring); ep > 1 on a dense model, or ep not dividing the experts or dp*cp;
+  load-balanced ring); ep > 1 on a dense model, or ep not dividing the experts, or etp*ep not
+  dividing tp*cp*dp (etp, the experts' tensor parallelism, is held at the base scenario's:
+  tp unless it names one), or etp apart from tp > 1 without sequence parallelism (Megatron
+  asserts it for MoE with TP);
 - `schedule`: a schedule's own rule (interleaved: vpp >= 2 and micro-batches a multiple of
   pp; zbv / dualpipev: vpp = 2, dualpipev at least 2*pp micro-batches; every schedule but
   1f1b needs pp > 1, where they are all 1f1b; V schedules do not take Megatron's split
   options; a schedule whose replay exceeds SIM3D_MAX_ACTIONS);
-- `order`: Megatron-LM allows --use-tp-pp-dp-mapping only with cp = ep = 1 (arguments.py);
+- `order`: Megatron-LM allows --use-tp-pp-dp-mapping only with cp = ep = 1 (arguments.py),
+  and, with pp not last, only where the experts' data parallelism is the dense one
+  (parallel_state.py), so not with etp apart from tp;
 - `same run`: a switch that changes nothing is held at its default (sequence parallelism and
   TP overlap without tp > 1, TP overlap without sequence parallelism, which Megatron asserts,
   the distributed optimizer without dp*cp > 1, the rank order without both pp > 1 and
@@ -229,7 +234,11 @@ class Space:
                                 or (order != d["order"][0] and (pp == 1 or dp == 1))):
                             dropped["same run"] += 1
                             continue
-                        if order == PP_DP_ORDER and (cp > 1 or ep > 1):
+                        folded = self._expert_tp(tp) != tp
+                        if folded and not sp:
+                            dropped["shape"] += 1
+                            continue
+                        if order == PP_DP_ORDER and (cp > 1 or ep > 1 or folded):
                             dropped["order"] += 1
                             continue
                         out.append(Layout(tp, pp, dp, cp, ep, vpp, mb, schedule, recompute, sp, dist, overlap, order))
@@ -244,9 +253,15 @@ class Space:
             return False
         if cp > 1 and m.seq_len % (2 * cp):
             return False
-        if (dp * cp) % ep or (ep > 1 and (m.moe is None or m.moe.experts % ep)):
+        etp = self._expert_tp(tp)
+        if etp not in (1, tp) or (tp * cp * dp) % (etp * ep) or (ep > 1 and (m.moe is None or m.moe.experts % ep)):
             return False
         return self.base.megatron_split or m.layers % pp == 0
+
+    def _expert_tp(self, tp: int) -> int:
+        """The experts' tensor parallelism of a layout with this tp (the base's etp, else tp)."""
+        etp = self.base.parallel.etp
+        return tp if etp is None or self.base.model.moe is None else etp
 
     def _schedule_problem(self, schedule: str, pp: int, vpp: int, micro: int) -> str:
         if self._split_problem(pp, vpp):

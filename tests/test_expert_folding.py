@@ -1,0 +1,122 @@
+"""MoE parallel folding: the experts' own grid (etp x ep x edp) over a stage's tp*cp*dp ranks,
+as Megatron-Core lays it out, checked against a written-out rank generator and closed forms."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sim3d
+from sim3d.model.memory import layer_params
+from sim3d.model.ops import Dims, ops_for
+from sim3d.placement import Placement
+from sim3d.scenario import ScenarioError, scenario_from_dict
+
+ORDERS = ["tp-cp-ep-dp-pp", "tp-cp-dp-ep-pp", "dp-tp-cp-ep-pp", "tp-cp-ep-pp-dp"]
+
+
+def megatron_groups(sizes: dict[str, int], order: str, axis: str) -> list[list[int]]:
+    """Megatron's RankGenerator written out: ranks count through the order's axes, innermost
+    first; a group along `axis` is every rank that agrees on all the other coordinates."""
+    axes = order.split("-")
+    groups: dict[tuple, list[int]] = {}
+    for rank, coords in enumerate(itertools.product(*[range(sizes[a]) for a in reversed(axes)])):
+        at = dict(zip(reversed(axes), coords))
+        groups.setdefault(tuple(at[a] for a in axes if a != axis), []).append(rank)
+    return sorted(groups.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
+       st.sampled_from(ORDERS), st.data())
+def test_expert_groups_are_megatrons(tp, cp, dp, pp, order, data):
+    """The expert grid uses the dense grid's order over (etp, ep, edp, pp) with cp 1
+    (parallel_state.py, initialize_model_parallel); expert groups follow from it, and the two
+    grids agree on pipelines exactly where Megatron's assertion holds."""
+    etp = data.draw(st.sampled_from([1, tp]))
+    stage = tp * cp * dp
+    ep = data.draw(st.sampled_from([e for e in (1, 2, 4, 8) if stage % (etp * e) == 0]))
+    placement = Placement(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order, etp=etp)
+    expert = {"tp": etp, "cp": 1, "ep": ep, "dp": stage // (etp * ep), "pp": pp}
+    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    assert sorted(placement.groups("ep")) == megatron_groups(expert, order, "ep")
+    agree = megatron_groups(expert, order, "pp") == megatron_groups(dense, order, "pp")
+    assert placement.pipelines_agree == agree
+    assert placement.expert_data_parallel == expert["dp"]
+    for rank in range(placement.world_size):
+        group = placement.group("ep", rank)
+        assert placement.group_leader("ep", rank) == group[0]
+        assert group[placement.coords(rank)["ep"]] == rank
+
+
+def moe(tp=2, dp=4, ep=4, etp=None, sp=True, **parallel):
+    raw = {"name": "fold", "model": {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 32000, "seq_len": 2048,
+                                     "activation": "swiglu", "moe": {"experts": 16, "top_k": 2,
+                                                                     "expert_ffn_hidden": 768}},
+           "parallel": {"tp": tp, "dp": dp, "ep": ep, "sequence_parallel": sp, **parallel,
+                        **({"etp": etp} if etp is not None else {})},
+           "training": {"micro_batch": 1, "global_batch": 4 * dp, "precision": "bf16", "attention_backend": "flash"},
+           "cluster": {"nodes": 1, "gpus_per_node": tp * dp, "gpu": "h100-sxm"}}
+    return raw
+
+
+@pytest.mark.parametrize("etp,ep", [(1, 8), (1, 4), (1, 2), (2, 4), (2, 2)])
+def test_expert_work_and_weights_per_rank_match_closed_forms(etp, ep):
+    """Whatever the expert grid, a stage's ranks together compute every token copy once: dp
+    micro-batches of b*s tokens, top_k copies each, 2*h*(3*f) FLOPs per copy (SwiGLU's three
+    GEMMs); a rank holds experts/ep whole experts split over etp, and with etp 1 no expert
+    collective runs on the TP group."""
+    s = scenario_from_dict(moe(etp=etp, ep=ep))
+    d = Dims.of(s)
+    ops = ops_for(d, moe_layer=True)
+    expert_flops = sum(op.fwd_flops for op in ops if op.name in ("expert_up", "expert_down"))
+    h, f, top_k = 1024, 768, 2
+    assert expert_flops * s.tp * s.dp == pytest.approx(s.dp * 1 * 2048 * top_k * 2 * h * 3 * f, rel=1e-12)
+    assert layer_params(d, True).expert == pytest.approx(16 / ep * 3 * h * f / etp, rel=1e-12)
+    tp_collectives = [op.name for op in ops if op.group == "tp" and op.name.startswith("moe_tp")]
+    assert tp_collectives == ([] if etp == 1 else ["moe_tp_gather", "moe_tp_scatter"])
+    assert Placement.of(s).expert_data_parallel == s.tp * s.dp // (etp * ep)
+
+
+def test_folded_expert_groups_span_tensor_parallel_ranks_and_simulate():
+    """tp 2 x dp 4 with etp 1 and ep 8: one expert group holds the whole stage (it could not
+    before: ep had to divide dp). Folded, at full fidelity and on the flow network the step is
+    the same symmetric step."""
+    s = scenario_from_dict(moe(etp=1, ep=8))
+    assert Placement.of(s).groups("ep") == [list(range(8))]
+    folded = sim3d.simulate(s)
+    full = sim3d.simulate(s, full_fidelity=True)
+    flow = sim3d.simulate(s, sets=("costs.network=flow",), full_fidelity=True)
+    assert full.step_time == pytest.approx(folded.step_time, rel=1e-9)
+    assert flow.step_time == pytest.approx(folded.step_time, rel=0.02)
+    assert folded.summary["etp"] == 1 and folded.breakdown["ep"] >= 0
+    with pytest.raises(ScenarioError, match="must divide"):
+        scenario_from_dict(moe(ep=8))  # etp = tp = 2: ep 8 does not divide dp 4
+
+
+@pytest.mark.parametrize("raw,words", [
+    (moe(tp=4, dp=2, ep=2, etp=2), "expert tensor parallelism of 1 or tp=4"),
+    (moe(etp=1, ep=4, sp=False), "needs sequence parallelism"),
+    (moe(etp=1, ep=16), "etp\\*ep = 1\\*16 must divide tp\\*cp\\*dp = 8"),
+    (moe(etp=1, ep=4, order="tp-cp-ep-pp-dp", pp=2, dp=2), "other pipeline stages"),
+])
+def test_expert_grids_sim3d_cannot_lay_out_are_named(raw, words):
+    if raw["parallel"].get("pp"):
+        raw["cluster"]["gpus_per_node"] = raw["parallel"]["tp"] * raw["parallel"]["dp"] * raw["parallel"]["pp"]
+    with pytest.raises(ScenarioError, match=words):
+        scenario_from_dict(raw)
+
+
+def test_megatron_expert_tensor_parallel_flag_round_trips():
+    from sim3d.importers import from_megatron, to_megatron_args
+    args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
+            "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "16",
+            "--num-experts", "16", "--moe-router-topk", "2", "--tensor-model-parallel-size", "2",
+            "--sequence-parallel", "--expert-model-parallel-size", "8", "--expert-tensor-parallel-size", "1"]
+    imported = from_megatron(args, name="fold", gpu="h100-sxm", gpus=8, gpus_per_node=8)
+    assert imported.unmapped == []
+    s = scenario_from_dict(imported.scenario)
+    assert (s.tp, s.etp, s.ep, s.dp) == (2, 1, 8, 4)
+    exported = [str(a) for a in to_megatron_args(s)]
+    assert exported[exported.index("--expert-tensor-parallel-size") + 1] == "1"
