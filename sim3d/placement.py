@@ -25,6 +25,7 @@ from functools import cached_property
 
 DENSE_AXES = ("tp", "cp", "dp", "pp")
 GRADIENT_AXIS = "dp-cp"
+EXPERT_GRADIENT_AXIS = "edp"  # the ranks holding the same expert shard: its gradients' group
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,30 @@ class Placement:
         (Megatron asserts the two grids' pipeline groups are equal)."""
         return self.pp == 1 or self._expert_strides["pp"] == self._strides["pp"]
 
+    @property
+    def expert_grid_problem(self) -> str | None:
+        """Why this expert grid would not run, or not be priced right; None when it is fine.
+        Megatron-Core's initialize_model_parallel refuses grids whose pipelines differ from the
+        dense ones, and, unless pp is last (or 1), an expert data parallelism other than dp;
+        sim3d prices expert TP collectives (etp = tp > 1) on the dense TP group, so the order
+        must keep the two TP groups equal."""
+        if not self.pipelines_agree or not (self.order.endswith("pp") or self.pp == 1
+                                            or self.expert_data_parallel == self.dp):
+            return "puts the experts' pipelines or data parallelism apart from the dense ones (Megatron refuses it)"
+        etp = self.tp if self.etp is None else self.etp
+        if etp > 1 and self._expert_strides["tp"] != self._strides["tp"]:
+            return "puts the experts' tensor-parallel groups apart from the dense ones (sim3d prices them on those)"
+        return None
+
     def _expert_coord(self, rank: int, axis: str) -> int:
         return (rank // self._expert_strides[axis]) % self._expert_sizes[axis]
+
+    def group_size(self, axis: str) -> int:
+        """Members of every group along `axis`, without listing one."""
+        if axis in DENSE_AXES:
+            return getattr(self, axis)
+        return {"ep": self.ep, GRADIENT_AXIS: self.gradient_group_size,
+                EXPERT_GRADIENT_AXIS: self.expert_data_parallel}[axis]
 
     @property
     def gradient_group_size(self) -> int:
@@ -113,7 +136,7 @@ class Placement:
         return {}
 
     def group(self, axis: str, rank: int) -> list[int]:
-        """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, ep, or dp-cp), in group order."""
+        """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, ep, dp-cp or edp), in group order."""
         key = (axis, rank)
         if key not in self._groups:
             self._groups[key] = tuple(self._list_group(axis, rank))
@@ -123,13 +146,16 @@ class Placement:
         c = self.coords(rank)
         if axis in DENSE_AXES:
             return [self.rank(**{**_dense(c), axis: i}) for i in range(getattr(self, axis))]
-        if axis == "ep":
-            first, stride = rank - c["ep"] * self._expert_strides["ep"], self._expert_strides["ep"]
-            return [first + i * stride for i in range(self.ep)]
+        if axis in ("ep", EXPERT_GRADIENT_AXIS):
+            grid = "ep" if axis == "ep" else "dp"
+            stride = self._expert_strides[grid]
+            first = rank - self._expert_coord(rank, grid) * stride
+            return [first + i * stride for i in range(self._expert_sizes[grid])]
         if axis == GRADIENT_AXIS:  # cp innermost, as Megatron lists its dp-cp groups
             return [self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp)
                     for f in range(self.dp * self.cp)]
-        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}")
+        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}, "
+                         f"{EXPERT_GRADIENT_AXIS}")
 
     def group_leader(self, axis: str, rank: int) -> int:
         """The first rank of `rank`'s group along `axis` (= group(axis, rank)[0]) without listing
@@ -137,11 +163,13 @@ class Placement:
         c = self.coords(rank)
         if axis in DENSE_AXES:
             return rank - c[axis] * self._strides[axis]
-        if axis == "ep":
-            return rank - c["ep"] * self._expert_strides["ep"]
+        if axis in ("ep", EXPERT_GRADIENT_AXIS):
+            grid = "ep" if axis == "ep" else "dp"
+            return rank - self._expert_coord(rank, grid) * self._expert_strides[grid]
         if axis == GRADIENT_AXIS:
             return self.rank(tp=c["tp"], pp=c["pp"])
-        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}")
+        raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}, "
+                         f"{EXPERT_GRADIENT_AXIS}")
 
     def groups(self, axis: str) -> list[list[int]]:
         """All disjoint groups along `axis`, sorted by their first rank."""

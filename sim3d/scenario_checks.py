@@ -171,15 +171,15 @@ def _expert_grid_problems(s) -> list[str]:
     stage = s.tp * s.cp * s.dp
     if par.etp is not None and s.model.moe is None and par.etp != par.tp:
         problems.append(f"parallel.etp: etp={par.etp} needs an MoE model (model.moe is null)")
-    if s.etp not in (1, s.tp):
+    elif s.etp not in (1, s.tp):
         problems.append(f"parallel.etp: sim3d models expert tensor parallelism of 1 or tp={s.tp}, got {s.etp}")
     elif stage % (s.etp * s.ep):
         spread = "data-parallel" if s.etp == s.tp else "tensor-, context- and data-parallel"
         problems.append(f"parallel.ep: etp*ep = {s.etp}*{s.ep} must divide tp*cp*dp = {stage} "
                         f"(experts are spread over the stage's {spread} ranks)")
-    elif s.model.moe is not None and not Placement.of(s).pipelines_agree:
-        problems.append(f"parallel.order: {par.order!r} puts the experts' grid (etp={s.etp}, ep={s.ep}) on other "
-                        "pipeline stages than the dense layers; put pp last, or keep edp equal to dp")
+    elif s.model.moe is not None and (why := Placement.of(s).expert_grid_problem):
+        problems.append(f"parallel.order: {par.order!r} with the experts' grid (etp={s.etp}, ep={s.ep}) {why}; "
+                        "use Megatron's default order tp-cp-ep-dp-pp")
     if s.model.moe is not None and s.etp != s.tp and not (par.sequence_parallel or s.tp == 1):
         # Megatron's arguments.py: "When using MoE and tensor parallelism, sequence
         # parallelism must be used."

@@ -317,6 +317,14 @@ class Scenario(_Strict):
         return self.parallel.etp if self.parallel.etp is not None else self.parallel.tp
 
     @property
+    def edp(self) -> int:
+        """Ranks holding the same expert shard (Megatron's expert data parallelism): a stage's
+        tp*cp*dp ranks over etp x ep; 1 without experts."""
+        if self.model.moe is None:
+            return 1
+        return max(1, self.tp * self.cp * self.dp // (self.etp * self.ep))
+
+    @property
     def vpp(self) -> int:
         return self.parallel.vpp
 

@@ -32,4 +32,4 @@ def step_schedule(scenario, buckets_per_chunk: int | None = None) -> Schedule:
     compute_only = build(scenario.schedule, scenario.pp, scenario.num_microbatches, scenario.vpp)
     buckets = dp_buckets_per_chunk(scenario) if buckets_per_chunk is None else buckets_per_chunk
     return lower(compute_only, buckets_per_chunk=buckets,
-                 param_gather=scenario.parallel.distributed_optimizer and scenario.dp * scenario.cp > 1)
+                 param_gather=scenario.parallel.distributed_optimizer and max(scenario.dp * scenario.cp, scenario.edp) > 1)

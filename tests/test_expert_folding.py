@@ -41,9 +41,14 @@ def test_expert_groups_are_megatrons(tp, cp, dp, pp, order, data):
     expert = {"tp": etp, "cp": 1, "ep": ep, "dp": stage // (etp * ep), "pp": pp}
     dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
     assert sorted(placement.groups("ep")) == megatron_groups(expert, order, "ep")
+    assert sorted(placement.groups("edp")) == megatron_groups(expert, order, "dp")
     agree = megatron_groups(expert, order, "pp") == megatron_groups(dense, order, "pp")
     assert placement.pipelines_agree == agree
     assert placement.expert_data_parallel == expert["dp"]
+    # Megatron: equal pipelines, and pp last (or 1) or edp == dp; sim3d: equal TP groups when etp > 1
+    runs = agree and (order.endswith("pp") or pp == 1 or expert["dp"] == dp) and (
+        etp == 1 or megatron_groups(expert, order, "tp") == megatron_groups(dense, order, "tp"))
+    assert (placement.expert_grid_problem is None) == runs
     for rank in range(placement.world_size):
         group = placement.group("ep", rank)
         assert placement.group_leader("ep", rank) == group[0]
@@ -89,8 +94,8 @@ def test_folded_expert_groups_span_tensor_parallel_ranks_and_simulate():
     full = sim3d.simulate(s, full_fidelity=True)
     flow = sim3d.simulate(s, sets=("costs.network=flow",), full_fidelity=True)
     assert full.step_time == pytest.approx(folded.step_time, rel=1e-9)
-    assert flow.step_time == pytest.approx(folded.step_time, rel=0.02)
-    assert folded.summary["etp"] == 1 and folded.breakdown["ep"] >= 0
+    assert flow.step_time == pytest.approx(folded.step_time, rel=0.01)  # one node, little to contend
+    assert folded.summary["etp"] == 1 and folded.breakdown["ep"] > 0
     with pytest.raises(ScenarioError, match="must divide"):
         scenario_from_dict(moe(ep=8))  # etp = tp = 2: ep 8 does not divide dp 4
 
@@ -99,7 +104,9 @@ def test_folded_expert_groups_span_tensor_parallel_ranks_and_simulate():
     (moe(tp=4, dp=2, ep=2, etp=2), "expert tensor parallelism of 1 or tp=4"),
     (moe(etp=1, ep=4, sp=False), "needs sequence parallelism"),
     (moe(etp=1, ep=16), "etp\\*ep = 1\\*16 must divide tp\\*cp\\*dp = 8"),
-    (moe(etp=1, ep=4, order="tp-cp-ep-pp-dp", pp=2, dp=2), "other pipeline stages"),
+    (moe(etp=1, ep=4, order="tp-cp-ep-pp-dp", pp=2, dp=2), "pipelines or data parallelism apart"),
+    (moe(ep=2, order="pp-tp-cp-ep-dp", pp=2), "pipelines or data parallelism apart"),  # edp 2, dp 4
+    (moe(ep=2, order="dp-tp-cp-ep-pp"), "tensor-parallel groups apart"),
 ])
 def test_expert_grids_sim3d_cannot_lay_out_are_named(raw, words):
     if raw["parallel"].get("pp"):
@@ -120,3 +127,49 @@ def test_megatron_expert_tensor_parallel_flag_round_trips():
     assert (s.tp, s.etp, s.ep, s.dp) == (2, 1, 8, 4)
     exported = [str(a) for a in to_megatron_args(s)]
     assert exported[exported.index("--expert-tensor-parallel-size") + 1] == "1"
+
+
+def test_expert_replicas_reduce_their_gradients_even_without_data_parallelism():
+    """tp 2, dp 1, ep 1, etp 1: both TP ranks hold every expert whole, so the experts'
+    gradients are reduced over those two ranks (edp 2) though the dense gradient group has one
+    member: a reduce-scatter of the expert bucket ((n-1)/n of it on the wire), a gather of
+    the parameters, and an optimizer that shards expert state over the two, as the memory
+    model does."""
+    from sim3d.costs.model import CostModel
+    from sim3d.costs.optimizer_step import step_bytes
+    from sim3d.model.memory import memory_per_rank, stage_params
+    from sim3d.step import step_schedule
+    raw = moe(tp=2, dp=1, ep=1, etp=1, distributed_optimizer=True)
+    s = scenario_from_dict(raw)
+    assert (s.dp * s.cp, s.edp) == (1, 2)
+    costs = CostModel(s)
+    params = stage_params(s, (0,))
+    seconds, wire = costs.dp_reduce(0, 0, 1)
+    assert seconds > 0 and wire == pytest.approx(params.expert * 4 / 2, rel=1e-12)  # fp32 gradients
+    assert costs.param_gather(0, 0, 1)[1] == pytest.approx(params.expert * 2 / 2, rel=1e-12)
+    assert any(a.kind.value == "PARAM_GATHER" for a in step_schedule(s).ranks[0])
+    hbm = costs.compute_model.memory_time
+    moved = {"shard": 0.0, "local": 0.0}
+    for nbytes, per in step_bytes(s.training).values():
+        moved[per] += nbytes * (params.dense + params.expert / 2 if per == "shard" else params.total)
+    assert costs.optimizer(0, (0,)) == pytest.approx(hbm(moved["shard"]) + hbm(moved["local"]), rel=1e-12)
+    optimizer_bytes = 12 * (params.dense + params.expert / 2)  # fp32 grads: 12 bytes per sharded parameter
+    assert memory_per_rank(s)[0].optimizer == pytest.approx(optimizer_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("etp,ep", [(1, 2), (2, 2)])
+def test_expert_gradients_go_over_their_own_replicas(etp, ep):
+    """tp 2 x dp 4, ep 2: with etp 2 the expert replicas are the 2 of each TP rank's dp
+    index pairs; with etp 1 they are 4 ranks spanning both TP ranks. The expert bucket's
+    reduction is priced on that group (its size sets the wire bytes)."""
+    from sim3d.costs.model import CostModel
+    from sim3d.model.memory import stage_params
+    s = scenario_from_dict(moe(etp=etp, ep=ep, distributed_optimizer=True))
+    edp = s.tp * s.dp // (etp * ep)
+    assert Placement.of(s).group_size("edp") == edp == len(Placement.of(s).group("edp", 0))
+    costs = CostModel(s)
+    params = stage_params(s, (0,))
+    dense = costs.gradient_collective("reduce-scatter", costs._link("dp-cp", 0), 0, 1, expert=False)
+    expert = costs.gradient_collective("reduce-scatter", costs._link("edp", 0), 0, 1, expert=True)
+    assert expert[1] == pytest.approx(params.expert * 4 * (edp - 1) / edp, rel=1e-12)
+    assert costs.dp_reduce(0, 0, 1) == pytest.approx((dense[0] + expert[0], dense[1] + expert[1]), rel=1e-12)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..model.memory import stage_params
-from ..placement import GRADIENT_AXIS
+from ..placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
 from .collectives import COLLECTIVE, NETWORK_EFFICIENCY, collective_time, p2p_time
 
 
@@ -54,7 +54,7 @@ class NetworkFlows:
         self._transfers: dict[tuple[int, int], FlowSpec] = {}
         self._groups: dict[tuple, FlowSpec] = {}
         self._stages: dict[tuple, FlowSpec] = {}
-        self._dp_groups: dict[int, list[list[int]]] | None = None  # pipeline coordinate -> its dp groups
+        self._dp_groups: dict[str, dict[int, list[list[int]]]] = {}  # axis -> pipeline coordinate -> its groups
 
     def capacity(self, edge: tuple) -> float:
         """Bytes/s one direction of a graph edge offers, at the efficiency NCCL reaches on it."""
@@ -105,32 +105,38 @@ class NetworkFlows:
                          latency if measured is None else 0.0)
 
     # ---- data-parallel collectives ----------------------------------------------------------
-    def data_parallel(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
-        """The flow of one bucket's reduction ("reduce") or parameter gather ("gather") over
-        `rank`'s data-parallel group (folded: bundled over every group of its pipeline stage)."""
+    def data_parallel(self, what: str, rank: int, stage: int, buckets: int, expert: bool = False) -> FlowSpec:
+        """The flow of one bucket's reduction ("reduce") or parameter gather ("gather") of the
+        dense parameters over `rank`'s gradient group (dp x cp), or of the experts over their
+        replicas (folded: bundled over every such group of its pipeline stage)."""
         p = self.placement
+        axis = EXPERT_GRADIENT_AXIS if expert else GRADIENT_AXIS
         if not self.costs.folded:
-            return self._group(what, p.group(GRADIENT_AXIS, rank), stage, buckets)
+            return self._group(what, axis, p.group(axis, rank), stage, buckets)
         pp = p.coords(rank)["pp"]
-        key = (what, pp, stage, buckets)
+        key = (what, axis, pp, stage, buckets)
         if key not in self._stages:
-            if self._dp_groups is None:
-                self._dp_groups = defaultdict(list)
-                for g in p.groups(GRADIENT_AXIS):
-                    self._dp_groups[p.coords(g[0])["pp"]].append(g)
-            self._stages[key] = bundle([self._group(what, g, stage, buckets) for g in self._dp_groups[pp]])
+            if axis not in self._dp_groups:
+                self._dp_groups[axis] = defaultdict(list)
+                for g in p.groups(axis):
+                    self._dp_groups[axis][p.coords(g[0])["pp"]].append(g)
+            self._stages[key] = bundle([self._group(what, axis, g, stage, buckets) for g in self._dp_groups[axis][pp]])
         return self._stages[key]
 
-    def _group(self, what: str, group: list[int], stage: int, buckets: int) -> FlowSpec:
-        key = (what, group[0], stage, buckets)
+    def _group(self, what: str, axis: str, group: list[int], stage: int, buckets: int) -> FlowSpec:
+        key = (what, axis, group[0], stage, buckets)
         if len(group) < 2:
             return NO_FLOW
         if key not in self._groups:
             op = ("reduce-scatter" if self.costs.s.parallel.distributed_optimizer else "all-reduce") \
                 if what == "reduce" else "all-gather"
-            alone = self.topology.group_link(GRADIENT_AXIS, group[0], alone=True)
-            seconds, wire = self.costs.dp_collective_on(op, alone, stage, buckets)
-            network = self._network_fraction(op, alone, stage, buckets)
+            expert = axis == EXPERT_GRADIENT_AXIS
+            alone = self.topology.group_link(axis, group[0], alone=True)
+            seconds, wire = self.costs.gradient_collective(op, alone, stage, buckets, expert)
+            if not wire:
+                self._groups[key] = NO_FLOW
+                return NO_FLOW
+            network = self._network_fraction(op, alone, stage, buckets, expert)
             edges: dict = defaultdict(float)
             for i in range(len(group)):
                 if network < 1 and self.topology.gpu_of(group[i])[0] == self.topology.gpu_of(group[(i + 1) % len(group)])[0]:
@@ -169,15 +175,15 @@ class NetworkFlows:
             self._groups[key] = self._fit(dict(load), buffer, seconds, latency)
         return self._groups[key]
 
-    def _network_fraction(self, op: str, link, stage: int, buckets: int) -> float:
+    def _network_fraction(self, op: str, link, stage: int, buckets: int, expert: bool) -> float:
         """Of a bucket's collective, the share of its time spent crossing nodes: 1 for a ring
         or tree (every step crosses in lockstep); the inter-node phase for the hierarchical
         all-reduce (measured profiles give no phases: 1)."""
         if self.costs.profile is not None or link.nodes < 2:
             return 1.0
         params = stage_params(self.costs.s, (stage,))
-        dense = params.dense / buckets * self.costs.dp_width(op)
-        got = collective_time(COLLECTIVE[op], dense, link)
+        nbytes = (params.expert if expert else params.dense) / buckets * self.costs.dp_width(op)
+        got = collective_time(COLLECTIVE[op], nbytes, link)
         return got.network_s / got.seconds if got.network_s is not None and got.seconds > 0 else 1.0
 
     def _phased(self, edges: dict, volume: float, seconds: float, network: float) -> FlowSpec:

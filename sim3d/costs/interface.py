@@ -42,9 +42,12 @@ class RankCosts(Protocol):
     def transfer_flows(self, src: int, dst: int) -> FlowSpec:
         """The flow of one `transfer` (folded: bundled with every rank `src` stands for)."""
 
-    def dp_flows(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
-        """The flow of one bucket's "reduce" or "gather" over the rank's data-parallel group
-        (folded: bundled over every group of its pipeline stage)."""
+    gradient_axes: tuple[tuple[str, bool], ...]  # (placement group, expert?) of each bucket's collectives
+
+    def dp_flows(self, what: str, rank: int, stage: int, buckets: int, expert: bool = False) -> FlowSpec:
+        """The flow of one bucket's "reduce" or "gather" of the dense parameters over the rank's
+        gradient group, or of the experts over their replicas (folded: bundled over every
+        such group of its pipeline stage)."""
 
     def ep_flows(self, rank: int, stage: int, kind: str) -> FlowSpec:
         """The flow of the expert-parallel all-to-alls inside one compute action (folded:

@@ -11,12 +11,12 @@ Point-to-point, data-parallel and optimizer costs come from the topology and col
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 from ..model.memory import stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
-from ..placement import GRADIENT_AXIS, Placement
+from ..placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, Placement
 from ..topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
@@ -103,11 +103,20 @@ class CostModel:
         return self.s.network_asymmetric
 
     @cached_property
+    def gradient_axes(self) -> tuple[tuple[str, bool], ...]:
+        """(group axis, expert?) of each gradient reduction a bucket makes: the dense
+        parameters over dp x cp, and an MoE model's experts over their own replicas."""
+        if self.s.model.moe is None:
+            return ((GRADIENT_AXIS, False),)
+        return (GRADIENT_AXIS, False), (EXPERT_GRADIENT_AXIS, True)
+
+    @cached_property
     def _folded_links(self):
         # no "pp": a pipeline transfer is priced on its own path (`_transfer`), not as a ring
+        rings = ("tp", "cp") + tuple(axis for axis, _ in self.gradient_axes)
         if not self._degraded:
-            return {axis: self.topology.group_link(axis) for axis in ("tp", "cp", "ep", GRADIENT_AXIS)}
-        links = {axis: self.topology.slowest_group_link(axis) for axis in ("tp", "cp", GRADIENT_AXIS)}
+            return {axis: self.topology.group_link(axis) for axis in rings + ("ep",)}
+        links = {axis: self.topology.slowest_group_link(axis) for axis in rings}
         # expert groups wait for their slowest all-to-all, which a ring's bandwidth does not tell
         links["ep"] = self.topology.slowest_group_link("ep", _all_to_all_slowness)
         return links
@@ -388,22 +397,23 @@ class CostModel:
 
     # ---- data parallel ----------------------------------------------------------------------
     def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        return self.dp_collective_on(op, self._link(GRADIENT_AXIS, rank), stage, buckets)
-
-    def dp_collective_on(self, op: str, link, stage: int, buckets: int) -> tuple[float, float]:
-        """(seconds, bytes on the wire per member) of one bucket's collective on a given
-        gradient-group (dp x cp) ring link; expert parameters go over their expert-data-parallel
-        share of it."""
-        params = stage_params(self.s, (stage,))
-        width = self.dp_width(op)
-        dense, expert = params.dense / buckets * width, params.expert / buckets * width
-        seconds = self._collective(op, dense, "dp", {"dp": link})
-        wire = self._wire(op, dense, "dp", {"dp": link})
-        if expert:  # expert parameters are replicated over the expert-data-parallel ranks
-            edp = replace(link, size=self.expert_data_parallel)
-            seconds += collective_time(COLLECTIVE[op], expert, edp).seconds
-            wire += self._wire(op, expert, "dp", {"dp": edp})
+        """One bucket's collectives, one after the other on the data-parallel stream: the dense
+        parameters' over dp x cp, then the experts' over their replicas (Megatron keeps them in
+        separate buffers reduced over separate groups, distributed_data_parallel.py)."""
+        seconds = wire = 0.0
+        for axis, expert in self.gradient_axes:
+            s, w = self.gradient_collective(op, self._link(axis, rank), stage, buckets, expert)
+            seconds, wire = seconds + s, wire + w
         return seconds, wire
+
+    def gradient_collective(self, op: str, link, stage: int, buckets: int, expert: bool) -> tuple[float, float]:
+        """(seconds, bytes on the wire per member) of one bucket's collective of a stage's dense
+        (or expert) parameters on a ring link of their group."""
+        params = stage_params(self.s, (stage,))
+        nbytes = (params.expert if expert else params.dense) / buckets * self.dp_width(op)
+        if not nbytes or link.size < 2:
+            return 0.0, 0.0
+        return self._collective(op, nbytes, "dp", {"dp": link}), self._wire(op, nbytes, "dp", {"dp": link})
 
     @property
     def expert_data_parallel(self) -> int:
@@ -436,8 +446,8 @@ class CostModel:
     def transfer_flows(self, src: int, dst: int) -> FlowSpec:
         return self._flows.transfer(src, dst)
 
-    def dp_flows(self, what: str, rank: int, stage: int, buckets: int) -> FlowSpec:
-        return self._flows.data_parallel(what, rank, stage, buckets)
+    def dp_flows(self, what: str, rank: int, stage: int, buckets: int, expert: bool = False) -> FlowSpec:
+        return self._flows.data_parallel(what, rank, stage, buckets, expert)
 
     def ep_flows(self, rank: int, stage: int, kind: str) -> FlowSpec:
         return self._flows.expert_parallel(rank, stage, kind)

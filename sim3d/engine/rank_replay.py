@@ -343,14 +343,17 @@ class RankReplay(Interpreter):
         stage = self.stages.stage(self.pp_rank, a.chunk)
         with self.dp_stream.request() as slot:
             yield slot
-            key = None
-            members = engine.placement.gradient_group_size
-            if engine.full and members > 1:
-                key = (*engine.group_key(GRADIENT_AXIS, self.me), self.dp_seq)  # no TP twins on flows
-                yield engine.gather(key, members).arrive(env.now)
+            begin = None
+            for axis, expert in self.costs.gradient_axes:  # dense, then experts, each over its group
+                key = None
+                members = engine.placement.group_size(axis) if engine.full else 1
+                if members > 1:
+                    key = (*engine.group_key(axis, self.me), self.dp_seq)  # no TP twins on flows
+                    yield engine.gather(key, members).arrive(env.now)
+                begin = env.now if begin is None else begin
+                yield engine.collective(key, lambda expert=expert: self.costs.dp_flows(
+                    what, self.me, stage, engine.buckets, expert))
             self.dp_seq += 1
-            begin = env.now
-            yield engine.collective(key, lambda: self.costs.dp_flows(what, self.me, stage, engine.buckets))
         nbytes = engine.dp_cost(what, self.me, stage)[1]
         kind = "DP_REDUCE" if what == "reduce" else "PARAM_GATHER"
         engine.rows.append((self.me, stage, a.chunk, a.bucket, kind, "dp", begin, env.now, round(nbytes), -1))

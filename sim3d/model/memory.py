@@ -324,7 +324,7 @@ def _schedule_key(s, check: bool) -> tuple:
 
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
     shards = (s.training.precision == "fp32", grad_bytes(s.training), s.parallel.distributed_optimizer,
-              s.dp * s.cp, s.tp * s.cp * s.dp // (s.etp * s.ep))
+              s.dp * s.cp, s.edp)
     return _rank_states(_params_dims(d), _split(s), schedule, shards)
 
 

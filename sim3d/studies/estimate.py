@@ -21,7 +21,7 @@ import numpy as np
 
 from ..costs.model import CostModel
 from ..model.memory import stage_layer_counts, steady_microbatches
-from ..placement import GRADIENT_AXIS
+from ..placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
 from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
@@ -92,7 +92,8 @@ class Estimator:
             topology = self._memo(("fabric",), lambda: Topology(scenario)).for_layout(scenario)
             stride = topology.placement.stride
             links = {}
-            for axis in ("tp", "cp", "ep", GRADIENT_AXIS):
+            experts = (EXPERT_GRADIENT_AXIS,) if scenario.model.moe is not None else ()
+            for axis in ("tp", "cp", "ep", GRADIENT_AXIS) + experts:
                 key = (("link", axis, stride(axis), getattr(layout, axis)) if axis in ("tp", "cp")
                        else ("link", axis, stride("dp"), layout.dp, stride("cp"), layout.cp) if axis == GRADIENT_AXIS
                        else ("link", axis, layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order))
@@ -190,7 +191,7 @@ class Estimator:
         first for loop schedules, whose first rank finishes last), the first rank's parameter
         gathers per chunk, and the bucket count. Chunks differ: the first and last stage hold
         the embedding and the head."""
-        if layout.dp * layout.cp == 1:
+        if layout.dp * layout.cp == 1 and s.edp == 1:
             return (), (), 1
         buckets = dp_buckets_per_chunk(s)
         stage_map, pipe = _stage_map(layout), costs.placement.pipeline()

@@ -18,12 +18,13 @@ each named so that a search can count what it dropped and why:
   pp; zbv / dualpipev: vpp = 2, dualpipev at least 2*pp micro-batches; every schedule but
   1f1b needs pp > 1, where they are all 1f1b; V schedules do not take Megatron's split
   options; a schedule whose replay exceeds SIM3D_MAX_ACTIONS);
-- `order`: Megatron-LM allows --use-tp-pp-dp-mapping only with cp = ep = 1 (arguments.py),
-  and, with pp not last, only where the experts' data parallelism is the dense one
-  (parallel_state.py), so not with etp apart from tp;
+- `order`: Megatron-LM allows --use-tp-pp-dp-mapping only with cp = ep = 1 (arguments.py);
+  an MoE layout's expert grid must keep the dense pipelines, and with pp not last the dense
+  data parallelism (parallel_state.py), and sim3d's pricing needs expert TP groups equal to
+  the TP groups (Placement.expert_grid_problem);
 - `same run`: a switch that changes nothing is held at its default (sequence parallelism and
   TP overlap without tp > 1, TP overlap without sequence parallelism, which Megatron asserts,
-  the distributed optimizer without dp*cp > 1, the rank order without both pp > 1 and
+  the distributed optimizer without dp*cp > 1 or expert replicas, the rank order without both pp > 1 and
   dp > 1), so each run is counted once.
 """
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, fields
-from functools import cached_property
+from functools import cached_property, lru_cache
 from types import SimpleNamespace
 
 from ..limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded, check_schedule_size
@@ -39,6 +40,7 @@ from ..pipeline_split import megatron_stage_layers
 from ..scenario import ScenarioError
 from ..scenario_checks import AXES
 from ..scenario_model import Scenario
+from ..placement import Placement
 
 MICRO_BATCHES = tuple(range(1, 9))  # and every divisor of the global batch
 RECOMPUTE = ("none", "selective", "full")
@@ -217,6 +219,7 @@ class Space:
             if not self._shape_ok(tp, cp, ep, pp, dp):
                 dropped["shape"] += rest
                 continue
+            edp = tp * cp * dp // (self._expert_tp(tp) * ep) if self.base.model.moe is not None else 1
             for mb in d["micro_batch"]:
                 if self.base.training.global_batch % (mb * dp):
                     dropped["batch"] += rest // len(d["micro_batch"])
@@ -230,7 +233,7 @@ class Space:
                     for recompute, sp, dist, overlap, order in itertools.product(
                             d["recompute"], d["sequence_parallel"], d["distributed_optimizer"], d["tp_comm_overlap"],
                             d["order"]):
-                        if ((sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1)
+                        if ((sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1 and edp == 1)
                                 or (order != d["order"][0] and (pp == 1 or dp == 1))):
                             dropped["same run"] += 1
                             continue
@@ -238,7 +241,8 @@ class Space:
                         if folded and not sp:
                             dropped["shape"] += 1
                             continue
-                        if order == PP_DP_ORDER and (cp > 1 or ep > 1 or folded):
+                        if (order == PP_DP_ORDER and (cp > 1 or ep > 1)) or not self._experts_laid_out(
+                                tp, pp, dp, cp, ep, order):
                             dropped["order"] += 1
                             continue
                         out.append(Layout(tp, pp, dp, cp, ep, vpp, mb, schedule, recompute, sp, dist, overlap, order))
@@ -257,6 +261,12 @@ class Space:
         if etp not in (1, tp) or (tp * cp * dp) % (etp * ep) or (ep > 1 and (m.moe is None or m.moe.experts % ep)):
             return False
         return self.base.megatron_split or m.layers % pp == 0
+
+    def _experts_laid_out(self, tp: int, pp: int, dp: int, cp: int, ep: int, order: str) -> bool:
+        """The expert grid of this layout runs (Placement.expert_grid_problem; dense models: always)."""
+        if self.base.model.moe is None:
+            return True
+        return _expert_grid_runs(tp, pp, dp, cp, ep, order, self._expert_tp(tp))
 
     def _expert_tp(self, tp: int) -> int:
         """The experts' tensor parallelism of a layout with this tp (the base's etp, else tp)."""
@@ -314,3 +324,8 @@ class Space:
                                     "schedule": layout.schedule})
         s.__dict__.pop("stage_layers", None)  # derived from the layout: never the base's
         return s
+
+
+@lru_cache(maxsize=4096)
+def _expert_grid_runs(tp: int, pp: int, dp: int, cp: int, ep: int, order: str, etp: int) -> bool:
+    return Placement(tp, pp, dp, cp, ep, order, etp).expert_grid_problem is None
