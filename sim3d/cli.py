@@ -158,7 +158,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     report = memory_report(s)
     if as_json:
         _print_json({"name": s.name, "layout": dict(layout_rows(s)), "num_gpus": s.num_gpus, "tp": s.tp, "pp": s.pp,
-                     "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": s.vpp, "schedule": s.schedule,
+                     "dp": s.dp, "cp": s.cp, "ep": s.ep, "etp": s.etp, "vpp": s.vpp, "schedule": s.schedule,
                      "num_microbatches": s.num_microbatches, "num_actions": proof.num_actions,
                      "peak_inflight": list(proof.peak_inflight), "fits_in_memory": report.fits,
                      "peak_memory_gib": report.peak_gib, "memory_note": report.reason,

@@ -436,7 +436,7 @@ def _reason(s, rows: list[RankMemory], hbm: float) -> str:
     if worst.total <= hbm:
         return f"fits: peak {worst.total / GIB:.1f} GiB of {_gib(hbm)} GiB on {where}"
     head = (f"{s.name}: {_fmt_params(model_params(s))} params on {s.num_gpus} GPU(s) "
-            f"(tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep})")
+            f"(tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp} ep={s.ep}" + (f" etp={s.etp})" if s.etp != s.tp else ")"))
     states = max(rows, key=lambda r: r.model_states)
     if states.model_states > hbm:
         return (f"{head}: weights+grads+optimizer alone need {_gib(states.model_states)} GiB > "
