@@ -331,6 +331,14 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
         # wherever tensor parallelism runs on today's fused stack; 2022 Megatron had none
         sequence_parallel = era["training"]["attention_backend"] == "flash" and tp > 1
         said += ["sequence parallelism assumed (recipe default)"] if sequence_parallel else []
+    distributed = _sharded(row.get("distributed_optimizer"))
+    if _blank(row.get("distributed_optimizer")) and era["training"]["attention_backend"] == "flash":
+        # NeMo's and Megatron-Bridge's recipes build their optimizer with
+        # distributed_fused_adam_with_cosine_annealing, use_distributed_optimizer=True
+        # (NVIDIA/NeMo nemo/collections/llm/recipes/optim/adam.py; NVIDIA-NeMo/Megatron-Bridge
+        # src/megatron/bridge/recipes/utils/optimizer_utils.py @355cef4)
+        distributed = True
+        said.append("distributed optimizer assumed (recipe default)")
     raw = {
         "name": row["id"],
         "model": {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
@@ -338,7 +346,7 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
                   "seq_len": _int(row, "seq_len")},
         "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
                      "vpp": vpp, "sequence_parallel": sequence_parallel,
-                     "distributed_optimizer": _sharded(row.get("distributed_optimizer"))},
+                     "distributed_optimizer": distributed},
         "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",
                      "precision": _precision(settings, preset_named_in(_text(row.get("gpu"))))},
         "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",

@@ -164,8 +164,14 @@ def test_empty_cells_take_the_framework_defaults_and_say_so():
     notes = _validate([quiet])[0].note
     for said in ("micro-batch 1 assumed", "vocab 51200 assumed", "sequence parallelism assumed"):
         assert said in notes
-    old = scenario_of(row(sequence_parallel=None, gpu="A100-SXM4-80GB", source="arXiv:2104.04473"))
+    old = scenario_of(row(sequence_parallel=None, gpu="A100-SXM4-80GB", source="arXiv:2104.04473",
+                          distributed_optimizer=None))
     assert old.parallel.sequence_parallel is False  # 2021 Megatron had none
+    assert old.parallel.distributed_optimizer is False  # nor a distributed optimizer
+    unsaid = row(distributed_optimizer=None, source="Megatron-Bridge 25.11")
+    assert scenario_of(unsaid).parallel.distributed_optimizer is True  # the recipes' optimizer factory
+    assert "distributed optimizer assumed" in _validate([unsaid])[0].note
+    assert scenario_of(row(distributed_optimizer="false")).parallel.distributed_optimizer is False  # said: kept
     with pytest.raises(ScenarioError, match="global_batch"):
         scenario_of(row(global_batch=None))
 
