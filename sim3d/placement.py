@@ -50,11 +50,7 @@ class Placement:
 
     @cached_property
     def _expert_strides(self) -> dict[str, int]:
-        strides, stride = {}, 1
-        for axis in self.order.split("-"):
-            strides[axis] = stride
-            stride *= self._expert_sizes[axis]
-        return strides
+        return _strides(self.order.split("-"), self._expert_sizes)
 
     @property
     def expert_data_parallel(self) -> int:
@@ -107,11 +103,7 @@ class Placement:
 
     @cached_property
     def _strides(self) -> dict[str, int]:
-        strides, stride = {}, 1
-        for axis in self._dense_order:
-            strides[axis] = stride
-            stride *= getattr(self, axis)
-        return strides
+        return _strides(self._dense_order, {axis: getattr(self, axis) for axis in DENSE_AXES})
 
     def stride(self, axis: str) -> int:
         """Rank distance between neighbours of a dense axis: with the axis size and the world
@@ -188,3 +180,12 @@ class Placement:
 
 def _dense(c: dict[str, int]) -> dict[str, int]:
     return {a: c[a] for a in DENSE_AXES}
+
+
+def _strides(order, sizes: dict[str, int]) -> dict[str, int]:
+    """Rank distance between neighbours along each axis, innermost first (RankGenerator)."""
+    strides, stride = {}, 1
+    for axis in order:
+        strides[axis] = stride
+        stride *= sizes[axis]
+    return strides

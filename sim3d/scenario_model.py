@@ -12,6 +12,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PositiveInt, fi
 
 from .hardware import GPU_FIELDS, GpuSpec, gpu_preset
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
+from .placement import Placement
 
 
 # Physical ranges, wide enough for any what-if (a 1 Mb/s link, a 10 Pb/s one) and narrow enough
@@ -320,9 +321,7 @@ class Scenario(_Strict):
     def edp(self) -> int:
         """Ranks holding the same expert shard (Megatron's expert data parallelism): a stage's
         tp*cp*dp ranks over etp x ep; 1 without experts."""
-        if self.model.moe is None:
-            return 1
-        return max(1, self.tp * self.cp * self.dp // (self.etp * self.ep))
+        return 1 if self.model.moe is None else Placement.of(self).expert_data_parallel
 
     @property
     def vpp(self) -> int:

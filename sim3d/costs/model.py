@@ -397,14 +397,11 @@ class CostModel:
 
     # ---- data parallel ----------------------------------------------------------------------
     def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        """One bucket's collectives, one after the other on the data-parallel stream: the dense
-        parameters' over dp x cp, then the experts' over their replicas (Megatron keeps them in
-        separate buffers reduced over separate groups, distributed_data_parallel.py)."""
-        seconds = wire = 0.0
-        for axis, expert in self.gradient_axes:
-            s, w = self.gradient_collective(op, self._link(axis, rank), stage, buckets, expert)
-            seconds, wire = seconds + s, wire + w
-        return seconds, wire
+        """One bucket's collectives in turn on the data-parallel stream: the dense parameters' over
+        dp x cp, the experts' over their replicas (Megatron's separate buffers and groups)."""
+        parts = [self.gradient_collective(op, self._link(axis, rank), stage, buckets, expert)
+                 for axis, expert in self.gradient_axes]
+        return sum(s for s, _ in parts), sum(w for _, w in parts)
 
     def gradient_collective(self, op: str, link, stage: int, buckets: int, expert: bool) -> tuple[float, float]:
         """(seconds, bytes on the wire per member) of one bucket's collective of a stage's dense
@@ -414,11 +411,6 @@ class CostModel:
         if not nbytes or link.size < 2:
             return 0.0, 0.0
         return self._collective(op, nbytes, "dp", {"dp": link}), self._wire(op, nbytes, "dp", {"dp": link})
-
-    @property
-    def expert_data_parallel(self) -> int:
-        """Ranks holding the same expert shard: the stage's tp*cp*dp ranks over etp x ep."""
-        return self.placement.expert_data_parallel
 
     def dp_width(self, op: str) -> int:
         """Bytes per element of a data-parallel collective: gradients go at their buffer's
@@ -476,8 +468,8 @@ class CostModel:
         held = [stage_params(self.s, (stage,)) for stage in stages]
         count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
         if self.s.parallel.distributed_optimizer:
-            shards = self.placement.gradient_group_size
-            count["shard"] = sum(p.dense / shards + p.expert / self.expert_data_parallel for p in held)
+            p = self.placement
+            count["shard"] = sum(h.dense / p.gradient_group_size + h.expert / p.expert_data_parallel for h in held)
         moved = defaultdict(float)
         for nbytes, per in step_bytes(self.s.training).values():
             moved[per] += nbytes * count[per]

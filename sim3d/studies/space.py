@@ -219,7 +219,8 @@ class Space:
             if not self._shape_ok(tp, cp, ep, pp, dp):
                 dropped["shape"] += rest
                 continue
-            edp = tp * cp * dp // (self._expert_tp(tp) * ep) if self.base.model.moe is not None else 1
+            edp = (_expert_grid(tp, pp, dp, cp, ep, d["order"][0], self._expert_tp(tp)).expert_data_parallel
+                   if self.base.model.moe is not None else 1)
             for mb in d["micro_batch"]:
                 if self.base.training.global_batch % (mb * dp):
                     dropped["batch"] += rest // len(d["micro_batch"])
@@ -266,7 +267,7 @@ class Space:
         """The expert grid of this layout runs (Placement.expert_grid_problem; dense models: always)."""
         if self.base.model.moe is None:
             return True
-        return _expert_grid_runs(tp, pp, dp, cp, ep, order, self._expert_tp(tp))
+        return _expert_grid(tp, pp, dp, cp, ep, order, self._expert_tp(tp)).expert_grid_problem is None
 
     def _expert_tp(self, tp: int) -> int:
         """The experts' tensor parallelism of a layout with this tp (the base's etp, else tp)."""
@@ -327,5 +328,5 @@ class Space:
 
 
 @lru_cache(maxsize=4096)
-def _expert_grid_runs(tp: int, pp: int, dp: int, cp: int, ep: int, order: str, etp: int) -> bool:
-    return Placement(tp, pp, dp, cp, ep, order, etp).expert_grid_problem is None
+def _expert_grid(tp: int, pp: int, dp: int, cp: int, ep: int, order: str, etp: int) -> Placement:
+    return Placement(tp, pp, dp, cp, ep, order, etp)
