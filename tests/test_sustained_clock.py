@@ -97,3 +97,12 @@ def test_fp8_profile_rows_price_only_the_te_linears(tmp_path):
         cast = model.memory_time(op.fp8_cast_bytes) if op.fp8 else 0.0
         assert t.source == "profile"
         assert t.fwd == pytest.approx(gemm_only + cast, rel=1e-6), op.name
+
+
+def test_blackwell_sustains_the_published_saturated_rate():
+    """A B200's best GEMM shape runs at ml-engineering's saturated figure (MSMF 1429 TFLOP/s bf16 at
+    the 1000 W limit), not at its 1745 burst; GB200 (same die) is derated by the same ratio."""
+    b200 = ComputeModel(_scenario("b200"))
+    assert b200.peak * b200.gemm_eff / 1e12 == pytest.approx(1429.0, rel=1e-3)
+    gb200 = ComputeModel(_scenario("gb200"))
+    assert gb200.peak * gb200.gemm_eff / 1e12 == pytest.approx(1822.0 * 1429.0 / 1745.0, rel=1e-3)

@@ -20,15 +20,16 @@ import numpy as np
 # of a brute-force search ("maximum achievable matmul FLOPS"): stas00/ml-engineering,
 # compute/accelerator/README.md, MAMF table (mamf-finder.py): A100 SXM bf16 271.2 of 312;
 # H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; H200 fp8 1453.4 of 1979 (bf16 taken
-# as H100's: same SMs and clocks). B200 and V100: no public MAMF found; 0.75 assumed. For
-# Blackwell that is borne out by XLA's default matmul table (tensorflow/tensorflow
-# third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h @a305421, key sm_100,
-# board not named): bf16 4 x 4096^3 at 1670 TFLOP/s, 0.742 of the B200's dense 2250; its Hopper
-# entries (805 TFLOP/s, 0.81) agree with MAMF's. Its fp8 entries exceed Hopper's dense fp8
-# peak, so they are not used.
+# as H100's: same SMs and clocks); B200 SXM bf16 1745.0 of 2250, fp8 3432.5 of 4500 (torch
+# 2.7.1+cu128); GB200 bf16 1822.0 of 2500, fp8 3615.6 of 5000 (torch 2.10.0.dev20250916+cu130).
+# XLA's default matmul table agrees for Blackwell (tensorflow/tensorflow third_party/xla/xla/
+# backends/gpu/cost_model/matmul_interpolator_data.h @a305421, key sm_100: bf16 4 x 4096^3 at
+# 1670 TFLOP/s). V100: no public MAMF found; 0.75 assumed.
 GEMM_PEAK_EFFICIENCY = {  # gpu -> {precision: fraction}
     "a100-40gb": {"bf16": 0.869}, "a100-80gb": {"bf16": 0.869},
     "h100-sxm": {"bf16": 0.803, "fp8": 0.709}, "h200": {"bf16": 0.803, "fp8": 0.734},
+    "b200": {"bf16": 1745.0 / 2250.0, "fp8": 3432.5 / 4500.0},
+    "gb200": {"bf16": 1822.0 / 2500.0, "fp8": 3615.6 / 5000.0},
 }
 GEMM_PEAK_EFFICIENCY["h800"] = GEMM_PEAK_EFFICIENCY["h100-sxm"]  # the same GH100 die, SMs and clocks
 ASSUMED_GEMM_EFFICIENCY = 0.75
@@ -41,10 +42,19 @@ ASSUMED_GEMM_EFFICIENCY = 0.75
 # to every tensor-core kernel (GEMMs and fused attention); memory-bound kernels keep their
 # rate (the memory clock did not move). H200, measured the same way
 # (calibrate/profiles/h200-study/): 658.6 bf16 against the 794.5 burst taken for it above,
-# 1192.0 FP8 against MAMF's 1453.4. A100, V100, B200: not measured, no derating applied.
+# 1192.0 FP8 against MAMF's 1453.4. B200 (not measured here): ml-engineering's maximum
+# *sustainable* matmul rate (MSMF, mamf-finder.py after a thermal soak) is 1429 TFLOP/s bf16
+# against its 1745.0 burst; the card draws its 1000 W limit and the SM clock settles near
+# 1450 MHz from its 1965 MHz boost (stas00/ml-engineering, its counting-FLOPs video script,
+# which reads the README's MAMF/MSMF table). Assumed, no measurement found: FP8 drops with the
+# same clock as bf16 (H100's two precisions drop by 13.5% and 11.7%), and GB200, the same die at
+# a 1200 W limit, takes the B200's ratio. A100 and V100: not measured, no derating applied.
+_B200_SUSTAINED = 1429.0 / 1745.0
 SUSTAINED_CLOCK_FACTOR = {  # gpu -> {precision: sustained / burst}
     "h100-sxm": {"bf16": 687.6 / 794.5, "fp8": 1238.8 / 1402.6},
     "h200": {"bf16": 658.6 / 794.5, "fp8": 1192.0 / 1453.4},
+    "b200": {"bf16": _B200_SUSTAINED, "fp8": _B200_SUSTAINED},
+    "gb200": {"bf16": _B200_SUSTAINED, "fp8": _B200_SUSTAINED},
 }
 SUSTAINED_CLOCK_FACTOR["h800"] = SUSTAINED_CLOCK_FACTOR["h100-sxm"]  # and the same 700 W limit
 # Shape effects (NVIDIA "Matrix Multiplication Background" user's guide, tile and wave
@@ -78,6 +88,10 @@ _AMPERE_PEAK = {"fwd": 0.73, "bwd": 0.63}
 # Head dim 64 reaches ~0.69x the TFLOP/s of head dim 128 (FA3 figures, cuDNN forward 413 vs 595
 # at 16k); linear in between, no gain assumed above 128.
 HEAD_DIM_64_FACTOR = 0.69
+# Blackwell: Hopper's fractions of the dense peak are kept. FlashAttention-4's authors report up to
+# 1613 TFLOP/s bf16 on a B200 (71% of 2250) at up to 1.3x cuDNN 9.13, i.e. cuDNN near 1240
+# (0.55 of peak), where Hopper's cuDNN figures above stand at 0.52-0.54 for long sequences;
+# Transformer Engine runs cuDNN's kernel.
 
 # ---- memory-bound kernels -------------------------------------------------------------------
 # Fraction of the HBM datasheet bandwidth that elementwise / norm / softmax kernels reach.
@@ -126,7 +140,7 @@ def attention_efficiency(gpu: str, direction: str, seq: int, head_dim: int) -> f
     kernel over `seq` queries and keys (per context-parallel step)."""
     table = _HOPPER_FWD if direction == "fwd" else _HOPPER_BWD
     hopper = np.interp(math.log2(max(seq, 1)), np.log2(_SEQ), table) / 989.4
-    if gpu.startswith("a100"):  # B200: Hopper's fractions assumed (no published table found)
+    if gpu.startswith("a100"):
         hopper *= _AMPERE_PEAK[direction] / (table[-1] / 989.4)
     factor = HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
     return float(hopper * factor * sustained_clock_factor(gpu, "bf16"))
