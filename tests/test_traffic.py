@@ -142,3 +142,27 @@ def test_tp_folded_full_fidelity_lays_the_bytes_of_every_rank(monkeypatch):
     assert set(ta) == set(tb)
     for link in ta:
         assert integral(ta[link], folded.step_time) == pytest.approx(integral(tb[link], every.step_time), rel=1e-9)
+
+
+def test_expert_gradients_cross_the_network_on_their_own_ring():
+    """dp 16 over two nodes with ep 8: the dense gradients' ring joins all 16 GPUs and leaves
+    node 0 once (rank 7 -> 8), but each expert shard's replicas are {r, r + 8}, so every GPU of
+    node 0 sends its experts' share across. A member's ring bytes split as
+    (n-1)/n x parameters of each group: 15/16 of the dense, 1/2 of the experts."""
+    from sim3d.model.memory import stage_params
+
+    s = dict(name="moe-links", model=dict(layers=2, hidden=1024, heads=16, vocab=32000, seq_len=1024,
+                                           moe=dict(experts=8, top_k=2)),
+             parallel=dict(tp=1, pp=1, dp=16, ep=8), training=dict(micro_batch=1, global_batch=32, recompute="none"),
+             cluster=dict(gpu="h100-sxm", nodes=2, gpus_per_node=8))
+    r = sim3d.simulate(s)
+    assert r.costs.placement.group("edp", 0) == [0, 8]
+    params = stage_params(r.costs.s, (0,))
+    expert = params.expert / 2 / (params.dense * 15 / 16 + params.expert / 2)
+    per_rank = r.trace[(r.trace.stream == "dp") & (r.trace["rank"] == 0)].bytes.sum()
+    out_of_node0 = r.links[r.links.src.str.startswith("gpu0.") & r.links.dst.str.startswith("nic0.")].bytes.sum()
+    assert 0.05 < expert < 0.95
+    assert out_of_node0 == pytest.approx(per_rank * (1 - expert) + 8 * per_rank * expert, rel=1e-6)
+    table = r.links.set_index(r.links.src + "->" + r.links.dst)
+    for link, points in r.link_timelines(top=4).items():  # the counter tracks split them alike
+        assert integral(points, r.step_time) * table.bandwidth_Bps[link] == pytest.approx(table.bytes[link], rel=1e-6)

@@ -139,9 +139,7 @@ class CostModel:
     def slowdown(self, rank: int) -> float:
         """How much slower than its peers a rank computes (a straggler; folded: the slowest
         rank it stands for)."""
-        if not self._slowdown:
-            return 1.0
-        if not self.folded:
+        if not self._slowdown or not self.folded:
             return self._slowdown.get(rank, 1.0)
         pp = self.placement.coords(rank)["pp"]
         return max([1.0] + [f for r, f in self._slowdown.items() if self.placement.coords(r)["pp"] == pp])
@@ -164,9 +162,7 @@ class CostModel:
 
     def _wire(self, kind: str, nbytes: float, group: str, links: dict | None) -> float:
         """Bytes one member sends for a collective (see ActionCost.wire)."""
-        if not kind:
-            return 0.0
-        n = (links or self._folded_links)[group].size
+        n = (links or self._folded_links)[group].size if kind else 0
         if n < 2:
             return 0.0
         return nbytes if kind == "ring" else bus_factor(COLLECTIVE[kind], n) * nbytes
@@ -396,12 +392,16 @@ class CostModel:
         return p2p_time(nbytes, bw, hops * lat, crosses, self.topology.nvlink_efficiency)
 
     # ---- data parallel ----------------------------------------------------------------------
+    def gradient_parts(self, op: str, rank: int, stage: int, buckets: int) -> list[tuple[str, float, float]]:
+        """(group axis, seconds, bytes on the wire per member) of one bucket's collectives, run in
+        turn on the data-parallel stream: the dense parameters' over dp x cp, the experts' over
+        their replicas (Megatron's separate buffers and groups)."""
+        return [(axis, *self.gradient_collective(op, self._link(axis, rank), stage, buckets, expert))
+                for axis, expert in self.gradient_axes]
+
     def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        """One bucket's collectives in turn on the data-parallel stream: the dense parameters' over
-        dp x cp, the experts' over their replicas (Megatron's separate buffers and groups)."""
-        parts = [self.gradient_collective(op, self._link(axis, rank), stage, buckets, expert)
-                 for axis, expert in self.gradient_axes]
-        return sum(s for s, _ in parts), sum(w for _, w in parts)
+        parts = self.gradient_parts(op, rank, stage, buckets)
+        return sum(part[1] for part in parts), sum(part[2] for part in parts)
 
     def gradient_collective(self, op: str, link, stage: int, buckets: int, expert: bool) -> tuple[float, float]:
         """(seconds, bytes on the wire per member) of one bucket's collective of a stage's dense

@@ -11,8 +11,9 @@ Every trace row that moves data is laid on the graph (topology.py's routed paths
   of its group along that axis; a hop between nodes is spread over the NICs the group drives
   there, on their own rails, as the cost model prices it (`Topology.ring_hop_edges`). Tree,
   NVLS and hierarchical algorithms move the same bus bytes over other hops; the ring
-  placement is the accounting, not a claim about the algorithm. Expert-parameter reductions
-  ride the data-parallel ring too.
+  placement is the accounting, not a claim about the algorithm. A data-parallel row's bytes
+  are split as the cost model splits a bucket (`gradient_split`): the dense parameters' share
+  on the dp x cp ring, an MoE model's experts' share on the ring of their replicas.
 
 Folded runs replay one pipeline; each simulated rank stands for every rank with its pipeline
 coordinate, whose actions (and so bytes) are the same, so its bytes are laid on the paths of
@@ -37,23 +38,44 @@ def twin_pair(placement, twin: int, peer: int) -> int:
     return placement.rank(tp=c["tp"], pp=placement.coords(peer)["pp"], dp=c["dp"], cp=c["cp"])
 
 
-def link_traffic(rows, topology, step_time: float, folded: bool, represented: dict[int, int] | None = None):
+def gradient_split(costs):
+    """stage -> [(group axis, share of a data-parallel row's bytes)], as the cost model splits
+    one bucket between the dense parameters' group and the experts' (CostModel.gradient_parts)."""
+    @lru_cache(maxsize=None)
+    def split(stage: int) -> tuple[tuple[str, float], ...]:
+        parts = [(axis, wire) for axis, _, wire in costs.gradient_parts("reduce-scatter", 0, stage, 1) if wire]
+        total = sum(wire for _, wire in parts)
+        return tuple((axis, wire / total) for axis, wire in parts)
+    return split
+
+
+def _axes(stream: str, stage: int, split) -> tuple[tuple[str, float], ...]:
+    """(group axis, share of the row's bytes) a collective row's bytes go over."""
+    if stream == "dp" and split is not None:
+        return split(stage)
+    return ((AXIS_OF_STREAM[stream], 1.0),)
+
+
+def link_traffic(rows, topology, step_time: float, folded: bool, represented: dict[int, int] | None = None,
+                 split=None):
     """DataFrame with LINK_COLUMNS: one row per direction of every graph edge, busiest first.
     `represented` (full fidelity with TP folding): rank not replayed -> its replayed twin,
-    whose bytes it moved too."""
+    whose bytes it moved too. `split` (`gradient_split`): how data-parallel rows divide
+    between gradient groups; without it they all go over dp x cp."""
     import pandas as pd
 
     placement = topology.placement
     sent: dict[tuple[int, str], float] = defaultdict(float)  # (rank, axis) -> ring bytes
     p2p: dict[tuple[int, int], float] = defaultdict(float)  # (src, dst) -> bytes
-    for rank, _, _, _, kind, stream, _, _, nbytes, peer in rows:
+    for rank, stage, _, _, kind, stream, _, _, nbytes, peer in rows:
         if not nbytes:
             continue
         if stream == "pp":
             if kind.startswith("SEND"):
                 p2p[(rank, peer)] += nbytes
         elif stream in AXIS_OF_STREAM:
-            sent[(rank, AXIS_OF_STREAM[stream])] += nbytes
+            for axis, share in _axes(stream, stage, split):
+                sent[(rank, axis)] += nbytes * share
     if folded:  # a simulated rank stands for every rank with its pipeline coordinate
         by_stage = {(placement.coords(rank)["pp"], axis): b for (rank, axis), b in sent.items()}
         bytes_of = lambda rank, axis: by_stage.get((placement.coords(rank)["pp"], axis), 0.0)  # noqa: E731
@@ -102,7 +124,7 @@ def link_traffic(rows, topology, step_time: float, folded: bool, represented: di
 
 
 def link_timelines(rows, topology, links, folded: bool, top: int = 8,
-                   represented: dict[int, int] | None = None) -> dict[str, list[tuple[float, float]]]:
+                   represented: dict[int, int] | None = None, split=None) -> dict[str, list[tuple[float, float]]]:
     """How busy each of the `top` busiest link directions of `links` (link_traffic's table)
     was over time: "src->dst" -> [(time s, busy fraction from then on)], one point wherever
     a message or collective row that crosses it starts or ends. A row's bytes are spread
@@ -133,35 +155,28 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
             stage_of[rank] = placement.coords(rank)["pp"]
         return stage_of[rank]
 
-    def lay(rank, stream, peer):
+    def lay(rank, stage, stream, peer):
         """(link, share of the row's bytes) on the busiest links, for everything the row stands for."""
         pp = pp_of(rank)
-        key = (pp, stream, pp_of(peer) if stream == "pp" else None) if folded else (rank, stream, peer)
+        key = (pp, stream, pp_of(peer) if stream == "pp" else stage) if folded else (rank, stream, peer, stage)
         if key not in laid:
             if stream == "pp":
                 pairs = ([(pipe[pp], pipe[key[2]]) for pipe in pipelines] if folded else
                          [(rank, peer)] + [(t, twin_pair(placement, t, peer)) for t in twins.get(rank, ())])
                 laid[key] = on_busiest((edge, 1.0) for a, b in pairs for edge in topology.path(a, b))
             else:
-                axis = AXIS_OF_STREAM[stream]
-                members = [pipe[pp] for pipe in pipelines] if folded else [rank] + twins.get(rank, [])
                 hops = []
-                if axis == "ep" and folded:  # every member of the stage's groups: whole groups
-                    for group in {tuple(placement.group(axis, m)) for m in members}:
-                        hops += group_edges(topology, list(group)) if len(group) > 1 else []
-                    members = []
-                for member in members:
-                    group = placement.group(axis, member)
-                    if len(group) > 1:
-                        hops += member_edges(topology, axis, group, group.index(member))
+                for axis, fraction in _axes(stream, stage, split):
+                    hops += [(edge, share * fraction) for edge, share in _row_edges(topology, axis, (
+                        [pipe[pp] for pipe in pipelines] if folded else [rank] + twins.get(rank, [])), folded)]
                 laid[key] = on_busiest(hops)
         return laid[key]
 
     changes: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
-    for rank, _, _, _, kind, stream, start, end, nbytes, peer in rows:
+    for rank, stage, _, _, kind, stream, start, end, nbytes, peer in rows:
         if not nbytes or end <= start or not (stream in AXIS_OF_STREAM or kind.startswith("SEND")):
             continue
-        for link, share in lay(rank, stream, peer):
+        for link, share in lay(rank, stage, stream, peer):
             rate = nbytes * share / (end - start) / named[link][1]
             changes[link] += [(start, rate), (end, -rate)]
     out = {}
@@ -176,6 +191,21 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                 points.append((t, level))
         out[named[link][0]] = points
     return out
+
+
+def _row_edges(topology, axis: str, members: list[int], folded: bool) -> list[tuple[tuple, float]]:
+    """(directed edge, share of a row's bytes) of one collective row along `axis`, for every
+    rank it stands for (folded: an expert-parallel row lays its stage's whole groups)."""
+    placement, hops = topology.placement, []
+    if axis == "ep" and folded:
+        for group in {tuple(placement.group(axis, m)) for m in members}:
+            hops += group_edges(topology, list(group)) if len(group) > 1 else []
+        return hops
+    for member in members:
+        group = placement.group(axis, member)
+        if len(group) > 1:
+            hops += member_edges(topology, axis, group, group.index(member))
+    return hops
 
 
 def group_edges(topology, group: list[int]) -> list[tuple[tuple, float]]:
