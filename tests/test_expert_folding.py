@@ -173,3 +173,23 @@ def test_expert_gradients_go_over_their_own_replicas(etp, ep):
     expert = costs.gradient_collective("reduce-scatter", costs._link("edp", 0), 0, 1, expert=True)
     assert expert[1] == pytest.approx(params.expert * 4 * (edp - 1) / edp, rel=1e-12)
     assert costs.dp_reduce(0, 0, 1) == pytest.approx((dense[0] + expert[0], dense[1] + expert[1]), rel=1e-12)
+
+
+def test_expert_replicas_across_tensor_parallel_ranks_need_no_rendezvous_of_their_own():
+    """With etp 1 < tp the experts' replicas (here all 8 ranks) reach outside each dense gradient
+    group, yet the engine meets only over dp x cp before a bucket: every replica's TP peer is in
+    the other dense groups, and TP peers end each backward together, so all dense groups start
+    the bucket at once and the experts' collectives start and end together, as a rendezvous of
+    their own would make them. A straggler tests it; every rank is replayed."""
+    from sim3d.engine.run import replay_step
+
+    s = scenario_from_dict(dict(moe(tp=2, dp=4, ep=1, etp=1), faults=[dict(straggler=dict(rank=0, slowdown=1.5))]))
+    run = replay_step(s, full_fidelity=True, fold=False)
+    assert run.costs.placement.group("edp", 3) == list(range(8))
+    assert run.costs.placement.group("dp-cp", 3) == [1, 3, 5, 7]
+    rows = run.result.trace()
+    ends = rows[rows.kind == "DP_REDUCE"].pivot_table(index="microbatch", columns="rank", values="end_s")
+    assert list(ends.columns) == list(range(8))
+    assert (ends.max(axis=1) - ends.min(axis=1)).max() < 1e-12
+    healthy = replay_step(scenario_from_dict(moe(tp=2, dp=4, ep=1, etp=1)), full_fidelity=True, fold=False).result.trace()
+    assert ends.iloc[-1, 0] > healthy[healthy.kind == "DP_REDUCE"].end_s.max()  # the straggler did hold them back

@@ -392,15 +392,17 @@ class CostModel:
         return p2p_time(nbytes, bw, hops * lat, crosses, self.topology.nvlink_efficiency)
 
     # ---- data parallel ----------------------------------------------------------------------
-    def gradient_parts(self, op: str, rank: int, stage: int, buckets: int) -> list[tuple[str, float, float]]:
-        """(group axis, seconds, bytes on the wire per member) of one bucket's collectives, run in
-        turn on the data-parallel stream: the dense parameters' over dp x cp, the experts' over
-        their replicas (Megatron's separate buffers and groups)."""
+    def gradient_parts(self, what: str, rank: int, stage: int, buckets: int) -> list[tuple[str, float, float]]:
+        """(group axis, seconds, wire bytes per member) of one bucket's "reduce" (all-reduce, or
+        reduce-scatter with the distributed optimizer) or "gather", in turn on the data-parallel
+        stream: dense parameters over dp x cp, experts over their replicas (Megatron's groups)."""
+        op = "all-gather" if what == "gather" else (
+            "reduce-scatter" if self.s.parallel.distributed_optimizer else "all-reduce")
         return [(axis, *self.gradient_collective(op, self._link(axis, rank), stage, buckets, expert))
                 for axis, expert in self.gradient_axes]
 
-    def _dp_collective(self, op: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        parts = self.gradient_parts(op, rank, stage, buckets)
+    def _dp_collective(self, what: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
+        parts = self.gradient_parts(what, rank, stage, buckets)
         return sum(part[1] for part in parts), sum(part[2] for part in parts)
 
     def gradient_collective(self, op: str, link, stage: int, buckets: int, expert: bool) -> tuple[float, float]:
@@ -418,14 +420,12 @@ class CostModel:
         return ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
 
     def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        """(seconds, bytes on the wire) for `rank` to reduce one gradient bucket of a stage over its
-        data-parallel group: all-reduce, or reduce-scatter with the distributed optimizer."""
-        op = "reduce-scatter" if self.s.parallel.distributed_optimizer else "all-reduce"
-        return self._dp_collective(op, rank, stage, buckets)
+        """(seconds, bytes on the wire) for `rank` to reduce one gradient bucket of a stage."""
+        return self._dp_collective("reduce", rank, stage, buckets)
 
     def param_gather(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         """(seconds, bytes on the wire) to all-gather one bucket of updated parameters."""
-        return self._dp_collective("all-gather", rank, stage, buckets)
+        return self._dp_collective("gather", rank, stage, buckets)
 
     # ---- the same transfers as flows (costs.network: flow) -----------------------------------
     @cached_property

@@ -43,7 +43,7 @@ def gradient_split(costs):
     one bucket between the dense parameters' group and the experts' (CostModel.gradient_parts)."""
     @lru_cache(maxsize=None)
     def split(stage: int) -> tuple[tuple[str, float], ...]:
-        parts = [(axis, wire) for axis, _, wire in costs.gradient_parts("reduce-scatter", 0, stage, 1) if wire]
+        parts = [(axis, wire) for axis, _, wire in costs.gradient_parts("reduce", 0, stage, 1) if wire]
         total = sum(wire for _, wire in parts)
         return tuple((axis, wire / total) for axis, wire in parts)
     return split
