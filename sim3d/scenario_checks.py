@@ -58,6 +58,13 @@ def consistency_problems(s) -> list[str]:
             p.append(f"parallel.ep: model.moe.experts={m.moe.experts} is not divisible by ep={par.ep}")
         if m.moe.top_k > m.moe.experts:
             p.append(f"model.moe.top_k: {m.moe.top_k} exceeds {m.moe.experts} experts")
+        expert_ffn = m.moe.expert_ffn_hidden or m.ffn
+        if s.etp in (1, s.tp) and expert_ffn % s.etp:
+            p.append(f"parallel.etp: the experts' ffn hidden size {expert_ffn} is not divisible by etp={s.etp} "
+                     "(model.moe.expert_ffn_hidden; each expert's MLP is split over its tensor-parallel ranks)")
+    if par.sequence_parallel and par.tp > 1 and m.seq_len % (par.cp * par.tp):
+        p.append(f"parallel.sequence_parallel: model.seq_len={m.seq_len} is not divisible by cp*tp = "
+                 f"{par.cp}*{par.tp} (each tensor-parallel rank holds a whole slice of the sequence)")
     if sorted(par.order.split("-")) != sorted(AXES):
         p.append(f"parallel.order: {par.order!r} must order all of {', '.join(AXES)} separated by '-'")
     if s.world_size != s.num_gpus:
@@ -72,6 +79,8 @@ def consistency_problems(s) -> list[str]:
     elif s.schedule == "interleaved-1f1b" and s.num_microbatches % par.pp:
         p.append(f"training.global_batch: interleaved-1f1b needs num_microbatches % pp == 0, "
                  f"got {s.num_microbatches} micro-batches for pp={par.pp}")
+    if s.schedule == "interleaved-1f1b" and par.vpp == 1:
+        p.append("parallel.vpp: interleaved-1f1b interleaves vpp > 1 chunks per rank, got vpp=1 (use 1f1b, or set vpp)")
     if s.schedule in ("gpipe", "1f1b", "zb-h1") and par.vpp != 1:
         p.append(f"parallel.vpp: schedule {s.schedule} runs one chunk per rank, got vpp={par.vpp} (use interleaved-1f1b)")
     if s.schedule in V_SCHEDULES and par.vpp != 2:

@@ -197,7 +197,7 @@ def _slow_network_case(vpp: int, vocab: int, order: str):
     10 Gb/s NICs, one layer per chunk, interleaved (1F1B at vpp 1)."""
     from sim3d.studies.estimate import Estimator
     base = scenario_from_dict({
-        "name": "slow-network", "schedule": "interleaved-1f1b",
+        "name": "slow-network", "schedule": "1f1b",
         "model": {"layers": 16, "hidden": 1024, "heads": 8, "vocab": vocab, "seq_len": 512},
         "training": {"micro_batch": 1, "global_batch": 32, "precision": "bf16"},
         "cluster": {"gpu": "a100-80gb", "nodes": 4, "gpus_per_node": 8, "inter_node": {"nic_gbps": 10}}})

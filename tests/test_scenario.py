@@ -92,6 +92,9 @@ BAD = [  # (field path, value, text the message must contain)
     ("parallel.order", "tp-dp-pp", "parallel.order"),
     ("faults", [{"straggler": {"rank": 5000, "slowdown": 2}}], "faults.0.straggler.rank: 5000"),
     ("parallel.cp", 3, "parallel"),
+    ("schedule", "interleaved-1f1b", "parallel.vpp: interleaved-1f1b interleaves vpp > 1 chunks per rank, got vpp=1"),
+    ("model.moe", {"experts": 8, "top_k": 2, "expert_ffn_hidden": 12},
+     "parallel.etp: the experts' ffn hidden size 12 is not divisible by etp=8"),
 ]
 
 
@@ -111,6 +114,18 @@ def test_interleaved_needs_microbatches_divisible_by_pp():
     raw["training"]["global_batch"] = 8 * 20  # 20 micro-batches, pp 16
     with pytest.raises(ScenarioError, match="interleaved-1f1b needs num_microbatches % pp == 0, got 20"):
         scenario_from_dict(raw)
+
+
+def test_sequence_parallelism_needs_whole_sequence_slices():
+    """Megatron splits each micro-batch's sequence (each context-parallel chunk's) over the
+    tensor-parallel ranks: seq 2052 over cp 2 leaves 1026 tokens a chunk, not a multiple of tp 8."""
+    raw = _mutated("parallel.sequence_parallel", True)
+    raw["model"]["seq_len"] = 2052
+    raw["parallel"]["cp"], raw["parallel"]["dp"], raw["cluster"]["nodes"] = 2, 4, 128
+    with pytest.raises(ScenarioError, match=r"model.seq_len=2052 is not divisible by cp\*tp = 2\*8"):
+        scenario_from_dict(raw)
+    raw["model"]["seq_len"] = 2048
+    scenario_from_dict(raw)
 
 
 def test_malformed_yaml_names_the_line(tmp_path):
