@@ -4,6 +4,7 @@ input, JSON output and checked output paths (cli.py and cli_import.py both use t
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from functools import wraps
@@ -107,6 +108,9 @@ def _writable_file(path: Path, option: str, suffixes: tuple[str, ...] = ()) -> P
     return path
 
 
+MIN_GANTT_WINDOW_S = 1e-5
+
+
 def _gantt_options(size: str, window: str | None, ranks: str | None = None) -> dict:
     """--gantt-size, --gantt-window and --gantt-ranks, checked before any work."""
     from .report.gantt_sizes import SIZES
@@ -118,8 +122,11 @@ def _gantt_options(size: str, window: str | None, ranks: str | None = None) -> d
             start, end = (float(part) for part in window.split(","))
         except ValueError:
             raise BadInput(f"--gantt-window {window!r}: expected START,END in seconds, e.g. 0,4") from None
-        if not 0 <= start < end:
-            raise BadInput(f"--gantt-window {window!r}: expected 0 <= START < END")
+        if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
+            raise BadInput(f"--gantt-window {window!r}: expected finite 0 <= START < END")
+        if end - start < MIN_GANTT_WINDOW_S:  # matplotlib's text rasterizer overflows on narrower spans
+            raise BadInput(f"--gantt-window {window!r}: narrower than the {MIN_GANTT_WINDOW_S * 1e6:g} us "
+                           "the Gantt chart can draw")
         span = (start, end)
     picked = None
     if ranks is not None:

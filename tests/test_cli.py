@@ -191,7 +191,8 @@ def test_gantt_for_papers_sizes_and_windows(tmp_path):
     width_in = Image.open(tmp_path / "col" / "gantt.png").size[0] / 200  # plot_gantt saves at 200 dpi
     assert abs(width_in - 3.5) < 0.2  # an IEEE column
     for option, value, word in (("--gantt-size", "poster", "column"), ("--gantt-window", "5,1", "START < END"),
-                                ("--gantt-window", "a,b", "START,END")):
+                                ("--gantt-window", "a,b", "START,END"), ("--gantt-window", "0,inf", "finite"),
+                                ("--gantt-window", "0,1e-6", "narrower than the 10 us")):
         bad = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "bad", option, value)
         assert bad.exit_code == 2 and word in bad.stderr, (option, value, bad.stderr)
     late = invoke("run", ROOT / "scenarios" / "tiny.yaml", "--out", tmp_path / "late", "--gantt-window", "100,200")
