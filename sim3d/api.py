@@ -16,7 +16,7 @@ from typing import Any, Callable
 from .costs.model import CostModel
 from .engine import SimResult
 from .engine import replay_step
-from .engine.run import ranks_replayed
+from .engine.run import profile_warnings, ranks_replayed
 from .limits import WorkLimitExceeded, check_schedule_size
 from .model.memory import MemoryReport, memory_report
 from .report.summary import summarize
@@ -99,7 +99,9 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
     summary = summarize(run, memory)
     profile = run.costs.profile
-    if profile is not None and profile.unstable:
-        summary["warnings"].append(f"costs.profile {s.costs.profile} was flagged unstable when measured: "
-                                   + "; ".join(profile.unstable))
+    summary["warnings"] += profile_warnings(s, profile) if profile is not None else []
+    if profile is not None and not any("profile" in used for used in run.costs.sources.values()):
+        summary["warnings"].append(f"costs.profile {s.costs.profile} priced none of this scenario's kernels or "
+                                   f"collectives (its dtypes: {', '.join(sorted(set(profile.table.dtype)))}); "
+                                   "every cost is analytical")
     return Result(s, run.schedule, run.costs, run.result, memory, summary, full_fidelity)

@@ -29,8 +29,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the Gantt, memory and link-traffic plots."),
         strict: bool = typer.Option(False, "--strict", help="Exit 2 when the layout does not fit in memory "
                                     "(the outputs are still written)."),
-        megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron-LM "
-                                           "arguments."),
+        megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron args."),
         trace: str = typer.Option("json", "--trace", help="Perfetto trace: json, json.gz or none."),
         pdf: bool = typer.Option(False, "--pdf", help="Also write the Gantt chart as PDF (for papers)."),
         gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column (a paper's text or "
@@ -146,14 +145,15 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
              set_: list[str] = typer.Option([], "--set", help=SET_HELP),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Check a scenario; print the derived layout and whether it fits in memory."""
-    from .report.layout import layout_rows, layout_table
+    from .engine.run import profile_warnings
     from .model.memory import memory_report
+    from .report.layout import layout_rows, layout_table
     from .report.memory_plot import memory_table
-
-    from .step import step_schedule
     from .schedule import prove
+    from .step import step_schedule
 
     s = _load(scenario, set_)
+    warnings = s.warnings() + profile_warnings(s)  # a bad profile fails here as it would in `run`
     proof = prove(step_schedule(s))
     report = memory_report(s)
     if as_json:
@@ -163,7 +163,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
                      "peak_inflight": list(proof.peak_inflight), "fits_in_memory": report.fits,
                      "peak_memory_gib": report.peak_gib, "memory_note": report.reason,
                      "memory_gib": [{"pp_rank": r.rank, **r.gib()} for r in report.rows],
-                     "warnings": s.warnings()})
+                     "warnings": warnings})
         return
     out.print(layout_table(s))
     out.print(f"schedule {s.schedule}: {proof.num_actions:,} actions over {s.pp} pipeline ranks, proved "
@@ -173,7 +173,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     verdict = ("fits", "green") if report.fits else ("does not fit", "red")
     out.print(Text.assemble("memory: ", verdict, f" in {s.gpu.hbm_gib:g} GiB ({s.cluster.gpu}); {report.reason}"),
               highlight=False)
-    for w in s.warnings():
+    for w in warnings:
         say("warning:", w, "yellow")
 
 

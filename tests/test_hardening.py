@@ -151,6 +151,25 @@ def test_profile_with_non_finite_seconds_is_refused(tmp_path):
     assert result.exit_code == 2 and "finite" in result.stderr
 
 
+def test_a_profile_of_another_device_is_named_not_silently_applied(tmp_path):
+    """A CPU profile or another GPU's on an A100 scenario: the run warns with both devices; a
+    profile whose dtypes price nothing says so; `validate` reads the profile as `run` does."""
+    profiles, gpt3 = ROOT / "calibrate" / "profiles", ROOT / "scenarios" / "gpt3.yaml"
+    cases = [(profiles / "cpu-amd-epyc.csv", [], "measured on a CPU (AMD EPYC), so its times are not cluster.gpu "
+                                                "a100-80gb's"),
+             (profiles / "h100-sxm5-80gb.csv", ["--set", "training.precision=bf16"], "measured on NVIDIA H100 80GB "
+                                                 "HBM3 (preset h100-sxm), so its times are not cluster.gpu a100-80gb's"),
+             (profiles / "h100-sxm5-80gb.csv", ["--set", "training.precision=fp16"], "priced none of this scenario")]
+    for profile, sets, words in cases:
+        result = invoke("run", gpt3, "--json", "--no-plots", "--trace", "none", "--out", tmp_path / "o", *sets,
+                        "--set", f"costs.profile={profile}")
+        assert result.exit_code == 0 and any(words in w for w in json.loads(result.stdout)["warnings"]), words
+    checked = invoke("validate", gpt3, "--json", "--set", f"costs.profile={profiles / 'cpu-amd-epyc.csv'}")
+    assert any("measured on a CPU" in w for w in json.loads(checked.stdout)["warnings"])
+    bad = invoke("validate", gpt3, "--set", "costs.profile=/etc/passwd")
+    assert bad.exit_code == 2 and "not a readable profile CSV" in bad.stderr
+
+
 # ---- executor refusals (class 5, 7) ---------------------------------------------------------
 
 @pytest.mark.parametrize("args, expected", [

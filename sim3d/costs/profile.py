@@ -111,7 +111,7 @@ class Profile:
                                           "dtype": str, "device": str}, keep_default_na=False,
                                 na_values={c: [""] for c in COLUMNS if c not in ("op", "kind", "pass", "shape", "dtype", "device")})
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
-            raise ProfileError(f"{p}: not a readable profile CSV ({exc})") from None
+            raise ProfileError(f"{p}: not a readable profile CSV ({str(exc).strip()})") from None
         prov_path = p.with_suffix(".json")
         prov: dict = {}
         if prov_path.is_file():
@@ -288,6 +288,19 @@ class Profile:
                 info["group_sizes"] = sorted(int(g) for g in t["group_size"].unique())
             out[kind] = info
         return out
+
+    def device_mismatch(self, gpu: str) -> str | None:
+        """Why this profile's kernel times are not `gpu`'s (a GPU preset), from its provenance;
+        None where it was measured on that GPU or its device is not named."""
+        from ..hardware import preset_named_in
+        pv, name = self.provenance, str(self.provenance.get("device_name") or "")
+        if pv.get("device") == "cpu" or set(self.table.device) == {"cpu"}:
+            cpu = pv.get("cpu_model") or name or "unnamed"
+            return f"measured on a CPU ({cpu}), so its times are not cluster.gpu {gpu}'s"
+        measured = preset_named_in(name) if name else None
+        if measured is not None and measured != gpu:
+            return f"measured on {name} (preset {measured}), so its times are not cluster.gpu {gpu}'s"
+        return None
 
     @property
     def unstable(self) -> list[str]:

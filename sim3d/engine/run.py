@@ -32,6 +32,20 @@ def load_profile(scenario):
         raise ScenarioError(f"costs.profile: {e}") from None
 
 
+def profile_warnings(scenario, profile=None) -> list[str]:
+    """What a user should know about the scenario's calibration profile: measured on another
+    device than `cluster.gpu`, or flagged unstable when measured. Loads it (a bad file raises)
+    unless `profile` is given."""
+    profile = profile if profile is not None else load_profile(scenario)
+    if profile is None:
+        return []
+    where = f"costs.profile {scenario.costs.profile}"
+    out = [f"{where}: {why}"] if (why := profile.device_mismatch(scenario.cluster.gpu)) else []
+    if profile.unstable:
+        out.append(f"{where} was flagged unstable when measured: " + "; ".join(profile.unstable))
+    return out
+
+
 def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None,
              progress: Callable[[float], None] | None = None, fold: bool = True) -> SimRun:
     """One step. Stragglers need every GPU simulated, so they imply full fidelity; there
