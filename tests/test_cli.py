@@ -111,6 +111,14 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     assert len(pd.read_csv(tmp_path / "results.csv")) == 3
 
 
+def test_a_sweep_over_null_and_a_value_plots_both(tmp_path):
+    """null (the default) is a grid value like any other: both points run and are drawn."""
+    result = invoke("sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "model.ffn_hidden=null,512",
+                    "--out", tmp_path, "--workers", 1)
+    assert result.exit_code == 0, result.stderr
+    assert len(pd.read_csv(tmp_path / "results.csv")) == 2 and (tmp_path / "sweep.png").exists()
+
+
 def test_plan_ranks_layouts_that_fit(tmp_path):
     result = invoke("plan", ROOT / "scenarios" / "gpt-1.3b.yaml", "--gpus", 8, "--top", 3, "--workers", 1,
                     "--finalists", 6, "--out", tmp_path)

@@ -102,7 +102,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 def plot_sweep(results: Path, keys: list[str], path: Path, title: str | None = None) -> Path | None:
     import pandas as pd
-    table = pd.read_csv(results)
+    table = pd.read_csv(results, dtype={key: str for key in keys})
+    table[keys] = table[keys].fillna("null")  # a grid value of null (the default) is a point too
     table = table[table["error"].isna() | (table["error"] == "")]
     if table.empty:
         return None
