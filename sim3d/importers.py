@@ -151,18 +151,29 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     out = Imported({"name": name, "schedule": "1f1b"})
     tree = out.scenario
     out.unmapped += [f"{token} (not an argument)" for token in stray if not token.endswith(".py")]
+    switched: dict[str, str] = {}  # scenario path -> the switch that set it
     for flag, value in flags.items():
-        if flag in VALUE_FLAGS:
+        option = "--" + flag.replace("_", "-")
+        if flag in VALUE_FLAGS or flag == "num_layers_per_virtual_pipeline_stage":
             if value is True or isinstance(value, list):
-                raise ValueError(f"--{flag.replace('_', '-')} needs one value, got {value!r}")
+                raise ValueError(f"{option} needs one value, got {value!r}")
+        if flag in VALUE_FLAGS:
             _set(tree, VALUE_FLAGS[flag], _number(value))
         elif flag in SWITCH_FLAGS:
             path, meaning = SWITCH_FLAGS[flag]
+            if value is not True:
+                raise ValueError(f"{option} is a switch and takes no value, got {value!r}")
+            if path in switched and _get(tree, path) != meaning:
+                raise ValueError(f"{switched[path]} and {option} contradict each other ({path})")
             _set(tree, path, meaning)
+            switched[path] = option
         elif flag == "fp8_format":
             _set(tree, "training.precision", "fp8")
         elif flag == "num_layers_per_virtual_pipeline_stage":
-            out.scenario.setdefault("_virtual_layers", int(value))
+            virtual = _number(value)
+            if not isinstance(virtual, int) or virtual < 1:
+                raise ValueError(f"{option} {value}: expected a positive whole number of layers")
+            out.scenario.setdefault("_virtual_layers", virtual)
         elif flag == "recompute_method":
             out.assumed.append(f"--recompute-method {value}: every layer of a stage recomputed (sim3d has no "
                                "per-layer recompute count)")
@@ -263,8 +274,11 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
     if virtual and layers and pp > 1:  # Megatron counts the accounted embedding / loss as layers here
         accounted = bool(parallel.get("account_for_embedding_in_pipeline_split")) + bool(
             parallel.get("account_for_loss_in_pipeline_split"))
+        if (layers + accounted) % (pp * virtual):  # Megatron asserts it
+            raise ValueError(f"--num-layers-per-virtual-pipeline-stage {virtual}: {layers + accounted} layers do not "
+                             f"split into pp={pp} stages of whole {virtual}-layer chunks")
         parallel["vpp"] = (layers + accounted) // (pp * virtual)
-        tree["schedule"] = "interleaved-1f1b"
+        tree["schedule"] = "interleaved-1f1b" if parallel["vpp"] > 1 else "1f1b"
     if _get(tree, "model.vocab") is None:
         tp_pad = 128 * tp
         vocab = -(-GPT2_VOCAB // tp_pad) * tp_pad

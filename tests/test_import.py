@@ -167,3 +167,28 @@ def test_the_gradient_width_flags_round_trip(precision, flag, fp32_grads):
     assert s.training.grad_reduce_in_fp32 is fp32_grads and flag in to_megatron_args(s)
     plain = scenario_from_dict(from_megatron(base, name="w", gpu="h100-sxm", gpus=8, gpus_per_node=8).scenario)
     assert plain.training.grad_reduce_in_fp32 is None and flag not in to_megatron_args(plain)
+
+
+BASE_ARGS = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 "
+             "--global-batch-size 64 --pipeline-model-parallel-size 2 ")
+
+
+@pytest.mark.parametrize("extra,words", [
+    ("--num-layers-per-virtual-pipeline-stage 2 3", "needs one value"),
+    ("--num-layers-per-virtual-pipeline-stage", "needs one value"),
+    ("--num-layers-per-virtual-pipeline-stage 5", "24 layers do not split into pp=2 stages of whole 5-layer chunks"),
+    ("--num-layers-per-virtual-pipeline-stage -3", "a positive whole number of layers"),
+    ("--swiglu false", "--swiglu is a switch and takes no value"),
+    ("--bf16 --fp16", "--bf16 and --fp16 contradict each other"),
+])
+def test_megatron_arguments_megatron_would_refuse_are_refused(extra, words):
+    with pytest.raises(ValueError, match=words):
+        from_megatron(BASE_ARGS + extra, name="x", gpu="h100-sxm", gpus=16)
+
+
+def test_one_virtual_chunk_per_stage_is_plain_1f1b():
+    """12 layers per virtual stage on 24 layers over pp 2: one chunk, no interleaving."""
+    tree = from_megatron(BASE_ARGS + "--num-layers-per-virtual-pipeline-stage 12", name="x", gpu="h100-sxm",
+                         gpus=16).scenario
+    assert tree["schedule"] == "1f1b" and tree["parallel"]["vpp"] == 1
+    scenario_from_dict(tree)
