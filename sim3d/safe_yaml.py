@@ -49,6 +49,20 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
                               list("-+0123456789"))
 
 
+def _construct_int(loader, node):
+    """Decimal integers only: YAML 1.1 reads 010 as 8, 0x600 as 1536 and 1:30 as 90, which no
+    scenario author means."""
+    text = loader.construct_scalar(node)
+    digits = text.replace("_", "")
+    if re.fullmatch(r"[-+]?(?:0|[1-9][0-9]*)", digits):
+        return int(digits)
+    raise ConstructorError(None, None, f"{text!r} is a number only in YAML 1.1's octal, hexadecimal or base-60 "
+                           "forms; write it in decimal (or quote it as text)", node.start_mark)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 def _expanded_size(node, sizes: dict[int, int], open_nodes: set[int]) -> int:
     """Nodes the document would have with every alias copied out."""
     key = id(node)

@@ -176,3 +176,12 @@ def test_import_sim3d_does_not_import_torch():
     code = "import sys, sim3d, sim3d.cli, sim3d.engine, sim3d.report.summary; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+@pytest.mark.parametrize("written", ["010", "0x8", "1:30"])
+def test_integers_in_yaml_11_only_forms_are_refused(tmp_path, written):
+    """YAML 1.1 reads tp: 010 as 8 (octal), 0x8 as 8, 1:30 as 90 (base 60): refused, not guessed."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: t\nparallel: {{tp: {written}}}\n")
+    with pytest.raises(ScenarioError, match=f"'{written}' is a number only in YAML 1.1"):
+        load_scenario(path)
