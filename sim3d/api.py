@@ -99,7 +99,8 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
     summary = summarize(run, memory)
     profile = run.costs.profile
-    summary["warnings"] += profile_warnings(s, profile) if profile is not None else []
+    if profile is not None:
+        summary["warnings"] += profile_warnings(s, profile)
     if profile is not None and not any("profile" in used for used in run.costs.sources.values()):
         summary["warnings"].append(f"costs.profile {s.costs.profile} priced none of this scenario's kernels or "
                                    f"collectives (its dtypes: {', '.join(sorted(set(profile.table.dtype)))}); "

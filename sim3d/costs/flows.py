@@ -128,8 +128,7 @@ class NetworkFlows:
         if len(group) < 2:
             return NO_FLOW
         if key not in self._groups:
-            op = ("reduce-scatter" if self.costs.s.parallel.distributed_optimizer else "all-reduce") \
-                if what == "reduce" else "all-gather"
+            op = self.costs.gradient_op(what)
             expert = axis == EXPERT_GRADIENT_AXIS
             alone = self.topology.group_link(axis, group[0], alone=True)
             seconds, wire = self.costs.gradient_collective(op, alone, stage, buckets, expert)

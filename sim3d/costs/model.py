@@ -396,10 +396,12 @@ class CostModel:
         """(group axis, seconds, wire bytes per member) of one bucket's "reduce" (all-reduce, or
         reduce-scatter with the distributed optimizer) or "gather", in turn on the data-parallel
         stream: dense parameters over dp x cp, experts over their replicas (Megatron's groups)."""
-        op = "all-gather" if what == "gather" else (
-            "reduce-scatter" if self.s.parallel.distributed_optimizer else "all-reduce")
-        return [(axis, *self.gradient_collective(op, self._link(axis, rank), stage, buckets, expert))
-                for axis, expert in self.gradient_axes]
+        return [(axis, *self.gradient_collective(self.gradient_op(what), self._link(axis, rank), stage, buckets,
+                                                 expert)) for axis, expert in self.gradient_axes]
+
+    def gradient_op(self, what: str) -> str:
+        return "all-gather" if what == "gather" else ("reduce-scatter" if self.s.parallel.distributed_optimizer
+                                                      else "all-reduce")
 
     def _dp_collective(self, what: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         parts = self.gradient_parts(what, rank, stage, buckets)
@@ -419,12 +421,10 @@ class CostModel:
         width (`grad_bytes`: fp32 in Megatron's default), gathered parameters at theirs."""
         return ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
 
-    def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        """(seconds, bytes on the wire) for `rank` to reduce one gradient bucket of a stage."""
+    def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:  # (seconds, wire bytes)
         return self._dp_collective("reduce", rank, stage, buckets)
 
     def param_gather(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
-        """(seconds, bytes on the wire) to all-gather one bucket of updated parameters."""
         return self._dp_collective("gather", rank, stage, buckets)
 
     # ---- the same transfers as flows (costs.network: flow) -----------------------------------

@@ -165,11 +165,9 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                          [(rank, peer)] + [(t, twin_pair(placement, t, peer)) for t in twins.get(rank, ())])
                 laid[key] = on_busiest((edge, 1.0) for a, b in pairs for edge in topology.path(a, b))
             else:
-                hops = []
-                for axis, fraction in _axes(stream, stage, split):
-                    hops += [(edge, share * fraction) for edge, share in _row_edges(topology, axis, (
-                        [pipe[pp] for pipe in pipelines] if folded else [rank] + twins.get(rank, [])), folded)]
-                laid[key] = on_busiest(hops)
+                members = [pipe[pp] for pipe in pipelines] if folded else [rank] + twins.get(rank, [])
+                laid[key] = on_busiest((edge, share * fraction) for axis, fraction in _axes(stream, stage, split)
+                                       for edge, share in _row_edges(topology, axis, members, folded))
         return laid[key]
 
     changes: dict[tuple, list[tuple[float, float]]] = defaultdict(list)

@@ -100,6 +100,14 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
+def _numbers_first(values):
+    """Sort key of grid values read as text: numerically where they are numbers (512 before
+    1024), "null" after them; text grids alphabetically."""
+    import pandas as pd
+    numbers = pd.to_numeric(values, errors="coerce")
+    return numbers if numbers.notna().any() else values
+
+
 def plot_sweep(results: Path, keys: list[str], path: Path, title: str | None = None) -> Path | None:
     import pandas as pd
     table = pd.read_csv(results, dtype={key: str for key in keys})
@@ -115,7 +123,7 @@ def plot_sweep(results: Path, keys: list[str], path: Path, title: str | None = N
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     groups = table.groupby(others) if others else [((), table)]
     for i, (name, group) in enumerate(groups):
-        group = group.sort_values(x)
+        group = group.sort_values(x, key=_numbers_first, na_position="last", kind="stable")
         tag = ", ".join(f"{k}={v}" for k, v in zip(others, name if isinstance(name, tuple) else (name,)))
         style = dict(color=PALETTE[i % len(PALETTE)], marker=MARKERS[i % len(MARKERS)], label=tag or None)
         axes[0].plot(group[x].astype(str), group["step_time_s"], **style)
