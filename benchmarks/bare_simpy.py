@@ -23,8 +23,8 @@ import simpy
 
 from sim3d.costs.model import CostModel
 from sim3d.engine.replay import Engine, ReplayOptions
-from sim3d.gc_paused import gc_paused
-from sim3d.scenario import load_scenario
+from sim3d.trace import gc_paused
+from sim3d.scenario.load import load_scenario
 from sim3d.schedule.dependencies import family, input_of, output_to
 from sim3d.schedule.ir import Kind
 from sim3d.step import step_schedule

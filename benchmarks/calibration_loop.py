@@ -17,7 +17,7 @@ from pathlib import Path
 from sim3d.costs.profile import Profile
 from sim3d.engine import replay_step
 from sim3d.executor import execute
-from sim3d.scenario import load_scenario
+from sim3d.scenario.load import load_scenario
 
 LAYOUTS = [(1, 1, 1), (1, 2, 1)]
 

@@ -11,7 +11,7 @@ import gc
 import time
 
 from sim3d.engine import replay_step
-from sim3d.scenario import load_scenario
+from sim3d.scenario.load import load_scenario
 
 CASES = [  # name, scenario, --set texts, mode: folded, full (twins folded) or every (every rank replayed)
     ("gpt3.yaml (1024 GPUs)", "scenarios/gpt3.yaml", [], "folded"),

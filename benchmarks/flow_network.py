@@ -14,7 +14,7 @@ import gc
 import time
 
 from sim3d.engine import replay_step
-from sim3d.scenario import load_scenario
+from sim3d.scenario.load import load_scenario
 
 GPT3 = "scenarios/gpt3.yaml"
 # gpt3's layout (tp8 pp16) with more or fewer data-parallel replicas: GPUs grow, the

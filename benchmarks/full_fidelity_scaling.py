@@ -20,7 +20,7 @@ import math
 from bare_simpy import bare
 from sim3d.costs.model import CostModel
 from sim3d.engine import replay_step
-from sim3d.scenario import load_scenario
+from sim3d.scenario.load import load_scenario
 from sim3d.step import step_schedule
 
 REPLICAS = (1, 2, 4, 8, 16, 32)

@@ -19,7 +19,7 @@ from pathlib import Path
 from sim3d.costs.model import CostModel
 from sim3d.costs.profile import Profile
 from sim3d.model.ops import layer_ops
-from sim3d.scenario import load_scenario
+from sim3d.scenario.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb-study"

@@ -21,10 +21,10 @@ from pathlib import Path
 import yaml
 
 from sim3d import simulate
-from sim3d.published_row import scenario_dict_of
+from sim3d.validation.published_row import scenario_dict_of
 from sim3d.studies.plan import describe, plan
 from sim3d.studies.space import parse_choices
-from sim3d.validation import DEFAULT_CSV
+from sim3d.validation.published import DEFAULT_CSV
 
 RUNS = ("dgxc2411_gpt3_175b_128", "dgxc2411_llama31_70b_64", "dgxc2411_nemotron4_15b_16")
 

@@ -41,7 +41,7 @@ def phases() -> list[tuple[str, float]]:
     code = r"""
 import json, sys, tempfile, time
 t0 = time.perf_counter()
-import sim3d, sim3d.cli
+import sim3d, sim3d.cli.app
 t1 = time.perf_counter()
 from pathlib import Path
 from sim3d.report.outputs import write_run_outputs

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("error: layer_bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    from sim3d.scenario import load_scenario
+    from sim3d.scenario.load import load_scenario
 
     from .profile_io import provenance
     rows = []

@@ -81,7 +81,7 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
     paths = [scenario_path] if isinstance(scenario_path, str) else list(scenario_path or [])
     scenarios = []
     if paths:
-        from sim3d.scenario import load_scenario
+        from sim3d.scenario.load import load_scenario
         scenarios = [load_scenario(p) for p in paths]
     scenario = scenarios[0] if scenarios else None
     dt, note = _resolve_dtype(device, dtype, scenario)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time the names c
 
 
 def __getattr__(name: str):
-    """The public names, and submodules (`sim3d.topology`), imported when first used: `sim3d
+    """The public names, and submodules (`sim3d.cluster.topology`), imported when first used: `sim3d
     run` starts its plotting process before it pays for the simulator's imports (PEP 562)."""
     import importlib
     import importlib.util

@@ -1,5 +1,5 @@
 """`python -m sim3d ...` is the `sim3d` command."""
 
-from .cli import main
+from .cli.app import main
 
 main()

@@ -16,11 +16,12 @@ from typing import Any, Callable
 from .costs.model import CostModel
 from .engine import SimResult
 from .engine import replay_step
-from .engine.run import profile_warnings, ranks_replayed
-from .limits import WorkLimitExceeded, check_schedule_size
+from .engine.run import ranks_replayed
+from .scenario.limits import WorkLimitExceeded, check_schedule_size
 from .model.memory import MemoryReport, memory_report
-from .report.summary import summarize
-from .scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
+from .analysis.summary import summarize
+from .scenario.load import Scenario, load_scenario, scenario_from_dict
+from .errors import ScenarioError
 from .schedule import Schedule
 
 
@@ -52,15 +53,15 @@ class Result:
     @cached_property
     def links(self):
         """Bytes and busy fraction per direction of every graph edge over the step (pandas
-        DataFrame, busiest first; `sim3d.engine.traffic` says how traffic is laid on links)."""
-        from .engine.traffic import gradient_split, link_traffic
+        DataFrame, busiest first; `sim3d.analysis.traffic` says how traffic is laid on links)."""
+        from .analysis.traffic import gradient_split, link_traffic
         return link_traffic(self.sim.rows, self.costs.topology, self.step_time, folded=not self.full_fidelity,
                             represented=self.sim.represented, split=gradient_split(self.costs))
 
     def link_timelines(self, top: int = 8) -> dict[str, list[tuple[float, float]]]:
         """The `top` busiest link directions' busy fraction over time: "src->dst" ->
         [(time s, busy fraction from then on)] (the Perfetto trace's counter tracks)."""
-        from .engine.traffic import gradient_split, link_timelines
+        from .analysis.traffic import gradient_split, link_timelines
         return link_timelines(self.sim.rows, self.costs.topology, self.links, folded=not self.full_fidelity, top=top,
                               represented=self.sim.represented, split=gradient_split(self.costs))
 
@@ -100,6 +101,7 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     summary = summarize(run, memory)
     profile = run.costs.profile
     if profile is not None:
+        from .costs.profile import profile_warnings
         summary["warnings"] += profile_warnings(s, profile)
     if profile is not None and not any("profile" in used for used in run.costs.sources.values()):
         summary["warnings"].append(f"costs.profile {s.costs.profile} priced none of this scenario's kernels or "

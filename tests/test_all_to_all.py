@@ -5,8 +5,8 @@ import pytest
 
 import sim3d
 from sim3d.costs.collectives import NETWORK_EFFICIENCY, collective_time
-from sim3d.scenario import load_scenario, scenario_from_dict
-from sim3d.topology import GBIT, Topology
+from sim3d.scenario.load import load_scenario, scenario_from_dict
+from sim3d.cluster.topology import GBIT, Topology
 
 NIC = 400 * GBIT
 
@@ -143,7 +143,7 @@ def test_a_straggler_holds_its_expert_group_at_the_all_to_all():
 def test_link_traffic_lays_all_to_alls_on_their_routes():
     """links.csv: a member under leaf 0 sends 32 of its 63 shares to the other leaf, and the
     128 GPUs of stage 0 under leaf 0 all do (folded: rank 0's EP bytes stand for theirs)."""
-    from sim3d.engine.traffic import link_traffic
+    from sim3d.analysis.traffic import link_traffic
     result = sim3d.simulate(two_leaf_moe())
     rows = [row for row in result.sim.rows if row[4] == "EP_COMM"]
     links = link_traffic(rows, result.costs.topology, result.step_time, folded=True)
@@ -165,7 +165,7 @@ LAYOUTS = [  # nodes, gpus per node, nics per node, tp, ep, fabric, extra inter_
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: f"{x[0]}x{x[1]}-nics{x[2]}-tp{x[3]}-ep{x[4]}-{x[5]}")
 def test_counting_per_node_and_rail_gives_the_pairwise_loads(layout):
-    from sim3d.all_to_all import group_load, pairwise_load
+    from sim3d.cluster.all_to_all import group_load, pairwise_load
     nodes, gpn, nics, tp, ep, fabric, extra = layout
     gpus = nodes * gpn
     s = scenario_from_dict(dict(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import sim3d
-from sim3d.cli import app
+from sim3d.cli.app import app
 from sim3d.engine.replay import BREAKDOWN_PARTS
 from sim3d.step import step_schedule
 from sim3d.studies.sweep import run_sweep
@@ -151,8 +151,8 @@ def test_costs_are_asked_per_global_rank():
     base = dict(name="nic", model=dict(layers=8, hidden=2048, heads=16, vocab=32000, seq_len=2048),
                 parallel=dict(tp=8, pp=2, dp=2), training=dict(micro_batch=1, global_batch=8),
                 cluster=dict(gpu="a100-80gb", nodes=4, gpus_per_node=8))
-    healthy = CostModel(sim3d.scenario.scenario_from_dict(base), folded=False)
-    faulty = sim3d.scenario.scenario_from_dict({**base, "faults": [dict(link=dict(node=3, nic_gbps=5)),
+    healthy = CostModel(sim3d.scenario.load.scenario_from_dict(base), folded=False)
+    faulty = sim3d.scenario.load.scenario_from_dict({**base, "faults": [dict(link=dict(node=3, nic_gbps=5)),
                                                                    dict(straggler=dict(rank=5, slowdown=1.5))]})
     exact, folded = CostModel(faulty, folded=False), CostModel(faulty, folded=True)
     assert exact.dp_reduce(0, 0, 1) == healthy.dp_reduce(0, 0, 1)  # nodes 0-1
@@ -173,9 +173,9 @@ def test_import_sim3d_is_lazy_but_complete():
     first); public names and submodules still resolve on first use."""
     import subprocess
     import sys
-    code = ("import sys, sim3d, sim3d.cli; heavy = [m for m in ('sim3d.api', 'sim3d.engine', 'pandas', 'networkx') "
+    code = ("import sys, sim3d, sim3d.cli.app; heavy = [m for m in ('sim3d.api', 'sim3d.engine', 'pandas', 'networkx') "
             "if m in sys.modules]; print(heavy); from sim3d import *; "
-            "print(simulate.__name__, sim3d.topology.Topology.__name__, sim3d.ScenarioError.__name__)")
+            "print(simulate.__name__, sim3d.cluster.topology.Topology.__name__, sim3d.ScenarioError.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]"
     assert out[1] == "simulate Topology ScenarioError"

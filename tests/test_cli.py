@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sim3d.cli import app
-from sim3d.report.summary import SUMMARY_KEYS
+from sim3d.cli.app import app
+from sim3d.analysis.summary import SUMMARY_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -165,7 +165,7 @@ def test_every_result_command_prints_only_json_with_json(tmp_path):
 def test_commands_that_need_torch_say_how_to_get_it():
     """torch is an extra (sim3d[executor]): without it, execute says what to install (exit 2)
     while the simulator keeps working."""
-    code = ("import sys; sys.modules['torch'] = None; from sim3d.cli import app; "
+    code = ("import sys; sys.modules['torch'] = None; from sim3d.cli.app import app; "
             "import sim3d; sim3d.simulate('scenarios/tiny.yaml'); app(['execute', 'scenarios/tiny.yaml'])")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 2, result.stderr

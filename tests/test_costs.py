@@ -11,8 +11,8 @@ from sim3d.costs.compute import block_shape, gemm_shape_efficiency
 from sim3d.costs.model import CostModel
 from sim3d.costs.profile import COLUMNS, Profile
 from sim3d.model.ops import embedding_ops, head_ops, layer_ops
-from sim3d.scenario import load_scenario, scenario_from_dict
-from sim3d.topology import GBIT, Topology
+from sim3d.scenario.load import load_scenario, scenario_from_dict
+from sim3d.cluster.topology import GBIT, Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -202,7 +202,7 @@ def test_every_covered_nccl_row_within_10_percent_but_the_named_two():
     model for its LL protocol (which we price small messages with) gives 51 GB/s where 67 were
     measured; the 1 GiB A100 row (another vendor's system) is approximate and still rising. The 2-node H100 ring row checks that a group's node crossings use
     every NIC its members drive (NCCL channels with PXN): one NIC would give 45 GB/s, not ~400."""
-    from sim3d.nccl_check import check_all
+    from sim3d.validation.nccl_check import check_all
     checks = check_all()
     misses = {(c.gpus, int(c.size)) for c in checks if c.error is not None and abs(c.error) > 0.10}
     assert misses == {(8, 2**20), (8, 2**30)}

@@ -8,8 +8,8 @@ from sim3d.costs.action_cost import ActionCost
 from sim3d.costs.model import CostModel
 from sim3d.engine import Engine
 from sim3d.engine import replay_step as simulate
-from sim3d.placement import Placement
-from sim3d.scenario import scenario_from_dict
+from sim3d.cluster.placement import Placement
+from sim3d.scenario.load import scenario_from_dict
 from sim3d.schedule import build, lower
 from sim3d.schedule.evaluate import evaluate
 
@@ -221,7 +221,7 @@ def test_engine_reports_a_deadlock_with_the_waiting_rank():
 @given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
        st.sampled_from(["tp-cp-ep-dp-pp", "dp-tp-cp-ep-pp", "pp-dp-cp-ep-tp"]), st.data())
 def test_group_leaders_and_the_gradient_groups(tp, pp, dp, cp, order, data):
-    from sim3d.placement import Placement
+    from sim3d.cluster.placement import Placement
     ep = data.draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0]))
     placement = Placement(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order)
     for axis in ("tp", "cp", "dp", "pp", "ep", "dp-cp"):

@@ -13,7 +13,7 @@ import pytest
 
 from sim3d.executor import ExecutorError, execute
 from sim3d.executor.reference import CHECK_RTOL
-from sim3d.scenario import load_scenario
+from sim3d.scenario.load import load_scenario
 from sim3d.schedule import build, lower
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 import sim3d
 from sim3d.model.memory import layer_params
 from sim3d.model.ops import Dims, ops_for
-from sim3d.placement import Placement
-from sim3d.scenario import ScenarioError, scenario_from_dict
+from sim3d.cluster.placement import Placement
+from sim3d.scenario.load import ScenarioError, scenario_from_dict
 
 ORDERS = ["tp-cp-ep-dp-pp", "tp-cp-dp-ep-pp", "dp-tp-cp-ep-pp", "tp-cp-ep-pp-dp"]
 
@@ -116,7 +116,7 @@ def test_expert_grids_sim3d_cannot_lay_out_are_named(raw, words):
 
 
 def test_megatron_expert_tensor_parallel_flag_round_trips():
-    from sim3d.importers import from_megatron, to_megatron_args
+    from sim3d.scenario.importers import from_megatron, to_megatron_args
     args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
             "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "16",
             "--num-experts", "16", "--moe-router-topk", "2", "--tensor-model-parallel-size", "2",

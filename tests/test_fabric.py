@@ -5,8 +5,8 @@ import pytest
 
 import sim3d
 from sim3d.costs.collectives import NETWORK_EFFICIENCY, collective_time
-from sim3d.scenario import ScenarioError, load_scenario, scenario_from_dict
-from sim3d.topology import GBIT, Topology, leaf_count
+from sim3d.scenario.load import ScenarioError, load_scenario, scenario_from_dict
+from sim3d.cluster.topology import GBIT, Topology, leaf_count
 
 NIC = 400 * GBIT
 

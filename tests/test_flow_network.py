@@ -8,7 +8,7 @@ import pytest
 import simpy
 
 import sim3d
-import sim3d.topology
+import sim3d.cluster.topology
 from sim3d.costs.flows import FlowSpec
 from sim3d.engine.flow_network import FlowNetwork
 
@@ -332,7 +332,7 @@ def test_flow_runs_lay_their_events_out_the_same_way_under_any_hash_seed():
     import subprocess
     import sys
 
-    script = ("import hashlib; from sim3d.scenario import load_scenario; from sim3d.engine import replay_step; "
+    script = ("import hashlib; from sim3d.scenario.load import load_scenario; from sim3d.engine import replay_step; "
               "s = load_scenario('scenarios/moe-1024.yaml', ['costs.network=flow', 'parallel.dp=8', "
               "'cluster.nodes=16', 'training.global_batch=32']); "
               "print(hashlib.sha256(repr(replay_step(s, full_fidelity=True).result.rows).encode()).hexdigest())")

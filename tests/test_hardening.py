@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim3d.cli import app
+from sim3d.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -64,7 +64,7 @@ def test_override_alias_bomb_and_non_finite_values_are_refused(tmp_path):
 
 def test_a_dict_that_contains_itself_is_bad_input():
     import sim3d
-    from sim3d.scenario import ScenarioError
+    from sim3d.scenario.load import ScenarioError
     raw = {"model": {}}
     raw["model"]["self"] = raw
     with pytest.raises(ScenarioError, match="contains itself"):

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 import sim3d
-from sim3d.cli import app
-from sim3d.importers import from_megatron, from_nemo, parse_megatron_args
-from sim3d.scenario import read_scenario_yaml, scenario_from_dict
+from sim3d.cli.app import app
+from sim3d.scenario.importers import from_megatron, from_nemo, parse_megatron_args
+from sim3d.scenario.load import read_scenario_yaml, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -78,7 +78,7 @@ def test_import_commands(tmp_path):
 def test_megatron_arguments_round_trip(path):
     """Export a shipped scenario's Megatron arguments, import them on the same cluster: the
     same model, layout and training settings come back, and nothing is left unmapped."""
-    from sim3d.importers import to_megatron_args
+    from sim3d.scenario.importers import to_megatron_args
     s = sim3d.load_scenario(ROOT / path)
     imported = from_megatron(to_megatron_args(s), name=s.name, gpu=s.cluster.gpu, gpus=s.num_gpus,
                              gpus_per_node=s.gpus_per_node)
@@ -158,7 +158,7 @@ def test_a_tokenizer_that_is_not_a_section_is_ignored():
 def test_the_gradient_width_flags_round_trip(precision, flag, fp32_grads):
     """Megatron's two gradient-width flags (each turns off its precision's default) import as
     `grad_reduce_in_fp32` and are written back; the default writes neither."""
-    from sim3d.importers import to_megatron_args
+    from sim3d.scenario.importers import to_megatron_args
     base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "128",
             "--max-position-embeddings", "128", "--micro-batch-size", "1", "--global-batch-size", "8", f"--{precision}"]
     imported = from_megatron(base + [flag], name="w", gpu="h100-sxm", gpus=8, gpus_per_node=8)

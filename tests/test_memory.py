@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from sim3d.model import (GIB, fits_in_memory, layer_activation_bytes, memory_per_rank, memory_report,
                          model_params)
 from sim3d.report.memory_plot import memory_table, plot_memory
-from sim3d.scenario import load_scenario, scenario_from_dict
+from sim3d.scenario.load import load_scenario, scenario_from_dict
 
 
 def make(layers=4, hidden=256, heads=8, seq=128, vocab=1024, mb=1, gb=4, tp=1, pp=1, cp=1, dp=1, vpp=1,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sim3d.model import (embedding_ops, hardware_flops_per_step, head_forward_flops, head_ops,
                          layer_forward_flops, layer_ops, model_flops_per_step, stage_flops)
-from sim3d.scenario import load_scenario, scenario_from_dict
+from sim3d.scenario.load import load_scenario, scenario_from_dict
 
 
 def make(layers=4, hidden=256, heads=8, seq=128, vocab=1024, mb=1, gb=4, tp=1, pp=1, cp=1, ep=1,

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim3d.costs.model import CostModel, Overlap, overlapped_seconds
+from sim3d.costs.model import CostModel
+from sim3d.costs.tp_overlap import Overlap, overlapped_seconds
 from sim3d.model import layer_activation_bytes, layer_forward_flops, memory_report
 from sim3d.model.ops import layer_ops
-from sim3d.scenario import ScenarioError, load_scenario, scenario_from_dict
+from sim3d.scenario.load import ScenarioError, load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 

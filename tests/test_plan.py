@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sim3d import ScenarioError, simulate
-from sim3d.cli import app
+from sim3d.cli.app import app
 from sim3d.model.memory import memory_report
-from sim3d.scenario import scenario_from_dict
+from sim3d.scenario.load import scenario_from_dict
 from sim3d.studies.plan import plan
 from sim3d.studies.space import Layout, Space, parse_choices
 
@@ -163,7 +163,7 @@ def test_every_layout_of_a_shipped_scenarios_space_passes_the_scenario_checks(sc
     scenario checks accept, each the same scenario as its overrides make."""
     import random
 
-    from sim3d.scenario import load_scenario
+    from sim3d.scenario.load import load_scenario
     path = ROOT / "scenarios" / scenario
     base = load_scenario(path, sets)
     space = Space(base, gpus, {})

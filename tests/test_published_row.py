@@ -2,11 +2,11 @@
 
 import pytest
 
-from sim3d.hardware import PRESETS, preset_named_in
+from sim3d.cluster.gpus import PRESETS, preset_named_in
 from sim3d.model.flops import model_flops_per_step
-from sim3d.published_row import _year_of, scenario_dict_of, scenario_of
-from sim3d.scenario import ScenarioError
-from sim3d.validation import validate_rows
+from sim3d.validation.published_row import _year_of, scenario_dict_of, scenario_of
+from sim3d.scenario.load import ScenarioError
+from sim3d.validation.published import validate_rows
 
 HEADER = ("id,source,model,params_b,layers,hidden,heads,ffn_hidden,vocab,seq_len,gpu,num_gpus,tp,pp,dp,cp,ep,vp,"
           "micro_batch,global_batch,sequence_parallel,recompute,distributed_optimizer,metric,value,notes")
@@ -142,7 +142,7 @@ def test_the_inferred_era_agrees_with_every_family_rule_on_the_dev_rows():
     scenario from its source, notes and GPU alone: the inference is what the family rules
     encode, not a guess that happens to differ where nobody looks."""
     import pandas as pd
-    from sim3d.validation import DEFAULT_CSV
+    from sim3d.validation.published import DEFAULT_CSV
     checked = 0
     for record in pd.read_csv(DEFAULT_CSV).to_dict("records"):
         try:
@@ -216,7 +216,7 @@ def test_every_held_out_row_becomes_a_scenario():
     second batch, whose expert groups fold over TP x DP where the notes say
     expert_tensor_parallel_size=1."""
     import pandas as pd
-    from sim3d.validation import REPO_ROOT
+    from sim3d.validation.published import REPO_ROOT
     table = pd.read_csv(REPO_ROOT / "validation" / "published_extra.csv")
     assert len(table) >= 30 and table["id"].is_unique
     for record in table.to_dict("records"):

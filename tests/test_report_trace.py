@@ -286,7 +286,7 @@ def test_unit_cost_gantt_axis_says_units(tmp_path, monkeypatch):
     """`sim3d schedule --gantt` times are in units of one forward, not seconds."""
     import matplotlib.axes
     from typer.testing import CliRunner
-    from sim3d.cli import app
+    from sim3d.cli.app import app
     labels = []
     real = matplotlib.axes.Axes.set_xlabel
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", lambda self, text, *a, **k: labels.append(text)
@@ -301,7 +301,7 @@ def test_parquet_trace_round_trips_and_compares(tmp_path):
     its dtypes, which `sim3d compare` reads like the CSV."""
     pytest.importorskip("pyarrow")
     from typer.testing import CliRunner
-    from sim3d.cli import app
+    from sim3d.cli.app import app
     from sim3d.trace import read_trace, read_trace_csv
     runner = CliRunner()
     result = runner.invoke(app, ["run", str(ROOT / "scenarios" / "tiny.yaml"), "--no-plots", "--out", str(tmp_path)])

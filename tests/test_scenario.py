@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim3d.scenario import ScenarioError, load_scenario, scenario_from_dict
+from sim3d.scenario.load import ScenarioError, load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -173,7 +173,7 @@ def test_cli_missing_file_and_bad_yaml(tmp_path):
 
 
 def test_import_sim3d_does_not_import_torch():
-    code = "import sys, sim3d, sim3d.cli, sim3d.engine, sim3d.report.summary; print('torch' in sys.modules)"
+    code = "import sys, sim3d, sim3d.cli.app, sim3d.engine, sim3d.analysis.summary; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
 

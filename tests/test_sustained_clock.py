@@ -13,7 +13,7 @@ import pytest
 from sim3d.costs.compute import SUSTAINED_CLOCK_FACTOR, ComputeModel, GEMM_PEAK_EFFICIENCY
 from sim3d.costs.profile import Profile
 from sim3d.model.ops import head_ops, layer_ops
-from sim3d.scenario import scenario_from_dict
+from sim3d.scenario.load import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = {"h100-sxm": ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb-study",

@@ -3,7 +3,7 @@
 import pytest
 
 import sim3d
-from sim3d.engine.traffic import LINK_COLUMNS
+from sim3d.analysis.traffic import LINK_COLUMNS
 
 
 def layout(tp, pp, dp, nodes, gpus_per_node, costs=None, **training):

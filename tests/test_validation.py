@@ -5,9 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim3d.scenario import ScenarioError
-from sim3d.published_row import note_settings, scenario_of
-from sim3d.validation import DEFAULT_CSV, REPO_ROOT, Row, main, mape, mape_by_family, validate_rows
+from sim3d.scenario.load import ScenarioError
+from sim3d.validation.published_row import note_settings, scenario_of
+from sim3d.validation.published import DEFAULT_CSV, REPO_ROOT, Row, main, mape, mape_by_family, validate_rows
 
 HEADER = ("id,source,model,params_b,layers,hidden,heads,ffn_hidden,vocab,seq_len,gpu,num_gpus,tp,pp,dp,cp,ep,vp,"
           "micro_batch,global_batch,sequence_parallel,recompute,distributed_optimizer,metric,value,notes")

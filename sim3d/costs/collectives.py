@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..topology import GroupLink
+from ..cluster.topology import GroupLink
 
 # Achievable fraction of the link rate for large messages (bus bandwidth / link rate):
 # NVLink: per GPU preset, from measured ring busbw (hardware.py: A100 ~230 of 300 GB/s,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model.ops import ACT_BYTES, grad_bytes
-from .model import COMM_SMS, PIPELINE_SPLITS
+from .tp_overlap import COMM_SMS, PIPELINE_SPLITS
 from .optimizer_step import step_bytes
 
 

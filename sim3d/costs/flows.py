@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..model.memory import stage_params
-from ..placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
+from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
 from .collectives import COLLECTIVE, NETWORK_EFFICIENCY, collective_time, p2p_time
 
 

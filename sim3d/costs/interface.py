@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..placement import Placement
+from ..cluster.placement import Placement
 from .flows import FlowSpec
 from .action_cost import ActionCost
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import ScenarioError
 from .collectives import bus_factor
 
 COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
@@ -292,7 +293,7 @@ class Profile:
     def device_mismatch(self, gpu: str) -> str | None:
         """Why this profile's kernel times are not `gpu`'s (a GPU preset), from its provenance;
         None where it was measured on that GPU or its device is not named."""
-        from ..hardware import preset_named_in
+        from ..cluster.gpus import preset_named_in
         pv, name = self.provenance, str(self.provenance.get("device_name") or "")
         if pv.get("device") == "cpu" or set(self.table.device) == {"cpu"}:
             cpu = pv.get("cpu_model") or name or "unnamed"
@@ -344,3 +345,27 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile({str(self.path) if self.path else '<memory>'}, {len(self.table)} rows)"
+
+
+def load_profile(scenario):
+    """The scenario's calibration profile (`costs.profile`), or None."""
+    if not scenario.costs.profile:
+        return None
+    try:
+        return Profile.load(scenario.costs.profile)
+    except ProfileError as e:
+        raise ScenarioError(f"costs.profile: {e}") from None
+
+
+def profile_warnings(scenario, profile=None) -> list[str]:
+    """What a user should know about the scenario's calibration profile: measured on another
+    device than `cluster.gpu`, or flagged unstable when measured. Loads it (a bad file raises)
+    unless `profile` is given."""
+    profile = profile if profile is not None else load_profile(scenario)
+    if profile is None:
+        return []
+    where = f"costs.profile {scenario.costs.profile}"
+    out = [f"{where}: {why}"] if (why := profile.device_mismatch(scenario.cluster.gpu)) else []
+    if profile.unstable:
+        out.append(f"{where} was flagged unstable when measured: " + "; ".join(profile.unstable))
+    return out

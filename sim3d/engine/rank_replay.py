@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from simpy import Resource
 
-from ..placement import GRADIENT_AXIS
+from ..cluster.placement import GRADIENT_AXIS
 from ..schedule.dependencies import family, input_of, output_to
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import Action, Kind

@@ -31,8 +31,8 @@ import simpy
 
 from ..costs.interface import RankCosts
 from ..schedule.ir import Kind, Schedule
-from ..gc_paused import gc_paused
-from ..placement import GRADIENT_AXIS
+from ..trace import gc_paused
+from ..cluster.placement import GRADIENT_AXIS
 from ..trace import rows_to_frame
 from .flow_network import FlowNetwork, NetworkStats
 from .rank_replay import RankReplay

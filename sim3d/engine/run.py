@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..costs.model import CostModel
-from ..scenario import ScenarioError
 from ..schedule import Schedule
 from ..step import step_schedule
-from ..topology import Topology
+from ..cluster.topology import Topology
 from .replay import Engine, ReplayOptions, SimResult
 
 
@@ -21,31 +20,6 @@ class SimRun:
     result: SimResult
 
 
-def load_profile(scenario):
-    """The scenario's calibration profile (`costs.profile`), or None."""
-    if not scenario.costs.profile:
-        return None
-    from ..costs.profile import Profile, ProfileError
-    try:
-        return Profile.load(scenario.costs.profile)
-    except ProfileError as e:
-        raise ScenarioError(f"costs.profile: {e}") from None
-
-
-def profile_warnings(scenario, profile=None) -> list[str]:
-    """What a user should know about the scenario's calibration profile: measured on another
-    device than `cluster.gpu`, or flagged unstable when measured. Loads it (a bad file raises)
-    unless `profile` is given."""
-    profile = profile if profile is not None else load_profile(scenario)
-    if profile is None:
-        return []
-    where = f"costs.profile {scenario.costs.profile}"
-    out = [f"{where}: {why}"] if (why := profile.device_mismatch(scenario.cluster.gpu)) else []
-    if profile.unstable:
-        out.append(f"{where} was flagged unstable when measured: " + "; ".join(profile.unstable))
-    return out
-
-
 def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: CostModel | None = None,
              progress: Callable[[float], None] | None = None, fold: bool = True) -> SimRun:
     """One step. Stragglers need every GPU simulated, so they imply full fidelity; there
@@ -55,7 +29,9 @@ def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: Cost
     (simulated first, in a fraction of the time) as the expected end."""
     full = full_fidelity or any(f.straggler for f in scenario.faults)
     if costs is None:
-        profile = profile if profile is not None else load_profile(scenario)
+        if profile is None and scenario.costs.profile:
+            from ..costs.profile import load_profile  # imports pandas: only when a profile is named
+            profile = load_profile(scenario)
         costs = CostModel(scenario, Topology(scenario), profile, folded=not full)
     schedule = step_schedule(scenario)
     options = ReplayOptions.of(scenario)
@@ -76,7 +52,7 @@ def unfolded_pipelines(scenario) -> frozenset[tuple[int, int]] | None:
     flows of their own."""
     if scenario.costs.network == "flow" or scenario.network_asymmetric:
         return None
-    from ..placement import Placement
+    from ..cluster.placement import Placement
     placement = Placement.of(scenario)
     return frozenset((placement.coords(f.straggler.rank)["dp"], placement.coords(f.straggler.rank)["cp"])
                      for f in scenario.faults if f.straggler)

@@ -1,10 +1,21 @@
 """Run the SAME lowered schedules for real with torch.distributed, on a small Megatron-style
 GPT (DESIGN.md section 9): `execute(scenario, steps, backend, check, out_dir, seed)`.
 
-Importing this package does not import torch (launch.py imports it inside functions);
-`gpt`, `tensor_parallel`, `runtime` and `reference` do.
+Importing this package imports neither torch nor pandas: `launch` (pandas) loads on first use
+of its names, so `lifetime` serves the plotting process and the sweep pool cheaply; `gpt`,
+`tensor_parallel`, `runtime` and `reference` import torch.
 """
 
-from .launch import ExecuteResult, ExecutorError, ExecutorRefusal, execute, run_torchrun
+from typing import TYPE_CHECKING
 
 __all__ = ["execute", "ExecuteResult", "ExecutorError", "ExecutorRefusal", "run_torchrun"]
+
+if TYPE_CHECKING:
+    from .launch import ExecuteResult, ExecutorError, ExecutorRefusal, execute, run_torchrun
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import launch
+        return getattr(launch, name)
+    raise AttributeError(f"module 'sim3d.executor' has no attribute {name!r}")

@@ -23,7 +23,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds for any collective / p2p wait")
     args = parser.parse_args(argv)
 
-    from ..scenario import ScenarioError, load_scenario
+    from ..scenario.load import load_scenario
+    from ..errors import ScenarioError
     from .launch import ExecutorError, execute, run_torchrun
     from .sizing import launcher_cluster
 

@@ -99,7 +99,7 @@ class ExecuteResult:
 
 def _load(scenario, overrides=()):
     if isinstance(scenario, (str, Path)):
-        from ..scenario import load_scenario
+        from ..scenario.load import load_scenario
         return load_scenario(scenario, overrides=list(overrides))
     if overrides:
         raise ValueError("overrides apply to a scenario path, not to a loaded Scenario")
@@ -148,7 +148,7 @@ def check_machine_fits(scenario, backend: str, check: bool) -> None:
     """Refuse a layout this machine cannot hold: more processes than the limit, more memory
     than is available (every rank's weights, gradients and a spare copy, plus the reference
     model under `check`), or NCCL ranks without a GPU each."""
-    from ..limits import LOCAL_PROCESSES, WorkLimitExceeded
+    from ..scenario.limits import LOCAL_PROCESSES, WorkLimitExceeded
     from ..model.memory import model_params
 
     world = scenario.world_size
@@ -179,7 +179,7 @@ def _activation_bytes(scenario) -> float:
     """Activations of all ranks at their peak, as the executor keeps them: fp32, attention
     scores materialised (its layers are unfused), from the memory model."""
     from ..model.memory import memory_report
-    from ..scenario import scenario_from_dict
+    from ..scenario.load import scenario_from_dict
     as_run = scenario_from_dict(scenario.model_dump(exclude_none=True), values={
         "training.attention_backend": "unfused", "training.precision": "fp32", "cluster.gpu": "a100-80gb"})
     rows = memory_report(as_run, check_schedule=False).rows
@@ -253,7 +253,7 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
 
 
 def _child(rank, world, init_method, spec, results_q, launcher: int) -> None:
-    from ..lifetime import die_with
+    from .lifetime import die_with
     from .runtime import run_rank
 
     die_with(launcher)  # the launching process; our parent is the forkserver

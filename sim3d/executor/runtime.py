@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from ..costs.collectives import bus_factor
-from ..placement import Placement
+from ..cluster.placement import Placement
 from ..schedule import Kind
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import BUCKETED, P2P

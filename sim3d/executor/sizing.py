@@ -8,7 +8,7 @@ def launcher_cluster(path: str, overrides: list[str], env) -> list[str]:
     """The cluster the job really has, as overrides (as `sim3d execute` sizes its local run):
     under torchrun (WORLD_SIZE, LOCAL_WORLD_SIZE) or SLURM (SLURM_NTASKS, SLURM_NNODES) the
     launcher's nodes and processes per node; otherwise one node with a process per rank."""
-    from ..scenario import local_world_size
+    from ..scenario.load import local_world_size
     if "WORLD_SIZE" in env and "RANK" in env:
         world = int(env["WORLD_SIZE"])
         per_node = int(env.get("LOCAL_WORLD_SIZE") or 0)

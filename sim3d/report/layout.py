@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..placement import Placement
+from ..cluster.placement import Placement
 
 
 def layout_rows(s) -> list[tuple[str, str]]:

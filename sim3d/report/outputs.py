@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..gc_paused import gc_paused
-from ..placement import Placement
+from ..trace import gc_paused
+from ..cluster.placement import Placement
 from ..trace import trace_columns
 from .beside import Beside
 from .memory_plot import plain_rows
@@ -81,7 +81,7 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
                            f"step {summary['step_time_s']:.2f} s",
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
         from ..trace import parquet_available, write_trace_csv, write_trace_parquet
-        from .summary import write_summary
+        from ..analysis.summary import write_summary
         from .trace import write_chrome_trace
         trace = result.trace
         links = result.links

@@ -36,7 +36,7 @@ def _check(pp: int, m: int, vpp: int, name: str, want_vpp: int | None = None) ->
 
 def build(name: str, pp: int, microbatches: int, vpp: int = 1) -> Schedule:
     if name not in GENERATORS:
-        from ..hardware import suggest
+        from ..cluster.gpus import suggest
         raise ScheduleConstraint(f"unknown schedule {name!r}{suggest(name, GENERATORS)}; known: {', '.join(GENERATORS)}")
     return GENERATORS[name](pp, microbatches, vpp)
 

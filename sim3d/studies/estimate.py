@@ -21,12 +21,12 @@ import numpy as np
 
 from ..costs.model import CostModel
 from ..model.memory import stage_layer_counts, steady_microbatches
-from ..placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
+from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
 from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
 from ..step import dp_buckets_per_chunk
-from ..topology import Topology
+from ..cluster.topology import Topology
 from .space import Layout, Space
 
 KINDS = ("F", "B", "BI", "BW")

@@ -19,10 +19,12 @@ from typing import Callable
 
 import pandas as pd
 
-from ..engine.run import load_profile, replay_step
-from ..lifetime import die_with_parent
+from ..costs.profile import load_profile
+from ..engine.run import replay_step
+from ..executor.lifetime import die_with_parent
 from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
-from ..scenario import ScenarioError, load_scenario
+from ..scenario.load import load_scenario
+from ..errors import ScenarioError
 from .estimate import Estimate, Estimator
 from .space import Layout, Space
 
@@ -187,7 +189,7 @@ def _tier_two(args: tuple) -> dict:
     file with its overrides), on the fabric and group links this worker already priced.
     Never raises: a finalist's failure is its row's error."""
     key, base, gpus, choices, path, overrides, layout = args
-    from ..report.summary import summarize
+    from ..analysis.summary import summarize
     from ..schedule import ScheduleConstraint, ScheduleError
     try:
         _, estimator = _worker_state(key, base, gpus, choices)

@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from ..scenario import ScenarioError
+from ..errors import ScenarioError
 from .runner import WORKER_DIED
 
 LOCK_NAME = ".sweep.lock"

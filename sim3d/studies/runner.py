@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..lifetime import die_with_parent
+from ..executor.lifetime import die_with_parent
 
 
 # Not a property of the point (another job's memory, a signal): `--resume` runs such rows again.
@@ -26,7 +26,7 @@ def simulate_job(job: tuple[str, str, tuple[str, ...]]) -> tuple[str, dict]:
     """Never raises: bad input and our own bugs alike become the point's error text."""
     label, path, overrides = job
     from ..api import simulate
-    from ..scenario import ScenarioError
+    from ..errors import ScenarioError
     from ..schedule import ScheduleConstraint, ScheduleError
     try:
         return label, {**simulate(path, sets=overrides).summary, "error": ""}
@@ -137,7 +137,7 @@ def _run_ray(jobs: Iterable, workers: int) -> Iterator[tuple[str, dict]]:
     (a calibration profile it names must still exist where the workers run)."""
     import ray
 
-    from ..scenario import read_scenario_yaml
+    from ..scenario.load import read_scenario_yaml
     ray.init(ignore_reinit_error=True)
     remote = ray.remote(simulate_job)
     contents: dict[str, dict] = {}

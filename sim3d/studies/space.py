@@ -35,12 +35,12 @@ from dataclasses import dataclass, fields
 from functools import cached_property, lru_cache
 from types import SimpleNamespace
 
-from ..limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded, check_schedule_size
-from ..pipeline_split import megatron_stage_layers
-from ..scenario import ScenarioError
-from ..scenario_checks import AXES
-from ..scenario_model import Scenario
-from ..placement import Placement
+from ..scenario.limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded, check_schedule_size
+from ..scenario.pipeline_split import megatron_stage_layers
+from ..errors import ScenarioError
+from ..scenario.checks import AXES
+from ..scenario.schema import Scenario
+from ..cluster.placement import Placement
 
 MICRO_BATCHES = tuple(range(1, 9))  # and every divisor of the global batch
 RECOMPUTE = ("none", "selective", "full")

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..safe_yaml import YamlInputError, read_yaml_text
-from ..scenario import ScenarioError, canonical_key, load_scenario, parse_override
+from ..scenario.safe_yaml import YamlInputError, read_yaml_text
+from ..scenario.load import canonical_key, load_scenario, parse_override
+from ..errors import ScenarioError
 from .results_log import ResultsLog, file_digest
 from .runner import run_jobs
 

@@ -1,6 +1,6 @@
 """Predicted NCCL bus bandwidths against the measured ones of validation/nccl.csv.
 
-    python -m sim3d.nccl_check
+    python -m sim3d.validation.nccl_check
 
 Each row of the table names a system, a GPU count, a size (blank: the peak, taken at 8 GiB)
 and the busbw nccl-tests printed. It is priced with the same topology and collective model a
@@ -16,12 +16,12 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .costs.collectives import bus_factor, collective_time, p2p_time
-from .hardware import preset_named_in
-from .scenario import scenario_from_dict
-from .topology import Topology
+from ..costs.collectives import bus_factor, collective_time, p2p_time
+from ..cluster.gpus import preset_named_in
+from ..scenario.load import scenario_from_dict
+from ..cluster.topology import Topology
 
-NCCL_CSV = Path(__file__).resolve().parents[1] / "validation" / "nccl.csv"
+NCCL_CSV = Path(__file__).resolve().parents[2] / "validation" / "nccl.csv"
 PEAK_BYTES = 8 * 2**30  # rows that give a peak without a size
 
 

@@ -129,7 +129,7 @@ class Topology:
             return
         cut = [n for n in range(self.nodes) if all(self._nic_rate[(n, i)] <= 0 for i in range(self.nics))]
         if cut:
-            from .scenario import ScenarioError
+            from ..errors import ScenarioError
             what = "node" if self.domain_nodes == 1 else "NVLink domain"
             raise ScenarioError(f"faults: every NIC of {what} {cut[0]}" + (f" (and {len(cut) - 1} more)" if len(cut) > 1
                                 else "") + " has failed or lost its leaf, so its GPUs cannot reach the other nodes")

@@ -3,7 +3,7 @@
     python -m sim3d.validation [CSV] [--out reports/validation.csv]
 
 How a row becomes a scenario (its cluster, its era's software, the defaults for what the
-source leaves unknown) is `sim3d.published_row`; this module predicts each row's metric,
+source leaves unknown) is `sim3d.validation.published_row`; this module predicts each row's metric,
 compares and reports.
 """
 
@@ -19,9 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from .published_row import family_of, note_settings, read_row, scenario_dict_of
-from .scenario import ScenarioError, scenario_from_dict
+from ..scenario.load import scenario_from_dict
+from ..errors import ScenarioError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CSV = REPO_ROOT / "validation" / "published_dev.csv"  # copied from shared/validation, see its README
 GIB = 2**30
 
@@ -54,10 +55,10 @@ def _predict(row: dict) -> tuple[float | None, str]:
 
 
 def _metric(metric: str, s, row: dict) -> tuple[float | None, str]:
-    from .costs.model import CostModel
-    from .api import simulate
-    from .model.memory import memory_report
-    from .model.ops import layer_ops
+    from ..costs.model import CostModel
+    from ..api import simulate
+    from ..model.memory import memory_report
+    from ..model.ops import layer_ops
 
     if metric in LAYER_METRICS:
         costs = CostModel(s)
@@ -210,7 +211,7 @@ def _write_scenarios(csv_path: Path, ids: list[str], out: Path, console) -> int:
     for rid in ids:
         raw = scenario_dict_of(by_id[rid])
         path = out / f"{rid}.yaml"
-        path.write_text(f"# the scenario sim3d.validation builds for row {rid} of {csv_path.name}\n"
+        path.write_text(f"# the scenario sim3d.validation.published builds for row {rid} of {csv_path.name}\n"
                         + yaml.safe_dump(raw, sort_keys=False))
         console.print(str(path), markup=False)
     return 0

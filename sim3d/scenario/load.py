@@ -12,10 +12,11 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ValidationError
 
-from .hardware import suggest
+from ..cluster.gpus import suggest
 from .safe_yaml import UnboundedYaml, YamlInputError, read_yaml_text
-from .scenario_checks import consistency_problems
-from .scenario_model import Scenario, ScenarioError
+from .checks import consistency_problems
+from .schema import Scenario
+from ..errors import ScenarioError
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict", "parse_override", "canonical_key",
            "local_world_size", "read_scenario_yaml"]
@@ -160,7 +161,7 @@ def _flat_megatron(raw: dict) -> dict:
     place: at the top level (a flat argument dict, as Megatron's args namespace has them) or
     inside a section they do not belong to (NeMo puts `num_experts`, `bf16`, `swiglu`,
     `recompute_granularity` under `model:`). `tensor_model_parallel_size: 8` is `parallel.tp: 8`,
-    `swiglu: true` is `model.activation: swiglu` (sim3d.importers holds the table)."""
+    `swiglu: true` is `model.activation: swiglu` (sim3d.scenario.importers holds the table)."""
     from .importers import SWITCH_FLAGS, VALUE_FLAGS
     megatron = set(VALUE_FLAGS) | set(SWITCH_FLAGS)
     out = {key: value for key, value in raw.items() if key in Scenario.model_fields or key not in megatron}

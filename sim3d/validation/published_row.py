@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 import re
 
-from .hardware import PRESETS, preset_named_in
-from .scenario import ScenarioError, scenario_from_dict
+from ..cluster.gpus import PRESETS, preset_named_in
+from ..scenario.load import scenario_from_dict
+from ..errors import ScenarioError
 
 
 def _blank(value) -> bool:
@@ -280,7 +281,7 @@ def _recompute_that_fits(raw: dict) -> str:
     published their speed without it."""
     if raw["training"].get("attention_backend") != "unfused":
         return "none"
-    from .model.memory import fits_in_memory
+    from ..model.memory import fits_in_memory
     trial = {**raw, "training": {**raw["training"], "recompute": "none"}}
     return "none" if fits_in_memory(scenario_from_dict(trial), check_schedule=False)[0] else "full"
 

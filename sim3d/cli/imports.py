@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .cli_support import JSON_HELP, BadInput, _print_json, _writable_file, guarded, say
+from .support import JSON_HELP, BadInput, _print_json, _writable_file, guarded, say
 
 import_app = typer.Typer(no_args_is_help=True, help="Write a scenario from a Megatron-LM command line or a NeMo "
                                                     "training YAML.")
@@ -21,7 +21,7 @@ GPUS_HELP = "GPUs of the run (default: tp x pp x cp, i.e. one data-parallel repl
 def _emit(imported, out: Optional[Path], as_json: bool) -> None:
     import yaml
 
-    from .scenario import scenario_from_dict
+    from ..scenario.load import scenario_from_dict
     scenario_from_dict(imported.scenario)  # refuse (exit 2) what would not load as written
     text = yaml.safe_dump(imported.scenario, sort_keys=False)
     notes = [f"not mapped: {u}" for u in imported.unmapped] + [f"assumed: {a}" for a in imported.assumed]
@@ -41,7 +41,7 @@ def _emit(imported, out: Optional[Path], as_json: bool) -> None:
 
 
 def _check_gpu(gpu: str) -> None:
-    from .hardware import PRESETS
+    from ..cluster.gpus import PRESETS
     if gpu not in PRESETS:
         raise BadInput(f"--gpu {gpu!r}: expected one of {', '.join(sorted(PRESETS))}")
 
@@ -56,7 +56,7 @@ def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py argumen
              out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """A scenario from a Megatron-LM command line: `sim3d import megatron --gpus 1024 -- --num-layers 96 ...`."""
-    from .importers import from_megatron
+    from ..scenario.importers import from_megatron
     _check_gpu(gpu)
     try:
         imported = from_megatron(args, name=name, gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node)
@@ -74,8 +74,8 @@ def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: a
          out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """A scenario from a NeMo training config (the megatron_gpt_config.yaml layout)."""
-    from .importers import from_nemo
-    from .scenario import read_scenario_yaml
+    from ..scenario.importers import from_nemo
+    from ..scenario.load import read_scenario_yaml
     _check_gpu(gpu)
     config = read_scenario_yaml(recipe)  # the same strict reading as a scenario file
     try:

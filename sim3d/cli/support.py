@@ -33,9 +33,9 @@ class BadInput(Exception):
 
 
 def _bad_input_types():
-    from .limits import WorkLimitExceeded
-    from .scenario import ScenarioError
-    from .schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
+    from ..scenario.limits import WorkLimitExceeded
+    from ..errors import ScenarioError
+    from ..schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
     # OSError: an unreadable input or unwritable output named by the OS (permission, full disk)
     return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded, OSError)
 
@@ -72,14 +72,14 @@ def _print_json(data) -> None:
 
 
 def _load(path: Path, sets: list[str]):
-    from .scenario import load_scenario
+    from ..scenario.load import load_scenario
     return load_scenario(path, sets)
 
 
 def _default_folder(name: str, suffix: str = "") -> Path:
     """reports/<name><suffix>, the name reduced to one safe path component: a scenario named
     `../../x` or `/etc` still writes under reports/."""
-    from .report.outputs import folder_name
+    from ..report.outputs import folder_name
     return Path("reports") / (folder_name(name) + suffix)
 
 
@@ -113,7 +113,7 @@ MIN_GANTT_WINDOW_S = 1e-5
 
 def _gantt_options(size: str, window: str | None, ranks: str | None = None) -> dict:
     """--gantt-size, --gantt-window and --gantt-ranks, checked before any work."""
-    from .report.gantt_sizes import SIZES
+    from ..report.gantt_sizes import SIZES
     if size not in SIZES:
         raise BadInput(f"--gantt-size {size!r}: expected one of {', '.join(SIZES)}")
     span = None

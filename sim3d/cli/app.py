@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 from rich.text import Text
 
-from .cli_import import import_app
-from .cli_support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _gantt_options, _load, _print_json,
+from .imports import import_app
+from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _gantt_options, _load, _print_json,
                           _writable_file, _writable_folder, err, guarded, out, say)
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -39,7 +39,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
                                                   "(default: all, or one per pipeline stage).")):
     """Simulate one training step and write summary, trace and plots."""
-    from .report.outputs import TRACE_FORMATS
+    from ..report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
     gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
@@ -50,15 +50,15 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
-    from .report.outputs import start_plotting
+    from ..report.outputs import start_plotting
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
     # imported there while this process imports the simulator, loads and simulates)
     plotter = start_plotting() if plots else None
     try:
-        from .api import simulate
-        from .report.summary import breakdown_table, summary_table
+        from ..api import simulate
+        from ..analysis.summary import breakdown_table, summary_table
         s = _load(scenario, set_)
         folder = _writable_folder(out_dir or _default_folder(s.name))
         if _PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
@@ -111,12 +111,12 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
 def _megatron_line(scenario) -> str:
     import shlex
 
-    from .importers import to_megatron_args
+    from ..scenario.importers import to_megatron_args
     return shlex.join(to_megatron_args(scenario))
 
 
 def _print_memory(report, hbm_gib: float) -> None:
-    from .report.memory_plot import memory_table
+    from ..report.memory_plot import memory_table
     out.print(memory_table(report.rows, hbm_gib))
 
 
@@ -132,7 +132,7 @@ def _print_explain(result) -> None:
 
 def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, plotter=None,
                    **gantt) -> list[Path]:
-    from .report.outputs import write_run_outputs
+    from ..report.outputs import write_run_outputs
     if quiet:
         return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
     with err.status(f"writing trace and plots to {folder}/ ..."):
@@ -145,12 +145,12 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
              set_: list[str] = typer.Option([], "--set", help=SET_HELP),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Check a scenario; print the derived layout and whether it fits in memory."""
-    from .engine.run import profile_warnings
-    from .model.memory import memory_report
-    from .report.layout import layout_rows, layout_table
-    from .report.memory_plot import memory_table
-    from .schedule import prove
-    from .step import step_schedule
+    from ..costs.profile import profile_warnings
+    from ..model.memory import memory_report
+    from ..report.layout import layout_rows, layout_table
+    from ..report.memory_plot import memory_table
+    from ..schedule import prove
+    from ..step import step_schedule
 
     s = _load(scenario, set_)
     warnings = s.warnings() + profile_warnings(s)  # a bad profile fails here as it would in `run`
@@ -189,10 +189,10 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
              gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
-    from .limits import check_schedule_size
-    from .schedule import build, lower
-    from .schedule import prove
-    from .schedule.evaluate import evaluate, uniform_costs
+    from ..scenario.limits import check_schedule_size
+    from ..schedule import build, lower
+    from ..schedule import prove
+    from ..schedule.evaluate import evaluate, uniform_costs
 
     if vpp is None:
         vpp = 2 if name in ("interleaved-1f1b", "zbv", "dualpipev") else 1
@@ -220,7 +220,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
     if csv_path:
         csv_path.write_text(full.to_csv())
     if gantt:
-        from .report.gantt import plot_gantt, timeline_to_trace
+        from ..report.gantt import plot_gantt, timeline_to_trace
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
                    title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)",
                    time_unit="units of one forward", size=gantt_size)
@@ -255,15 +255,15 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plan.png."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
-    from .limits import GPUS, LOCAL_PROCESSES
+    from ..scenario.limits import GPUS, LOCAL_PROCESSES
     GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
-    from .studies.plan import check_space, estimate_misses, json_row, plan as search, plan_table, write_outputs
-    from .studies.space import parse_choices
+    from ..studies.plan import check_space, estimate_misses, json_row, plan as search, plan_table, write_outputs
+    from ..studies.space import parse_choices
 
     choices = parse_choices(fix, space)
-    from .scenario import load_scenario
+    from ..scenario.load import load_scenario
     base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
     check_space(scenario, gpus, choices)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
@@ -312,8 +312,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
 
 def _plan_megatron_line(scenario: Path, overrides: str) -> str:
-    from .importers import SCHEDULE_ELSEWHERE
-    from .scenario import load_scenario
+    from ..scenario.importers import SCHEDULE_ELSEWHERE
+    from ..scenario.load import load_scenario
     s = load_scenario(scenario, overrides.split())
     line = _megatron_line(s)
     note = SCHEDULE_ELSEWHERE.get(s.schedule)
@@ -330,10 +330,10 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """What-if grid over scenario values; results table and plots."""
-    from .studies.runner import check_backend
-    from .studies.sweep import parse_grid, points, run_sweep
+    from ..studies.runner import check_backend
+    from ..studies.sweep import parse_grid, points, run_sweep
 
-    from .scenario import load_scenario
+    from ..scenario.load import load_scenario
     load_scenario(scenario)  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
     try:
@@ -341,7 +341,7 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     except ValueError as e:
         raise BadInput(str(e)) from None
     parsed = parse_grid(grid)
-    from .limits import SWEEP_POINTS
+    from ..scenario.limits import SWEEP_POINTS
     SWEEP_POINTS.check(len(points(parsed)), " x ".join(f"{len(v)} {k}" for k, v in parsed.items()))
     with _progress("sweep") as progress:
         task = progress.add_task(f"{len(points(parsed))} grid points", total=None)
@@ -375,11 +375,11 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
-    from .executor import ExecutorError, ExecutorRefusal, execute as run_executor
+    from ..executor import ExecutorError, ExecutorRefusal, execute as run_executor
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
-    from .limits import EXECUTOR_STEPS
+    from ..scenario.limits import EXECUTOR_STEPS
     EXECUTOR_STEPS.check(steps, "--steps")
     # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
     s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
@@ -403,7 +403,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
 
 
 def _local_cluster(path: Path, sets: list[str]) -> list[str]:
-    from .executor.sizing import launcher_cluster
+    from ..executor.sizing import launcher_cluster
     return launcher_cluster(str(path), sets, {})  # a local run: one node, a process per rank
 
 
@@ -413,8 +413,8 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of 
             real_trace: Path = typer.Argument(..., help="trace.csv / .parquet of an executed run (or a folder)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Align two traces action by action; print per-kind and step-time error."""
-    from .report.compare import compare_traces
-    from .trace import read_trace
+    from ..report.compare import compare_traces
+    from ..trace import read_trace
 
     def load(path: Path):
         path = path / "trace.csv" if path.is_dir() else path
@@ -425,7 +425,7 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of 
         except ValueError as e:  # also undecodable bytes (UnicodeDecodeError is a ValueError)
             raise BadInput(f"{path}: not a trace CSV with the columns of DESIGN.md section 4 ({e})") from None
 
-    from .report.compare import UnrelatedTraces
+    from ..report.compare import UnrelatedTraces
     try:
         result = compare_traces(load(sim_trace), load(real_trace))
     except UnrelatedTraces as e:
@@ -451,7 +451,7 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         if not torch.cuda.is_available():
             raise BadInput("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)")
     if scenario is not None:
-        from .scenario import load_scenario
+        from ..scenario.load import load_scenario
         load_scenario(scenario)  # fail early on a bad scenario
     if out_path is not None:
         _writable_file(out_path, "--out", (".csv",))  # before the measuring, not after
@@ -472,7 +472,7 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
 
 def _version(value: bool) -> None:
     if value:
-        from . import __version__
+        from .. import __version__
         print(f"sim3d {__version__}")
         raise typer.Exit()
 

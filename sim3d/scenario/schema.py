@@ -10,9 +10,10 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from .hardware import GPU_FIELDS, GpuSpec, gpu_preset
+from ..cluster.gpus import GPU_FIELDS, GpuSpec, gpu_preset
+from ..cluster.placement import Placement
+from ..errors import ScenarioError
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
-from .placement import Placement
 
 
 # Physical ranges, wide enough for any what-if (a 1 Mb/s link, a 10 Pb/s one) and narrow enough
@@ -24,14 +25,6 @@ Tbps = Annotated[float, Field(ge=1e-4, le=1e9)]
 LatencyUs = Annotated[float, Field(ge=0, le=1e6)]
 Factor = Annotated[float, Field(ge=1e-3, le=1e3)]
 
-
-
-class ScenarioError(ValueError):
-    """Bad user input; `str()` is the message to show (one problem per line)."""
-
-    def __init__(self, problems: list[str] | str):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def _alias(*names: str):

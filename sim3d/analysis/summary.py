@@ -60,7 +60,7 @@ def _require_finite(summary: dict) -> None:
     bad = [k for k, v in summary.items() if isinstance(v, float) and not math.isfinite(v)]
     bad += [f"breakdown.{k}" for k, v in summary["breakdown"].items() if not math.isfinite(v)]
     if bad:
-        from ..scenario import ScenarioError
+        from ..errors import ScenarioError
         raise ScenarioError(f"(prediction): {', '.join(bad)} came out non-finite; a bandwidth, TFLOP/s or "
                             "size in the scenario is outside any physical range")
 

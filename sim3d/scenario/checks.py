@@ -3,10 +3,10 @@ numbers involved (DESIGN.md section 3)."""
 
 from __future__ import annotations
 
-from .hardware import PRESETS, suggest
+from ..cluster.gpus import PRESETS, suggest
 from .limits import GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
-from .placement import Placement
+from ..cluster.placement import Placement
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in V placement
@@ -120,7 +120,7 @@ def consistency_problems(s) -> list[str]:
             p.append(f"faults.{i}.nic.nic: {fault.nic.nic} is not one of the {s.nics_per_node} NICs of a node")
         for kind, where in (("uplink", fault.uplink), ("leaf", fault.leaf)):
             if where is not None and s.cluster.nodes > 1:
-                from .topology import leaf_count
+                from ..cluster.topology import leaf_count
                 leaves = leaf_count(s)
                 if where.leaf >= leaves:
                     p.append(f"faults.{i}.{kind}.leaf: {where.leaf} is not one of the {leaves} leaves of this "
@@ -162,7 +162,7 @@ def _fabric_problems(s) -> list[str]:
         if inter.pod_oversubscription != 1.0:
             p.append("cluster.inter_node.pod_oversubscription: needs pods (cluster.inter_node.nodes_per_pod)")
         return p
-    from .fabric import Fabric
+    from ..cluster.fabric import Fabric
     per_leaf = Fabric(s).nodes_per_leaf
     if inter.nodes_per_pod % per_leaf:
         hint = ("; a rail-optimized fabric puts every server under its rail's leaf unless "

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
-from ..placement import GRADIENT_AXIS
+from ..cluster.placement import GRADIENT_AXIS
 
 AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": GRADIENT_AXIS}
 LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")

@@ -1,0 +1,1 @@
+"""The `sim3d` command: thin typer commands (`app`) that parse, call the library and print."""

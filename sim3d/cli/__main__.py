@@ -1,0 +1,5 @@
+"""`python -m sim3d.cli ...` is the `sim3d` command."""
+
+from .app import main
+
+main()

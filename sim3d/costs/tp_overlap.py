@@ -1,0 +1,79 @@
+"""Which tensor-parallel collectives hide under which GEMM, and what running the two together
+costs: Megatron's overlap switches (`training.tp_comm_overlap`,
+`training.async_tensor_model_parallel_allreduce`) turned into a plan over a layer's ops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# SMs a communication kernel takes from the GEMM it overlaps: Transformer Engine's userbuffer
+# default for the pipeline and bulk methods (transformer_engine/pytorch/module/base.py,
+# initialize_ub: num_sm 16, num_splits 4; ring_exchange uses 1 SM and the copy engines with
+# tp splits). An NCCL collective overlapping a GEMM (Megatron's async grad all-reduce) is
+# charged the same 16 SMs (NCCL runs one CTA per channel; 16 channels on NVSwitch nodes is our
+# assumption).
+COMM_SMS = 16
+PIPELINE_SPLITS = 4
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How a collective hides under a GEMM: `splits` chunks pipelined with it (None: one bulk
+    transfer alongside the whole GEMM), taking `sms` SMs from it."""
+    method: str
+    sms: int
+    splits: int | None
+
+
+def overlapped_seconds(gemm: float, comm: float, overlap: Overlap, sms: int) -> float:
+    """Time of a GEMM and a collective run together. The GEMM slows by the SMs the
+    communication kernel takes; in a pipeline of n chunks one chunk of the shorter side is
+    exposed: max(g, c) + min(g, c) / n."""
+    slowed = gemm * sms / (sms - overlap.sms) if overlap.sms else gemm
+    tail = min(slowed, comm) / overlap.splits if overlap.splits else 0.0
+    return max(slowed, comm) + tail
+
+
+def overlap_plan(training, tp: int, ops) -> dict[tuple[int, str], tuple[int, str, Overlap]]:
+    """(collective's op index, "fwd" | "bwd") -> (GEMM op index, GEMM part, overlap).
+
+    `training.tp_comm_overlap` (Megatron --tp-comm-overlap, Transformer Engine userbuffers,
+    needs sequence parallelism): the all-gather into a column-parallel GEMM is a ring
+    exchange with its forward; the reduce-scatter after a row-parallel GEMM pipelines with
+    it; in backward the gradient all-gather pipelines with the row-parallel dgrad and the
+    input-gradient reduce-scatter runs in bulk beside the column-parallel wgrad (TE's
+    defaults per GEMM, module/base.py initialize_ub).
+    `training.async_tensor_model_parallel_allreduce` (Megatron's default): the backward
+    input-gradient all-reduce (reduce-scatter with SP) of a column-parallel linear runs on
+    its own stream beside the weight-gradient GEMM (megatron/core/tensor_parallel/layers.py,
+    LinearWithGradAccumulationAndAsyncCommunication)."""
+    tr = training
+    plan = {}
+    if tp < 2:
+        return plan
+    ring = Overlap("ring exchange", 1, tp)
+    pipeline = Overlap("pipelined", COMM_SMS, PIPELINE_SPLITS)
+    bulk = Overlap("bulk", COMM_SMS, None)
+    for i, op in enumerate(ops):
+        if op.group != "tp":
+            continue
+        following = ops[i + 1] if i + 1 < len(ops) else None
+        feeds_gemm = following is not None and following.gemm is not None and following.group in (None, "tp") \
+            and not following.name.startswith(("attn_", "lm_head", "router"))
+        if op.gemm is None and feeds_gemm:  # norm -> column-parallel GEMM boundary
+            if tr.tp_comm_overlap and op.comm:
+                plan[(i, "fwd")] = (i + 1, "fwd", ring)
+            if op.bwd_comm and (tr.tp_comm_overlap or tr.async_tensor_model_parallel_allreduce):
+                plan[(i, "bwd")] = (i + 1, "bwd_weight", bulk)
+            if op.comm == "all-gather" and tr.recompute != "full" and (
+                    tr.tp_comm_overlap or tr.async_tensor_model_parallel_allreduce):
+                # sequence parallelism keeps only the input shard: backward all-gathers it
+                # again for the wgrad, beside the dgrad GEMM (Megatron layers.py; TE bulk).
+                # With both switches off the serial model of 2021 Megatron is kept as it was.
+                plan[(i, "regather")] = (i + 1, "bwd_input", bulk)
+        elif op.gemm is not None and tr.tp_comm_overlap and not op.name.startswith(("lm_head", "router")):
+            if op.comm:  # row-parallel GEMM -> reduce-scatter
+                plan[(i, "fwd")] = (i, "fwd", pipeline)
+            if op.bwd_comm:  # gradient all-gather -> row-parallel dgrad
+                plan[(i, "bwd")] = (i, "bwd_input", ring)
+    return plan

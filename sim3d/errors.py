@@ -1,0 +1,12 @@
+"""The errors every layer may raise to say "this input is wrong": at the root, so the lowest
+layers (cluster, scenario) raise them without importing anything above themselves."""
+
+from __future__ import annotations
+
+
+class ScenarioError(ValueError):
+    """Bad user input; `str()` is the message to show (one problem per line)."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
