@@ -322,10 +322,29 @@ def _schedule_key(s, check: bool) -> tuple:
     return s.schedule, s.pp, m, s.vpp, check
 
 
+@dataclass(frozen=True)
+class Sharding:
+    """What a rank's model states depend on beyond its parameters: the ZeRO stage, the groups
+    the shards spread over, and the widths of what is kept and gathered."""
+    zero: int
+    fp32: bool
+    grad_bytes: int  # per gradient element, as kept and reduced
+    dense_group: int  # ranks a dense parameter's states are sharded over (dp x cp, or an HSDP group)
+    expert_group: int  # ... an expert parameter's (its expert-data-parallel replicas)
+    gather_bytes: int  # per parameter element, as ZeRO-3 gathers it
+    reshard_after_forward: bool
+
+    @classmethod
+    def of(cls, s) -> "Sharding":
+        fp32 = s.training.precision == "fp32"
+        gather = 1 if s.training.fp8_param_gather else (4 if fp32 else 2)
+        expert_group = s.edp * s.shard_group // (s.dp * s.cp)  # HSDP narrows both groups alike
+        return cls(s.parallel.zero, fp32, grad_bytes(s.training), s.shard_group, max(1, expert_group), gather,
+                   s.reshard_after_forward)
+
+
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
-    shards = (s.training.precision == "fp32", grad_bytes(s.training), s.parallel.distributed_optimizer,
-              s.dp * s.cp, s.edp)
-    return _rank_states(_params_dims(d), _split(s), schedule, shards)
+    return _rank_states(_params_dims(d), _split(s), schedule, Sharding.of(s))
 
 
 @lru_cache(maxsize=4096)
@@ -375,21 +394,55 @@ def _stage_counts(split: tuple) -> tuple[np.ndarray, np.ndarray]:
     return counts[:, 0], counts[:, 1]
 
 
+# Bytes per parameter of the model states ZeRO-3 shards whole: an fp32 parameter (the optimizer's
+# master copy itself), an fp32 gradient and Adam's two fp32 moments, "16 P / N_d" (Rajbhandari
+# et al. 2020, section 5.1, K = 12 plus 2 + 2; PyTorch FSDP keeps the same 4 + 4 + 8 in fp32).
+ZERO3_STATE_BYTES = (4, 4, 8)
+
+
 @lru_cache(maxsize=65536)
-def _rank_states(d: Dims, split: tuple, schedule: tuple, shards: tuple) -> tuple:
-    """Per rank: (stages, layers, parameters, weight / grad / optimizer bytes)."""
-    fp32, g_bytes, distributed, dp_cp, edp = shards
+def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: Sharding) -> tuple:
+    """Per rank: (stages, layers, parameters, weight / grad / optimizer bytes).
+
+    ZeRO 0-2 follow Megatron's table (distrib_optimizer.md): the optimizer state (1), then the
+    gradients (2) divided over the shard group. ZeRO-3 shards everything (ZERO3_STATE_BYTES)
+    and holds, besides, what is gathered at the peak: with resharding after forward the unit
+    running and the one prefetched (FSDP2 prefetches one unit ahead), else every unit of the
+    rank from its forward to its backward; and one unit's unsharded gradient before its
+    reduce-scatter (also ZeRO-2's transient)."""
     # distrib_optimizer.md's table (header): half-precision gradients leave the optimizer an
     # fp32 copy of them to keep (16 B sharded instead of 12)
-    w_bytes, opt_bytes = (4, 8) if fp32 else (2, 12 if g_bytes == 4 else 16)
-    dense_shards, expert_shards = (dp_cp, edp) if distributed else (1, 1)
+    w_bytes, opt_bytes = (4, 8) if sharding.fp32 else (2, 12 if sharding.grad_bytes == 4 else 16)
+    g_bytes = sharding.grad_bytes
     rows = []
     for stages in _rank_stages(schedule):
         dense, moe = _counts(split, stages)
         p = _params(d, split, stages)
-        rows.append((stages, dense + moe, p.total, w_bytes * p.total, g_bytes * p.total,
-                     opt_bytes * (p.dense / dense_shards + p.expert / expert_shards)))
+        shard = p.dense / sharding.dense_group + p.expert / sharding.expert_group
+        unit = _largest_unit(d, split, stages)
+        if sharding.zero == 3:
+            gathered = 2 * unit if sharding.reshard_after_forward else p.total
+            w = ZERO3_STATE_BYTES[0] * shard + sharding.gather_bytes * gathered
+            g = ZERO3_STATE_BYTES[1] * shard + g_bytes * unit
+            o = ZERO3_STATE_BYTES[2] * shard
+        else:
+            w = w_bytes * p.total
+            g = g_bytes * shard + g_bytes * unit if sharding.zero == 2 else g_bytes * p.total
+            o = opt_bytes * shard if sharding.zero >= 1 else opt_bytes * p.total
+        rows.append((stages, dense + moe, p.total, w, g, o))
     return tuple(rows)
+
+
+def _largest_unit(d: Dims, split: tuple, stages: tuple[int, ...]) -> float:
+    """Parameters of the largest unit a sharded stack gathers or reduces at once on this rank:
+    a transformer layer, or the embedding / LM head (FSDP wraps each on its own)."""
+    dense, moe = _counts(split, stages)
+    units = [layer_params(d, False).total if dense else 0.0, layer_params(d, True).total if moe else 0.0]
+    if 0 in stages:
+        units.append(embedding_params(d))
+    if len(split[0]) - 1 in stages:
+        units.append(head_params(d, 0 in stages))
+    return max(units)
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ def consistency_problems(s) -> list[str]:
         p.append("training.tp_comm_overlap: Transformer Engine's userbuffer overlap needs tp > 1 and "
                  f"parallel.sequence_parallel: true (Megatron asserts it), got tp={par.tp}, "
                  f"sequence_parallel={par.sequence_parallel}")
+    p += _sharding_problems(s)
     if tr.overlap_param_gather and not par.distributed_optimizer:
         p.append("training.overlap_param_gather: needs parallel.distributed_optimizer: true "
                  "(there is no parameter all-gather without it)")
@@ -195,3 +196,27 @@ def _expert_grid_problems(s) -> list[str]:
         problems.append(f"parallel.sequence_parallel: expert tensor parallelism {s.etp} apart from tp={s.tp} "
                         "needs sequence parallelism (Megatron requires it for MoE with tp > 1)")
     return problems
+
+
+def _sharding_problems(s) -> list[str]:
+    """HSDP's group sizes against the dp x cp grid, and switches that need sharding."""
+    par, ranks, p = s.parallel, s.dp * s.cp, []
+    if par.dp_shard is not None and ranks % par.dp_shard:
+        p.append(f"parallel.dp_shard: {par.dp_shard} ranks do not divide the dp*cp = {s.dp}*{s.cp} = {ranks} "
+                 "data-parallel ranks into whole shard groups")
+    if par.dp_replicate is not None and ranks % par.dp_replicate:
+        p.append(f"parallel.dp_replicate: {par.dp_replicate} replicas do not divide the dp*cp = {s.dp}*{s.cp} = "
+                 f"{ranks} data-parallel ranks")
+    if par.dp_shard is not None and par.dp_replicate is not None and par.dp_shard * par.dp_replicate != ranks:
+        p.append(f"parallel.dp_shard and parallel.dp_replicate: {par.dp_shard} x {par.dp_replicate} replicas = "
+                 f"{par.dp_shard * par.dp_replicate}, but dp*cp = {ranks}")
+    if par.zero == 0 and s.shard_group < ranks:
+        p.append(f"parallel.dp_shard: shard groups of {s.shard_group} ranks shard nothing with parallel.zero: 0 "
+                 "(set zero 1-3, or leave dp_shard unset)")
+    if par.reshard_after_forward is not None and par.zero < 3:
+        p.append(f"parallel.reshard_after_forward: only ZeRO-3 gathers parameters per unit (parallel.zero is {par.zero})")
+    if s.training.fp8_param_gather and s.training.precision != "fp8":
+        p.append(f"training.fp8_param_gather: needs training.precision: fp8 (got {s.training.precision})")
+    if s.training.fp8_param_gather and par.zero == 0:
+        p.append("training.fp8_param_gather: there is no parameter all-gather with parallel.zero: 0")
+    return p

@@ -15,7 +15,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 from ..cluster.gpus import suggest
 from .safe_yaml import UnboundedYaml, YamlInputError, read_yaml_text
 from .checks import consistency_problems
-from .schema import Scenario
+from .schema import SHARDING_SPELLINGS, Scenario
 from ..errors import ScenarioError
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict", "parse_override", "canonical_key",
@@ -77,7 +77,7 @@ def _explain(err: ValidationError) -> list[str]:
         elif kind == "missing":
             problems.append(f"{path}: required but missing")
         elif isinstance(e.get("input"), dict):  # a section-level check: its message names the key
-            problems.append(f"{path}: {e['msg']}")
+            problems.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
         else:
             problems.append(f"{path}: {e['msg']} (got {e.get('input')!r})")
     return problems
@@ -121,7 +121,9 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
     except RecursionError:
         raise ScenarioError("(top level): the scenario contains itself (a self-referential dict or list)") from None
     for key, value in [parse_override(text) for text in overrides] + list((values or {}).items()):
-        _set_path(raw, canonical_key(key), value)
+        key = canonical_key(key)
+        _replace_sharding(raw, key)
+        _set_path(raw, key, value)
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as err:
@@ -130,6 +132,15 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
     if problems:
         raise ScenarioError(problems)
     return scenario
+
+
+def _replace_sharding(raw: dict, key: str) -> None:
+    """An override of the sharding, in any spelling, replaces what the scenario said in any
+    other (`--set parallel.zero=3` on a file with distributed_optimizer: true)."""
+    section, _, name = key.partition(".")
+    if section == "parallel" and name in SHARDING_SPELLINGS and isinstance(raw.get("parallel"), dict):
+        for other in SHARDING_SPELLINGS:
+            raw["parallel"].pop(other, None)
 
 
 def _aliases(model_cls: type[BaseModel]) -> dict[str, str]:

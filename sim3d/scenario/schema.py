@@ -93,6 +93,32 @@ class Model(_Strict):
         return self.kv_channels or self.hidden // self.heads
 
 
+# How each stack spells the sharding of data parallelism, and what the spelling means.
+SHARDING_SPELLINGS = {
+    "zero": "0-3",
+    "zero_stage": "0-3",
+    "distributed_optimizer": "true or false",
+    "use_distributed_optimizer": "true or false",
+    # Megatron-FSDP (megatron/core/distributed/fsdp, --data-parallel-sharding-strategy)
+    "data_parallel_sharding_strategy": "no_shard, optim, optim_grads or optim_grads_params",
+    # DeepSpeed's config section: {stage: 0-3}
+    "zero_optimization": "a mapping with stage: 0-3",
+}
+MEGATRON_FSDP_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _zero_stages_of(key: str, value) -> set[int]:
+    """The ZeRO stages a sharding spelling allows (empty: not a valid value)."""
+    if key in ("zero", "zero_stage"):
+        return {value} if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3 else set()
+    if key in ("distributed_optimizer", "use_distributed_optimizer"):
+        return ({1, 2, 3} if value else {0}) if isinstance(value, bool) else set()
+    if key == "data_parallel_sharding_strategy":
+        return {MEGATRON_FSDP_STRATEGY[value]} if value in MEGATRON_FSDP_STRATEGY else set()
+    stage = value.get("stage") if isinstance(value, dict) and set(value) <= {"stage"} else None
+    return _zero_stages_of("zero", stage)
+
+
 class Parallel(_Strict):
     tp: PositiveInt = Field(1, validation_alias=AliasChoices("tp", "tensor_model_parallel_size"))
     pp: PositiveInt = Field(1, validation_alias=AliasChoices("pp", "pipeline_model_parallel_size"))
@@ -105,7 +131,21 @@ class Parallel(_Strict):
     etp: PositiveInt | None = Field(None, validation_alias=AliasChoices("etp", "expert_tensor_parallel_size"))
     vpp: PositiveInt = Field(1, validation_alias=AliasChoices("vpp", "virtual_pipeline_model_parallel_size"))
     sequence_parallel: bool = False
-    distributed_optimizer: bool = Field(False, validation_alias=AliasChoices("distributed_optimizer", "use_distributed_optimizer"))
+    # What data parallelism shards, as ZeRO's stages (Rajbhandari et al. 2020, arXiv:1910.02054):
+    # 0 replicas (DDP: all-reduce), 1 optimizer state (Megatron's distributed optimizer),
+    # 2 + gradients (reduce-scatter, no full gradient buffer), 3 + parameters (FSDP / ZeRO-3:
+    # each unit all-gathered before use). Other stacks' spellings are read by `_sharding`.
+    zero: int = Field(0, ge=0, le=3)
+    # Ranks of the dp x cp grid that one shard group spans (default all: FSDP's FULL_SHARD);
+    # fewer is HSDP: groups of dp_shard ranks shard, their replicas all-reduce across groups.
+    # `dp_replicate` (torchtitan's data_parallel_replicate_degree) says the same from the other side.
+    dp_shard: PositiveInt | None = None
+    dp_replicate: PositiveInt | None = Field(None, validation_alias=AliasChoices("dp_replicate",
+                                                                                "data_parallel_replicate_degree"))
+    # ZeRO-3: free a unit's gathered parameters after its forward and gather them again for its
+    # backward (FSDP2's reshard_after_forward). Unset: torchtitan's default, true without
+    # pipeline parallelism and false with it (torchtitan/models/llama3/infra/parallelize.py).
+    reshard_after_forward: bool | None = None
     order: str = "tp-cp-ep-dp-pp"
     # Megatron's uneven pipeline splits (megatron/core/transformer/transformer_block.py,
     # get_num_layers_to_build): layers of the first / last pipeline rank, the rest even.
@@ -116,6 +156,33 @@ class Parallel(_Strict):
     # count the embedding / the loss as one layer when splitting (the first / last stage builds one layer fewer)
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+
+    @property
+    def distributed_optimizer(self) -> bool:
+        """The optimizer state is sharded (Megatron's --use-distributed-optimizer: zero >= 1)."""
+        return self.zero >= 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sharding(cls, raw):
+        """Every spelling of the ZeRO stage becomes `zero`; spellings that disagree are refused
+        with each named."""
+        if not isinstance(raw, dict):
+            return raw
+        raw = dict(raw)
+        given = {key: raw.pop(key) for key in SHARDING_SPELLINGS if key in raw}
+        stages = set(range(4))
+        for key, value in given.items():
+            allowed = _zero_stages_of(key, value)
+            if not allowed:
+                raise ValueError(f"{key}: {value!r} is not a sharding setting ({SHARDING_SPELLINGS[key]})")
+            stages &= allowed
+        if not stages:
+            said = ", ".join(f"{key}: {value!r}" for key, value in given.items())
+            raise ValueError(f"sharding settings disagree ({said}): give one ZeRO stage (parallel.zero 0-3)")
+        if given:
+            raw["zero"] = min(stages)
+        return raw
 
 
 class Training(_Strict):
@@ -137,6 +204,10 @@ class Training(_Strict):
     overlap_param_gather: bool = Field(
         False, validation_alias=AliasChoices("overlap_param_gather", "overlap_param_sync"))
     tp_comm_overlap: bool = Field(False, validation_alias=AliasChoices("tp_comm_overlap", "ub_tp_comm_overlap"))
+    # FP8 parameters gathered as FP8 (Megatron's --fp8-param-gather; torchao's
+    # enable_fsdp_float8_all_gather): half the bytes of a 16-bit parameter all-gather.
+    fp8_param_gather: bool = Field(False, validation_alias=AliasChoices("fp8_param_gather",
+                                                                       "enable_fsdp_float8_all_gather"))
     # Megatron's default since late 2021 (--no-async-tensor-model-parallel-allreduce turns it
     # off): the backward input-gradient all-reduce overlaps the weight-gradient GEMM.
     async_tensor_model_parallel_allreduce: bool = True
@@ -325,6 +396,20 @@ class Scenario(_Strict):
         if self.parallel.dp is not None:
             return self.parallel.dp
         return max(1, self.num_gpus // (self.tp * self.pp * self.cp))
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks one shard of the sharded model states is spread over: all dp x cp ranks, or
+        fewer under HSDP (`parallel.dp_shard`, or dp x cp / `parallel.dp_replicate`)."""
+        par, ranks = self.parallel, self.dp * self.cp
+        if par.dp_shard is not None:
+            return par.dp_shard
+        return ranks // par.dp_replicate if par.dp_replicate else ranks
+
+    @property
+    def reshard_after_forward(self) -> bool:
+        par = self.parallel
+        return par.reshard_after_forward if par.reshard_after_forward is not None else par.pp == 1
 
     @property
     def world_size(self) -> int:

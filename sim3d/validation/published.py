@@ -34,6 +34,15 @@ class Row:
     published: float
     predicted: float | None
     note: str = ""
+    # the memory model's verdict on the row's layout (None: a layer's timing, or not expressible);
+    # a row with a whole-run metric is a run that trained, so it must fit
+    fits: bool | None = None
+    peak_gib: float | None = None
+
+    @property
+    def ran(self) -> bool:
+        """The row reports a whole training run (not one layer's timing or one memory figure)."""
+        return self.metric not in LAYER_METRICS + MEMORY_METRICS
 
     @property
     def error(self) -> float | None:
@@ -43,15 +52,24 @@ class Row:
 
 
 LAYER_METRICS = ("layer_fwd_ms", "layer_bwd_ms", "layer_fwd_bwd_ms")
+# parts of a memory profile; Korthikanti's Figure 1 gives them for layouts that need more than
+# the GPU has (the no-recompute bars), so such a row is a measurement, not a run that trained
+MEMORY_METRICS = ("activation_mem_gib_per_gpu", "param_grad_opt_mem_gib_per_gpu")
 
 
-def _predict(row: dict) -> tuple[float | None, str]:
-    """The row's metric as sim3d predicts it, and a note: how it was read and the defaults
-    the row's empty cells took."""
+def _predict(row: dict) -> tuple[float | None, str, bool | None, float | None]:
+    """The row's metric as sim3d predicts it, a note (how it was read and the defaults the
+    row's empty cells took), and whether its layout fits in memory, with its peak in GiB."""
+    from ..model.memory import memory_report
     metric = row["metric"]
     raw, said = read_row(row, layer_only=metric in LAYER_METRICS)
-    value, note = _metric(metric, scenario_from_dict(raw), row)
-    return value, "; ".join(filter(None, [note, *said]))
+    scenario = scenario_from_dict(raw)
+    value, note = _metric(metric, scenario, row)
+    fits = peak = None
+    if metric not in LAYER_METRICS:
+        report = memory_report(scenario, check_schedule=False)
+        fits, peak = report.fits, report.peak_gib
+    return value, "; ".join(filter(None, [note, *said])), fits, peak
 
 
 def _metric(metric: str, s, row: dict) -> tuple[float | None, str]:
@@ -153,10 +171,10 @@ def validate_rows(csv_path: Path = DEFAULT_CSV, progress=None) -> list[Row]:
             rows.append(Row(rid, metric, published, None, "no metric named"))
             continue
         try:
-            predicted, note = _predict(record)
+            predicted, note, fits, peak = _predict(record)
         except ScenarioError as e:
-            predicted, note = None, f"not expressible: {str(e).splitlines()[0]}"
-        rows.append(Row(rid, metric, published, predicted, note))
+            predicted, note, fits, peak = None, f"not expressible: {str(e).splitlines()[0]}", None, None
+        rows.append(Row(rid, metric, published, predicted, note, fits, peak))
     return rows
 
 
@@ -180,13 +198,19 @@ def render(rows: list[Row]):
     from rich.table import Table
     table = Table(title="sim3d vs published runs", title_justify="left")
     for col, justify in (("id", "left"), ("metric", "left"), ("published", "right"), ("sim3d", "right"),
-                         ("error", "right"), ("note", "left")):
+                         ("error", "right"), ("fits", "left"), ("note", "left")):
         table.add_column(col, justify=justify)
     for r in rows:
         predicted = "-" if r.predicted is None else f"{r.predicted:.4g}"
         error = "-" if r.error is None else f"{r.error:+.1%}"
-        table.add_row(r.id, r.metric, f"{r.published:.4g}", predicted, error, r.note)
+        table.add_row(r.id, r.metric, f"{r.published:.4g}", predicted, error, _fits_cell(r), r.note)
     return table
+
+
+def _fits_cell(r: Row) -> str:
+    if r.fits is None:
+        return "-"
+    return f"{'yes' if r.fits else 'NO'} {r.peak_gib:.0f} GiB"
 
 
 def markdown(rows: list[Row]) -> str:
@@ -251,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                           highlight=False)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([{**r.__dict__, "error": r.error} for r in rows]).to_csv(args.out, index=False)
+        pd.DataFrame([{**r.__dict__, "error": r.error, "ran": r.ran} for r in rows]).to_csv(args.out, index=False)
     return 0
 
 

@@ -266,8 +266,20 @@ def _inferred_era(row: dict, notes: str, settings: dict[str, str]) -> dict:
     return era
 
 
+def _llm_foundry(row: dict, notes: str, settings: dict[str, str]) -> dict:
+    """MosaicML's llm-foundry on Composer with PyTorch FSDP (validation/README.md): MPT models,
+    whose yamls (scripts/train/yamls/pretrain/mpt-*.yaml) set no dropout (attn_pdrop, resid_pdrop
+    0) and a fused attention kernel (attn_impl triton/flash); no tensor parallelism, so no TP
+    overlap. Composer's FSDP mixed precision (composer/distributed/mixed_precision.py): PURE
+    reduces gradients in bf16, DEFAULT (amp_bf16) in fp32."""
+    pure = "pure bf16" in notes.lower() or "mixed_precision PURE" in notes
+    return {"model": {"activation": "gelu", "hidden_dropout": 0.0, "attention_dropout": 0.0},
+            "training": {"attention_backend": "flash", "tp_comm_overlap": False, "grad_reduce_in_fp32": not pure}}
+
+
 # row family -> the software of its era (validation/README.md)
-ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _fused_stack}
+ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _fused_stack,
+             "foundry": _llm_foundry}
 
 
 def _recompute_that_fits(raw: dict) -> str:
@@ -293,16 +305,18 @@ DEFAULT_MICRO_BATCH = 1
 # GPT-2's BPE vocabulary padded to a multiple of 128 x 8 (Megatron-LM's README: "All models use a
 # vocabulary size of 51,200")
 DEFAULT_VOCAB = 51200
-# sharded data parallelism of any kind: Megatron's distributed optimizer (ZeRO-1), or FSDP /
-# ZeRO-2 as Llama 3 ran it (arXiv:2407.21783 sec. 3.3.2: parameters not resharded after the
-# forward), which moves the same bytes per step: gradients reduce-scattered, parameters gathered
-# once. A ZeRO-3 that reshards after the forward gathers them twice; that is not modelled.
-SHARDED_DP = ("zero1", "zero-1", "zero2", "zero-2", "fsdp")
+# The distributed_optimizer cell's spellings of sharded data parallelism, as ZeRO stages:
+# Megatron's distributed optimizer and DeepSpeed ZeRO-1 shard the optimizer state; ZeRO-2 adds
+# the gradients; FSDP (PyTorch's FULL_SHARD, Megatron-FSDP's optim_grads_params, and Llama 3's
+# run, arXiv:2407.21783 sec. 3.3.2) shards the parameters too.
+SHARDING_CELLS = {"zero1": 1, "zero-1": 1, "zero2": 2, "zero-2": 2, "shard_grad_op": 2,
+                  "zero3": 3, "zero-3": 3, "fsdp": 3, "full_shard": 3}
 
 
-def _sharded(cell) -> bool:
-    """The distributed_optimizer cell: yes/no however spelt, or the kind of sharding."""
-    return bool(_truth(cell)) or str(cell).strip().lower() in SHARDED_DP
+def _zero_stage(cell) -> int:
+    """The distributed_optimizer cell as a ZeRO stage: yes/no however spelt (1 / 0), or the kind
+    of sharding."""
+    return SHARDING_CELLS.get(str(cell).strip().lower(), 1 if _truth(cell) else 0)
 
 
 def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
@@ -332,13 +346,13 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
         # wherever tensor parallelism runs on today's fused stack; 2022 Megatron had none
         sequence_parallel = era["training"]["attention_backend"] == "flash" and tp > 1
         said += ["sequence parallelism assumed (recipe default)"] if sequence_parallel else []
-    distributed = _sharded(row.get("distributed_optimizer"))
+    zero = _zero_stage(row.get("distributed_optimizer"))
     if _blank(row.get("distributed_optimizer")) and era["training"]["attention_backend"] == "flash":
         # NeMo's and Megatron-Bridge's recipes build their optimizer with
         # distributed_fused_adam_with_cosine_annealing, use_distributed_optimizer=True
         # (NVIDIA/NeMo nemo/collections/llm/recipes/optim/adam.py; NVIDIA-NeMo/Megatron-Bridge
         # src/megatron/bridge/recipes/utils/optimizer_utils.py @355cef4)
-        distributed = True
+        zero = 1
         said.append("distributed optimizer assumed (recipe default)")
     raw = {
         "name": row["id"],
@@ -347,7 +361,7 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
                   "seq_len": _int(row, "seq_len")},
         "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": _int(row, "cp", 1), "ep": _int(row, "ep", 1),
                      "vpp": vpp, "sequence_parallel": sequence_parallel,
-                     "distributed_optimizer": distributed},
+                     "zero": zero},
         "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",
                      "precision": _precision(settings, preset_named_in(_text(row.get("gpu"))))},
         "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",

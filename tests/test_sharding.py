@@ -1,0 +1,118 @@
+"""Sharded data parallelism: the ZeRO stages and HSDP groups, as a scenario states them and as
+the memory model holds them. Model states are checked against the closed forms of the ZeRO
+paper (Rajbhandari et al. 2020, section 5.1) and Megatron's distrib_optimizer.md table, with the
+parameter counts written out by hand for a GPT layer (12 h^2 + 13 h)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sim3d.model.memory import memory_report
+from sim3d.scenario import ScenarioError, scenario_from_dict
+
+H, LAYERS, VOCAB, SEQ = 256, 4, 1024, 128
+
+
+def gpt(dp=8, zero=None, **parallel) -> dict:
+    par = {"tp": 1, "pp": 1, "dp": dp, **parallel}
+    if zero is not None:
+        par["zero"] = zero
+    return {"name": "shard", "model": {"layers": LAYERS, "hidden": H, "heads": 4, "vocab": VOCAB, "seq_len": SEQ},
+            "parallel": par, "training": {"micro_batch": 1, "global_batch": dp, "precision": "bf16"},
+            "cluster": {"gpu": "a100-80gb", "nodes": max(1, dp * par.get("cp", 1) // 8),
+                        "gpus_per_node": min(8, dp * par.get("cp", 1))}}
+
+
+def states(raw: dict) -> tuple[float, float, float]:
+    row = memory_report(scenario_from_dict(raw), check_schedule=False).rows[0]
+    return row.weights, row.grads, row.optimizer
+
+
+# By hand: a GPT layer holds QKV (3h^2 + 3h), the projection (h^2 + h), FC1 (4h^2 + 4h), FC2
+# (4h^2 + h) and two LayerNorms (4h); the first stage the word and position embeddings; the LM
+# head is tied to them on a single stage, leaving the final LayerNorm (2h).
+LAYER = 12 * H * H + 13 * H
+EMBEDDING = VOCAB * H + SEQ * H
+PARAMS = LAYERS * LAYER + EMBEDDING + 2 * H
+UNIT = max(LAYER, EMBEDDING)  # the largest unit gathered or reduced at once
+
+
+@pytest.mark.parametrize("zero,weights,grads,optimizer", [
+    (0, 2 * PARAMS, 4 * PARAMS, 12 * PARAMS),                       # DDP: 18 bytes per parameter
+    (1, 2 * PARAMS, 4 * PARAMS, 12 * PARAMS / 8),                   # 6 + 12/N
+    (2, 2 * PARAMS, 4 * PARAMS / 8 + 4 * UNIT, 12 * PARAMS / 8),    # 2 + 16/N, one unit's gradient in flight
+    (3, 4 * PARAMS / 8 + 2 * 2 * UNIT, 4 * PARAMS / 8 + 4 * UNIT, 8 * PARAMS / 8),  # 16/N, two units gathered
+])
+def test_model_states_per_zero_stage_are_the_closed_forms(zero, weights, grads, optimizer):
+    assert states(gpt(dp=8, zero=zero)) == pytest.approx((weights, grads, optimizer), rel=1e-12)
+
+
+def test_zero3_without_resharding_keeps_every_parameter_gathered():
+    w, g, o = states(gpt(dp=8, zero=3, reshard_after_forward=False))
+    assert w == pytest.approx(4 * PARAMS / 8 + 2 * PARAMS)
+    assert (g, o) == pytest.approx((4 * PARAMS / 8 + 4 * UNIT, PARAMS))
+
+
+def test_fp8_parameter_gather_halves_what_is_gathered():
+    raw = gpt(dp=8, zero=3)
+    raw["training"].update(precision="fp8", fp8_param_gather=True)
+    raw["cluster"]["gpu"] = "h100-sxm"
+    w, _, _ = states(raw)
+    assert w == pytest.approx(4 * PARAMS / 8 + 1 * 2 * UNIT)
+
+
+@settings(max_examples=25, deadline=None)
+@given(zero=st.sampled_from([1, 2, 3]), groups=st.sampled_from([1, 2, 4, 8]))
+def test_hsdp_shards_over_its_group_only(zero, groups):
+    """dp 16 in `groups` replicas of 16/groups ranks holds what dp 16/groups does fully sharded."""
+    hsdp = states(gpt(dp=16, zero=zero, dp_shard=16 // groups))
+    assert hsdp == pytest.approx(states(gpt(dp=16 // groups, zero=zero)), rel=1e-12)
+    assert hsdp == pytest.approx(states(gpt(dp=16, zero=zero, dp_replicate=groups)), rel=1e-12)
+
+
+@pytest.mark.parametrize("spelling,value,zero", [
+    ("distributed_optimizer", True, 1), ("use_distributed_optimizer", False, 0),
+    ("data_parallel_sharding_strategy", "optim_grads", 2), ("data_parallel_sharding_strategy", "optim_grads_params", 3),
+    ("zero_optimization", {"stage": 3}, 3), ("zero_stage", 2, 2)])
+def test_each_stack_spells_the_stage_its_own_way(spelling, value, zero):
+    raw = gpt()
+    raw["parallel"][spelling] = value
+    s = scenario_from_dict(raw)
+    assert s.parallel.zero == zero and s.parallel.distributed_optimizer == (zero >= 1)
+
+
+@pytest.mark.parametrize("parallel,words", [
+    ({"zero": 0, "distributed_optimizer": True}, ["zero: 0", "distributed_optimizer: True"]),
+    ({"zero": 3, "data_parallel_sharding_strategy": "optim"}, ["zero: 3", "data_parallel_sharding_strategy: 'optim'"]),
+    ({"zero": 5}, ["zero: 5"]),
+    ({"data_parallel_sharding_strategy": "everything"}, ["optim_grads_params"]),
+    ({"zero": 3, "dp_shard": 3}, ["parallel.dp_shard: 3", "dp*cp = 8*1 = 8"]),
+    ({"zero": 3, "dp_shard": 4, "dp_replicate": 4}, ["4 x 4", "dp*cp = 8"]),
+    ({"zero": 0, "dp_shard": 4}, ["parallel.dp_shard", "zero: 0"]),
+    ({"zero": 1, "reshard_after_forward": True}, ["reshard_after_forward", "zero is 1"]),
+])
+def test_contradictions_are_refused_with_the_fields_named(parallel, words):
+    raw = gpt()
+    raw["parallel"].update(parallel)
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(raw)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_an_override_of_the_stage_replaces_the_files_spelling():
+    raw = gpt()
+    raw["parallel"]["distributed_optimizer"] = True
+    assert scenario_from_dict(raw, ["parallel.zero=3"]).parallel.zero == 3
+    assert scenario_from_dict(raw, ["parallel.zero=0"]).parallel.zero == 0
+    dumped = scenario_from_dict(raw).model_dump(exclude_none=True)
+    assert scenario_from_dict(dumped, values={"parallel.distributed_optimizer": False}).parallel.zero == 0
+
+
+def test_fp8_gather_needs_fp8_and_a_gather():
+    raw = gpt(zero=0)
+    raw["training"]["fp8_param_gather"] = True
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict(raw)
+    assert "training.precision: fp8" in str(err.value) and "parallel.zero: 0" in str(err.value)
