@@ -182,7 +182,7 @@ def test_shell_completion_completes_commands():
     assert result.returncode == 0 and result.stdout.split() == ["import"]
     env.update(COMP_WORDS="sim3d import ", COMP_CWORD="2")
     result = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
-    assert set(result.stdout.split()) == {"megatron", "nemo"}
+    assert set(result.stdout.split()) == {"megatron", "nemo", "torchtitan"}
 
 
 def test_piped_messages_stay_one_line_each(tmp_path):

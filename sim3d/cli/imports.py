@@ -1,4 +1,5 @@
-"""`sim3d import megatron -- ARGS...` and `sim3d import nemo RECIPE.yaml`: write a scenario
+"""`sim3d import megatron -- ARGS...`, `sim3d import nemo RECIPE.yaml` and `sim3d import torchtitan
+CONFIG.toml`: write a scenario
 from the configuration a user already has (sim3d/importers.py), and say what was not mapped
 and what was assumed."""
 
@@ -11,8 +12,8 @@ import typer
 
 from .support import JSON_HELP, BadInput, _print_json, _writable_file, guarded, say
 
-import_app = typer.Typer(no_args_is_help=True, help="Write a scenario from a Megatron-LM command line or a NeMo "
-                                                    "training YAML.")
+import_app = typer.Typer(no_args_is_help=True, help="Write a scenario from a Megatron-LM command line, a NeMo "
+                                                    "training YAML or a torchtitan train config.")
 
 GPU_HELP = "GPU preset of the cluster (a100-40gb, a100-80gb, h100-sxm, h200, ...)."
 GPUS_HELP = "GPUs of the run (default: tp x pp x cp, i.e. one data-parallel replica)."
@@ -82,4 +83,25 @@ def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: a
         imported = from_nemo(config, name=name or recipe.stem, gpu=gpu, gpus=gpus)
     except ValueError as e:
         raise BadInput(f"{recipe}: {e}") from None
+    _emit(imported, out, as_json)
+
+
+@import_app.command()
+@guarded
+def torchtitan(config: Path = typer.Argument(..., help="torchtitan train config (TOML)."),
+               gpu: str = typer.Option("h100-sxm", "--gpu", help=GPU_HELP),
+               gpus: Optional[int] = typer.Option(None, "--gpus", min=1,
+                                                  help="GPUs of the run (needed when data_parallel_shard_degree is -1)."),
+               gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
+               name: Optional[str] = typer.Option(None, "--name", help="Scenario name (default: the file's stem)."),
+               out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
+               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """A scenario from a torchtitan train config: `sim3d import torchtitan llama3_70b.toml --gpus 64`."""
+    from ..scenario.torchtitan import from_torchtitan, read_toml
+    _check_gpu(gpu)
+    try:
+        imported = from_torchtitan(read_toml(config), name=name or config.stem, gpu=gpu, gpus=gpus,
+                                   gpus_per_node=gpus_per_node)
+    except ValueError as e:
+        raise BadInput(f"{config}: {e}") from None
     _emit(imported, out, as_json)

@@ -302,9 +302,15 @@ class Space:
         return megatron_stage_layers(shape)[1] is not None
 
     # ---- a layout as a scenario ---------------------------------------------------------
+    def zero(self, layout: Layout) -> int:
+        """The layout's ZeRO stage: none without the distributed optimizer, else the base
+        scenario's sharding (at least the optimizer state's)."""
+        return max(1, self.base.parallel.zero) if layout.distributed_optimizer else 0
+
     def overrides(self, layout: Layout) -> tuple[str, ...]:
         """The `--set` texts that make `layout` of the base scenario (as `scenario` does)."""
-        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items())
+        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items()
+                     if name != "distributed_optimizer") + (f"parallel.zero={self.zero(layout)}",)
         gather = self.base.training.overlap_param_gather and layout.distributed_optimizer
         return sets + (f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
                        f"cluster.gpus_per_node={self.gpus_per_node}")
@@ -315,8 +321,7 @@ class Space:
         base = self.base
         parallel = base.parallel.model_copy(update={
             "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep, "vpp": layout.vpp,
-            "sequence_parallel": layout.sequence_parallel, "distributed_optimizer": layout.distributed_optimizer,
-            "order": layout.order})
+            "sequence_parallel": layout.sequence_parallel, "zero": self.zero(layout), "order": layout.order})
         training = base.training.model_copy(update={
             "micro_batch": layout.micro_batch, "recompute": layout.recompute, "tp_comm_overlap": layout.tp_comm_overlap,
             "overlap_param_gather": base.training.overlap_param_gather and layout.distributed_optimizer})

@@ -1,0 +1,195 @@
+"""torchtitan's train config (TOML) as a scenario: `sim3d import torchtitan CONFIG.toml`.
+
+Field names and defaults are those of torchtitan's `torchtitan/config/job_config.py` and its
+Llama 3 model flavors (`torchtitan/models/llama3/__init__.py`, `model/args.py`), read at
+pytorch/torchtitan @9810191bb^ (2026-02), the last version whose train configs are TOML
+(`torchtitan/models/llama3/train_configs/*.toml`). What a config leaves to torchtitan's
+defaults is filled with those defaults and named in `assumed`; what sim3d does not represent
+is named in `unmapped`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .importers import Imported
+
+# torchtitan/models/llama3/__init__.py: TransformerModelArgs of each flavor; vocab_size 128256
+# is model/args.py's default (the Llama 3 tokenizer).
+LLAMA3_FLAVORS = {
+    "8B": {"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "ffn_dim_multiplier": 1.3, "multiple_of": 1024},
+    "70B": {"dim": 8192, "n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "ffn_dim_multiplier": 1.3, "multiple_of": 4096},
+    "405B": {"dim": 16384, "n_layers": 126, "n_heads": 128, "n_kv_heads": 8, "ffn_dim_multiplier": 1.2,
+             "multiple_of": 4096},
+}
+LLAMA3_VOCAB = 128256
+# torch.distributed.pipelining's schedule names (pipeline_parallel_schedule) -> sim3d's, with the
+# model chunks each rank holds (multi-stage schedules: torchtitan puts two stages on a rank
+# unless pipeline_parallel_layers_per_stage says otherwise)
+SCHEDULES = {"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1), "Interleaved1F1B": ("interleaved-1f1b", 2),
+             "ZBVZeroBubble": ("zbv", 2), "DualPipeV": ("dualpipev", 2)}
+# sections that do not change the time or memory of a step
+IRRELEVANT = {"job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "validation", "comm",
+              "fault_tolerance", "experimental", "memory_estimation"}
+MAPPED = {
+    "model": {"name", "flavor", "converters", "hf_assets_path", "tokenizer_path"},
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "mixed_precision_reduce",
+                 "dataset", "dataset_path", "max_norm", "steps", "gc_freq", "seed"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+                    "pipeline_parallel_degree", "context_parallel_degree", "pipeline_parallel_schedule",
+                    "pipeline_parallel_microbatch_size", "pipeline_parallel_layers_per_stage",
+                    "fsdp_reshard_after_forward", "expert_parallel_degree"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+    "quantize": {"linear"},
+    "float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "filter_fqns",
+               "recipe_name"},
+}
+
+
+def read_toml(path) -> dict:
+    """A TOML file as a dict; ValueError (with the file's problem) if it is not one."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as e:
+        raise ValueError(f"cannot read it ({e.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"not TOML: {e}") from None
+
+
+def llama3_ffn_hidden(dim: int, multiplier: float, multiple_of: int) -> int:
+    """The SwiGLU hidden size of a Llama 3 flavor: two thirds of 4 x dim, times the flavor's
+    multiplier, rounded up to its multiple (torchtitan's FeedForward, as Meta's reference)."""
+    hidden = int(multiplier * int(2 * 4 * dim / 3))
+    return multiple_of * math.ceil(hidden / multiple_of)
+
+
+def _get(config: dict, section: str, key: str, default):
+    value = config.get(section, {})
+    return value.get(key, default) if isinstance(value, dict) else default
+
+
+def _degrees(config: dict, gpus: int | None) -> tuple[dict[str, int], int]:
+    """(tp, pp, cp, ep, replicate, shard) and the GPU count; torchtitan's -1 shard degree takes the ranks left."""
+    names = {"tp": "tensor_parallel_degree", "pp": "pipeline_parallel_degree", "cp": "context_parallel_degree",
+             "ep": "expert_parallel_degree", "replicate": "data_parallel_replicate_degree",
+             "shard": "data_parallel_shard_degree"}
+    d = {key: _get(config, "parallelism", name, -1 if key == "shard" else 1) for key, name in names.items()}
+    for key, value in d.items():
+        if not isinstance(value, int) or isinstance(value, bool) or (value < 1 and not (key == "shard" and value == -1)):
+            raise ValueError(f"parallelism.{names[key]}: {value!r} is not a degree (a positive integer"
+                             f"{', or -1' if key == 'shard' else ''})")
+    if d["ep"] > 1:
+        raise ValueError("parallelism.expert_parallel_degree: the Llama 3 flavors have no experts")
+    others = d["tp"] * d["pp"] * d["cp"] * d["replicate"]
+    if d["shard"] == -1:
+        if gpus is None:
+            raise ValueError("data_parallel_shard_degree = -1 takes the GPUs left over: give --gpus")
+        if gpus % others:
+            raise ValueError(f"{gpus} GPUs are not a multiple of tp*pp*cp*replicate = {others}")
+        d["shard"] = gpus // others
+    world = others * d["shard"]
+    if gpus is not None and gpus != world:
+        raise ValueError(f"the degrees make {world} GPUs (tp*pp*cp*replicate*shard), not --gpus {gpus}")
+    return d, world
+
+
+def from_torchtitan(config: dict, *, name: str, gpu: str, gpus: int | None = None,
+                    gpus_per_node: int = 8) -> Imported:
+    out = Imported({"name": name})
+    model_name, flavor = _get(config, "model", "name", "llama3"), str(_get(config, "model", "flavor", "debugmodel"))
+    if model_name != "llama3" or flavor not in LLAMA3_FLAVORS:
+        raise ValueError(f"model {model_name} {flavor}: sim3d knows torchtitan's llama3 flavors "
+                         f"{', '.join(LLAMA3_FLAVORS)}")
+    f = LLAMA3_FLAVORS[flavor]
+    seq = _get(config, "training", "seq_len", 2048)
+    out.scenario["model"] = {"layers": f["n_layers"], "hidden": f["dim"], "heads": f["n_heads"],
+                             "kv_heads": f["n_kv_heads"], "vocab": LLAMA3_VOCAB, "seq_len": seq,
+                             "ffn_hidden": llama3_ffn_hidden(f["dim"], f["ffn_dim_multiplier"], f["multiple_of"]),
+                             "activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
+    d, world = _degrees(config, gpus)
+    dp = d["replicate"] * d["shard"]
+    # torchtitan shards with FSDP over dp_shard x cp whenever either exceeds 1, replicating over
+    # dp_replicate (HSDP, or DDP when nothing is sharded): parallel_dims.py, fsdp_enabled
+    sharded = d["shard"] > 1 or d["cp"] > 1
+    parallel = {"tp": d["tp"], "pp": d["pp"], "cp": d["cp"], "dp": dp, "zero": 3 if sharded else 0,
+                "sequence_parallel": d["tp"] > 1}  # torchtitan's TP plan shards norms' sequence (SequenceParallel)
+    if sharded and d["replicate"] > 1:
+        parallel["dp_replicate"] = d["replicate"]
+    reshard = _get(config, "parallelism", "fsdp_reshard_after_forward", "default")
+    if sharded and reshard in ("always", "never"):
+        parallel["reshard_after_forward"] = reshard == "always"
+    schedule_name = _get(config, "parallelism", "pipeline_parallel_schedule", "1F1B")
+    if d["pp"] > 1:
+        if schedule_name not in SCHEDULES:
+            raise ValueError(f"parallelism.pipeline_parallel_schedule {schedule_name!r}: sim3d runs "
+                             f"{', '.join(SCHEDULES)}")
+        schedule, vpp = SCHEDULES[schedule_name]
+        per_stage = _get(config, "parallelism", "pipeline_parallel_layers_per_stage", None)
+        if per_stage and schedule == "interleaved-1f1b":
+            vpp = max(1, f["n_layers"] // (d["pp"] * per_stage))
+        elif vpp > 1:
+            out.assumed.append(f"parallel.vpp {vpp}: {schedule_name} with torchtitan's two stages per rank")
+        parallel["vpp"] = vpp
+        out.scenario["schedule"] = schedule
+    out.scenario["parallel"] = parallel
+    out.scenario["training"] = _training(config, d, dp, sharded, out)
+    per_node = min(gpus_per_node, world)
+    if world % per_node:
+        raise ValueError(f"{world} GPUs do not fill nodes of {per_node}")
+    out.scenario["cluster"] = {"gpu": gpu, "nodes": world // per_node, "gpus_per_node": per_node}
+    out.unmapped += _unmapped(config)
+    return out
+
+
+def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported) -> dict:
+    local = _get(config, "training", "local_batch_size", 8)
+    global_batch = _get(config, "training", "global_batch_size", -1)
+    global_batch = global_batch if global_batch and global_batch > 0 else local * dp
+    micro = _get(config, "parallelism", "pipeline_parallel_microbatch_size", 1) if d["pp"] > 1 else local
+    converters = _get(config, "model", "converters", [])
+    fp8 = any("float8" in str(c) for c in converters)
+    param_dtype = _get(config, "training", "mixed_precision_param", "bfloat16")
+    training = {"micro_batch": micro, "global_batch": global_batch,
+                "precision": "fp8" if fp8 else ("bf16" if param_dtype == "bfloat16" else "fp32"),
+                "attention_backend": "flash",
+                "grad_reduce_in_fp32": _get(config, "training", "mixed_precision_reduce", "float32") == "float32"}
+    out.assumed.append("training.attention_backend flash: torchtitan's SDPA picks FlashAttention or cuDNN")
+    float8 = config.get("quantize", {}).get("linear", {}).get("float8", config.get("float8", {}))
+    if fp8 and sharded and isinstance(float8, dict) and float8.get("enable_fsdp_float8_all_gather"):
+        training["fp8_param_gather"] = True
+    mode = _get(config, "activation_checkpoint", "mode", "selective")
+    if mode not in ("none", "full", "selective"):
+        raise ValueError(f"activation_checkpoint.mode {mode!r}: sim3d prices none, selective or full")
+    training["recompute"] = mode
+    if mode == "selective":
+        option = _get(config, "activation_checkpoint", "selective_ac_option", "2")
+        out.assumed.append(f"training.recompute selective: torchtitan's selective_ac_option {option!r} "
+                           "('op': save every other matmul; n: every n-th block in full) priced as Korthikanti's "
+                           "selective recomputation (attention's core)")
+    if "activation_checkpoint" not in config:
+        out.assumed.append("activation_checkpoint.mode selective: torchtitan's default")
+    return training
+
+
+def _unmapped(config: dict) -> list[str]:
+    """Settings of the config that change a step but that sim3d does not represent."""
+    out = []
+    if _get(config, "compile", "enable", False):
+        out.append("compile.enable: torch.compile's fused kernels are priced as the scenario's default kernels")
+    if _get(config, "training", "dtype", "float32") == "bfloat16":
+        out.append("training.dtype bfloat16: pure bf16 model states are held as mixed precision's")
+    if _get(config, "parallelism", "enable_async_tensor_parallel", False):
+        out.append("parallelism.enable_async_tensor_parallel: micro-pipelined TP is priced as synchronous TP")
+    if _get(config, "training", "enable_cpu_offload", False):
+        out.append("training.enable_cpu_offload: FSDP's CPU offload")
+    for section, body in config.items():
+        if section in IRRELEVANT or section == "compile" or not isinstance(body, dict):
+            continue
+        known = MAPPED.get(section, set()) | {"dtype", "enable_async_tensor_parallel", "enable_cpu_offload"}
+        out += [f"{section}.{key}" for key in body if key not in known]
+    return out

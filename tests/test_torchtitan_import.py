@@ -1,0 +1,93 @@
+"""`sim3d import torchtitan`: a torchtitan train config (TOML) becomes a scenario that loads and
+simulates; the Llama 3 flavors' FFN sizes are the published ones (Llama 3 paper,
+arXiv:2407.21783, Table 3: 14,336 / 28,672 / 53,248)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import sim3d
+from sim3d.cli.app import app
+from sim3d.scenario import scenario_from_dict
+from sim3d.scenario.torchtitan import LLAMA3_FLAVORS, from_torchtitan, llama3_ffn_hidden, read_toml
+
+FIXTURE = Path(__file__).parent / "fixtures" / "torchtitan_llama3_70b.toml"
+
+
+@pytest.mark.parametrize("flavor,ffn", [("8B", 14336), ("70B", 28672), ("405B", 53248)])
+def test_flavor_ffn_sizes_are_llama3s(flavor, ffn):
+    f = LLAMA3_FLAVORS[flavor]
+    assert llama3_ffn_hidden(f["dim"], f["ffn_dim_multiplier"], f["multiple_of"]) == ffn
+
+
+def test_the_fixture_imports_and_simulates(tmp_path):
+    out = tmp_path / "tt.yaml"
+    result = CliRunner().invoke(app, ["import", "torchtitan", str(FIXTURE), "--gpus", "64", "--out", str(out),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    said = json.loads(result.output)
+    s = said["scenario"]
+    assert (s["model"]["layers"], s["model"]["hidden"], s["model"]["kv_heads"]) == (80, 8192, 8)
+    assert s["parallel"] == {"tp": 8, "pp": 1, "cp": 1, "dp": 8, "zero": 3, "sequence_parallel": True}
+    assert s["training"]["precision"] == "fp8" and s["training"]["fp8_param_gather"]
+    assert (s["training"]["micro_batch"], s["training"]["global_batch"], s["training"]["recompute"]) == (8, 64, "full")
+    assert any("compile" in u for u in said["not_mapped"])
+    run = sim3d.simulate(out)
+    assert run.summary["num_gpus"] == 64 and run.memory.fits
+    assert run.scenario.shard_group == 8
+
+
+def _config(**parallelism) -> dict:
+    config = read_toml(FIXTURE)
+    config["parallelism"].update(parallelism)
+    return config
+
+
+def test_replicas_and_shards_make_hsdp():
+    imported = from_torchtitan(_config(data_parallel_replicate_degree=2, data_parallel_shard_degree=4),
+                               name="hsdp", gpu="h100-sxm")
+    s = scenario_from_dict(imported.scenario)
+    assert (s.dp, s.parallel.zero, s.shard_group, s.num_gpus) == (8, 3, 4, 64)
+
+
+def test_replicas_alone_are_ddp():
+    imported = from_torchtitan(_config(data_parallel_replicate_degree=8, data_parallel_shard_degree=1),
+                               name="ddp", gpu="h100-sxm")
+    assert imported.scenario["parallel"]["zero"] == 0
+
+
+def test_a_pipeline_takes_the_schedule_and_its_chunks():
+    config = _config(tensor_parallel_degree=4, pipeline_parallel_degree=4, data_parallel_shard_degree=4,
+                     pipeline_parallel_schedule="Interleaved1F1B", pipeline_parallel_layers_per_stage=5,
+                     pipeline_parallel_microbatch_size=2)
+    s = scenario_from_dict(from_torchtitan(config, name="pp", gpu="h100-sxm").scenario)
+    assert (s.schedule, s.vpp, s.training.micro_batch, s.num_microbatches) == ("interleaved-1f1b", 4, 2, 4)
+    assert not s.reshard_after_forward  # torchtitan keeps parameters gathered under pipelining
+
+
+def test_a_shard_degree_left_to_the_gpu_count_needs_it():
+    result = CliRunner().invoke(app, ["import", "torchtitan", str(FIXTURE)])
+    assert result.exit_code == 2 and "data_parallel_shard_degree = -1" in result.output and "--gpus" in result.output
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"tensor_parallel_degree": 0}, ["tensor_parallel_degree", "0"]),
+    ({"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "LoopedBFS"}, ["LoopedBFS", "Interleaved1F1B"]),
+    ({"data_parallel_shard_degree": 3}, ["24 GPUs", "--gpus 64"]),
+])
+def test_bad_configs_are_refused_with_the_field_named(change, words):
+    with pytest.raises(ValueError) as err:
+        from_torchtitan(_config(**change), name="bad", gpu="h100-sxm", gpus=64)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_not_toml_is_refused(tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text("[model\nname=")
+    result = CliRunner().invoke(app, ["import", "torchtitan", str(path), "--gpus", "8"])
+    assert result.exit_code == 2 and "not TOML" in result.output
