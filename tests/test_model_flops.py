@@ -189,12 +189,17 @@ def test_moe_layer_flops_and_all_to_all():
     assert model_flops_per_step(every) == pytest.approx(want, rel=1e-12)  # one micro-batch per step
 
 
-def test_fp8_halves_gemm_operand_bytes_not_activations():
+def test_fp8_halves_gemm_operands_and_the_linear_inputs_kept():
+    """Transformer Engine keeps an FP8 copy of each linear's input for the backward: the QKV
+    and FC1 inputs (s*b*h each) and the FC2 input (s*b*ffn) shrink by a byte per element; the
+    projection's input is kept twice (bf16 by the attention, FP8 by the projection)."""
     bf16 = {o.name: o for o in layer_ops(make(precision="bf16"))}
     fp8 = {o.name: o for o in layer_ops(make(precision="fp8", gpu="h100-sxm"))}
     assert fp8["qkv"].fwd_bytes < bf16["qkv"].fwd_bytes
     assert fp8["qkv"].fwd_flops == bf16["qkv"].fwd_flops
-    assert all(fp8[n].act_bytes == bf16[n].act_bytes for n in bf16)
+    sbh, sbf = 128 * 1 * 256, 128 * 1 * 4 * 256  # make()'s seq, micro-batch, hidden, 4h MLP
+    change = {"qkv": -sbh, "mlp_up": -sbh, "mlp_down": -sbf, "out_proj": +sbh}
+    assert {n: fp8[n].act_bytes - bf16[n].act_bytes for n in bf16} == {n: change.get(n, 0) for n in bf16}
     fp32 = {o.name: o for o in layer_ops(make(precision="fp32"))}
     assert fp32["qkv"].act_bytes == 2 * bf16["qkv"].act_bytes
 

@@ -2,6 +2,8 @@
 
 import pytest
 
+from sim3d.model.memory import fits_in_memory
+
 from sim3d.cluster.gpus import PRESETS, preset_named_in
 from sim3d.model.flops import model_flops_per_step
 from sim3d.validation.published_row import _year_of, scenario_dict_of, scenario_of
@@ -176,18 +178,22 @@ def test_empty_cells_take_the_framework_defaults_and_say_so():
         scenario_of(row(global_batch=None))
 
 
-def test_unsaid_recomputation_is_the_cheapest_that_fits_on_the_2022_stack_and_none_after():
-    """A 2021-22 run that does not fit without recomputation must have recomputed (full: the
-    only kind then); today's stack keeps the recipes' default even where the memory model
-    would not fit it."""
+def test_unsaid_recomputation_is_the_cheapest_that_fits():
+    """A run that does not fit without recomputation must have recomputed: on the 2021-22
+    stack full (the only kind then), on today's the cheaper of selective and full that fits."""
     big = dict(gpu="A100-SXM4-80GB", source="arXiv:2201.11990", model="GPT 530B", layers=105, hidden=20480,
                heads=128, num_gpus=2240, tp=8, pp=35, dp=8, global_batch=1920, recompute=None, notes="",
                sequence_parallel="false")
     assert scenario_of(row(**big)).training.recompute == "full"
     assert "recompute full assumed" in " ".join(_validate([row(**big)])[0].note.split())
     assert scenario_of(row(gpu="A100-SXM4-80GB", source="arXiv:2201.11990", recompute=None)).training.recompute == "none"
-    modern = {**big, "gpu": "H100-SXM5-80GB", "source": "NeMo 2025"}
-    assert scenario_of(row(**modern)).training.recompute == "none"
+    modern = scenario_of(row(**{**big, "gpu": "H100-SXM5-80GB", "source": "NeMo 2025", "micro_batch": 2}))
+    ladder = ["none", "selective", "full"]
+    chosen = modern.training.recompute
+    assert chosen != "none" and fits_in_memory(modern, check_schedule=False)[0]
+    cheaper = modern.model_copy(update={"training": modern.training.model_copy(
+        update={"recompute": ladder[ladder.index(chosen) - 1]})})
+    assert not fits_in_memory(cheaper, check_schedule=False)[0]
     assert scenario_of(row(**{**big, "recompute": "selective"})).training.recompute == "selective"  # said: kept
 
 

@@ -116,3 +116,29 @@ def test_fp8_gather_needs_fp8_and_a_gather():
     with pytest.raises(ScenarioError) as err:
         scenario_from_dict(raw)
     assert "training.precision: fp8" in str(err.value) and "parallel.zero: 0" in str(err.value)
+
+
+def test_every_published_run_that_trained_is_predicted_to_fit():
+    """Every row of every validation file that reports a whole run (a run that trained) fits in
+    its GPUs' memory as sim3d reads it; Korthikanti's no-recompute memory bars are figures of
+    layouts that did not train, not runs."""
+    import pandas as pd
+
+    from sim3d.model.memory import memory_report
+    from sim3d.validation.published import LAYER_METRICS, MEMORY_METRICS, REPO_ROOT
+    from sim3d.validation.published_row import read_row
+
+    checked, refused = 0, []
+    for csv in sorted((REPO_ROOT / "validation").glob("published_*.csv")):
+        for record in pd.read_csv(csv).to_dict("records"):
+            if record["metric"] in LAYER_METRICS + MEMORY_METRICS:
+                continue
+            try:
+                s = scenario_from_dict(read_row(record)[0])
+            except ScenarioError:
+                continue  # a layout sim3d cannot express (the validation table says why)
+            report = memory_report(s, check_schedule=False)
+            checked += 1
+            if not report.fits:
+                refused.append(f"{csv.name} {record['id']}: {report.peak_gib:.1f} GiB > {report.hbm_bytes / 2**30:.0f}")
+    assert checked > 100 and not refused, "\n".join(refused)

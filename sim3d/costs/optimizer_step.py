@@ -9,6 +9,9 @@ Per parameter of the rank's optimizer shard:
 * grad-norm clipping's multi_tensor_l2norm (read 4);
 * fused Adam (read fp32 param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq: 28);
 * copy of the fp32 master weights to the 16-bit model weights (read 4, write 2).
+With a bf16 optimizer state (`training.optimizer_dtype: bf16`, Apex DistributedFusedAdam's
+dtype) Adam reads the bf16 parameter, gradient and two moments and writes three of them (14),
+on the weights themselves: no cast into fp32 grads and no master copy.
 Per local parameter: zero_grad_buffer rewrites the whole gradient buffer (its width).
 """
 
@@ -20,16 +23,18 @@ GRAD_CAST_BYTES = 6
 UNSCALE_BYTES = 8
 GRAD_NORM_BYTES = 4
 ADAM_BYTES = 28
+BF16_ADAM_BYTES = 14
 MASTER_COPY_BYTES = 6
 
 
 def step_bytes(training) -> dict[str, tuple[int, str]]:
     """{kernel: (bytes per parameter, "shard" or "local")} of one optimizer step."""
-    kernels = {"grad cast": (GRAD_CAST_BYTES, "shard")} if grad_bytes(training) == 2 else {}
+    bf16_state = training.optimizer_dtype == "bf16" and training.precision != "fp32"
+    kernels = {"grad cast": (GRAD_CAST_BYTES, "shard")} if grad_bytes(training) == 2 and not bf16_state else {}
     if training.precision == "fp16":
         kernels["unscale"] = (UNSCALE_BYTES, "shard")
-    kernels |= {"grad-norm": (GRAD_NORM_BYTES, "shard"), "Adam": (ADAM_BYTES, "shard")}
-    if training.precision != "fp32":
+    kernels |= {"grad-norm": (GRAD_NORM_BYTES, "shard"), "Adam": (BF16_ADAM_BYTES if bf16_state else ADAM_BYTES, "shard")}
+    if training.precision != "fp32" and not bf16_state:
         kernels["master copy"] = (MASTER_COPY_BYTES, "shard")
     kernels["zero-grad"] = (grad_bytes(training), "local")
     return kernels

@@ -333,6 +333,7 @@ class Sharding:
     expert_group: int  # ... an expert parameter's (its expert-data-parallel replicas)
     gather_bytes: int  # per parameter element, as ZeRO-3 gathers it
     reshard_after_forward: bool
+    bf16_optimizer: bool = False  # Adam moments in bf16 on the bf16 weights, no fp32 master copy
 
     @classmethod
     def of(cls, s) -> "Sharding":
@@ -340,7 +341,7 @@ class Sharding:
         gather = 1 if s.training.fp8_param_gather else (4 if fp32 else 2)
         expert_group = s.edp * s.shard_group // (s.dp * s.cp)  # HSDP narrows both groups alike
         return cls(s.parallel.zero, fp32, grad_bytes(s.training), s.shard_group, max(1, expert_group), gather,
-                   s.reshard_after_forward)
+                   s.reshard_after_forward, s.training.optimizer_dtype == "bf16" and not fp32)
 
 
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
@@ -411,8 +412,20 @@ def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: Sharding) -> 
     rank from its forward to its backward; and one unit's unsharded gradient before its
     reduce-scatter (also ZeRO-2's transient)."""
     # distrib_optimizer.md's table (header): half-precision gradients leave the optimizer an
-    # fp32 copy of them to keep (16 B sharded instead of 12)
-    w_bytes, opt_bytes = (4, 8) if sharding.fp32 else (2, 12 if sharding.grad_bytes == 4 else 16)
+    # fp32 copy of them to keep (16 B instead of 12). The distributed optimizer makes that copy
+    # of its shard only inside the step (distrib_optimizer.py: shard_main_param.grad =
+    # shard_model_grad.float()), after the last backward freed the activations, and train_step
+    # zeroes it before the next forward: at the activation peak its shard holds 12 B.
+    w_bytes, opt_bytes = (4, 8) if sharding.fp32 else (2, 12 if sharding.grad_bytes == 4 or sharding.zero else 16)
+    if sharding.bf16_optimizer:
+        # Apex DistributedFusedAdam with dtype bf16: exp_avg and exp_avg_sq shards in bf16 and no
+        # parameter copy (distributed_fused_adam.py: store_params off when the optimizer's
+        # dtype is the model's)
+        opt_bytes = 4
+    if sharding.gather_bytes == 1:
+        # FP8 parameters (Megatron --fp8-param-gather, TE's Float8Tensor): the parameter buffer
+        # holds one byte per element (param_and_grad_buffer.py: uint8 for quantized parameters)
+        w_bytes = 1
     g_bytes = sharding.grad_bytes
     rows = []
     for stages in _rank_stages(schedule):

@@ -32,8 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 # Bytes per stored activation element: Korthikanti section 4.1 assumes 16-bit activations.
-# fp8 training (Transformer Engine) keeps 16-bit activations between ops and casts only the
-# operands of its linear layers to 8 bits.
+# fp8 training (Transformer Engine) keeps 16-bit activations between ops and casts the
+# operands of its linear layers to 8 bits; what a TE linear saves for its backward is that
+# FP8 copy of its input (`_linear_input_bytes`).
 ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 FP8_BYTES = 1
 MASK_BYTES = 1  # dropout masks are stored as one byte per element (Korthikanti section 4.1)
@@ -230,6 +231,14 @@ def _tp_boundary(d: Dims, into_parallel: bool) -> dict:
     return dict(comm=fwd, bwd_comm=bwd, comm_bytes=full, group="tp")
 
 
+def _linear_input_bytes(d: Dims) -> int:
+    """Bytes per element a transformer layer's linear keeps of its input for the backward:
+    under FP8 the quantized copy it ran on (TransformerEngine v2.9 pytorch/module/linear.py
+    saves `inputmat` after quantizing it; layernorm_mlp.py its FP8 ln_out and act_out), else
+    the 16-bit tensor."""
+    return FP8_BYTES if d.precision == "fp8" else d.ab
+
+
 def _attention(d: Dims) -> list[Op]:
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     rep = b * sl * h / (t if d.sp else 1)  # elements of a replicated (or SP-sharded) activation
@@ -240,7 +249,7 @@ def _attention(d: Dims) -> list[Op]:
         # QKV keeps its input: 2sbh without SP; with SP the sharded input (re-gathered in
         # backward), Korthikanti section 4.2.2. Its outputs Q, K, V are kept too (for QK^T and
         # AV backward): they are booked here because selective recomputation keeps them.
-        _gemm("qkv", d, b * sl, h, q_dim + 2 * kv_dim, act=ab * (rep + b * sl * (q_dim + 2 * kv_dim)),
+        _gemm("qkv", d, b * sl, h, q_dim + 2 * kv_dim, act=_linear_input_bytes(d) * rep + ab * b * sl * (q_dim + 2 * kv_dim),
               **(_cp_ring(d) if d.cp > 1 else {})),
     ]
     if not d.gpt_style:
@@ -249,7 +258,10 @@ def _attention(d: Dims) -> list[Op]:
         ops.append(_elementwise("rope", d, b * sl * (q_dim + kv_dim), kernels=("rope",)))
     ops += _flash_core(d) if d.flash else _unfused_core(d)
     ops += [
-        _gemm("out_proj", d, b * sl, q_dim, h, act=ab * b * sl * q_dim, **_tp_boundary(d, False)),
+        # the attention output: kept 16-bit for the fused attention's backward, and under FP8
+        # once more as the projection's quantized input
+        _gemm("out_proj", d, b * sl, q_dim, h, act=(ab + (FP8_BYTES if d.precision == "fp8" else 0)) * b * sl * q_dim,
+              **_tp_boundary(d, False)),
         _residual("attn_residual", d, rep),
     ]
     return ops
@@ -310,11 +322,11 @@ def _dense_mlp(d: Dims) -> list[Op]:
     up_width = 2 * f if d.gated else f  # swiglu: gate and up GEMMs (fused here)
     return [
         _elementwise("post_norm", d, rep, act=ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
-        _gemm("mlp_up", d, b * sl, h, up_width, act=ab * rep),
+        _gemm("mlp_up", d, b * sl, h, up_width, act=_linear_input_bytes(d) * rep),
         # GeLU / squared ReLU keep their input (2*s*b*ffn); SwiGLU keeps gate and up outputs.
         _elementwise("mlp_act", d, b * sl * up_width, act=ab * b * sl * up_width,
                      passes=3 if d.gated else 2, kernels=_activation(d)),
-        _gemm("mlp_down", d, b * sl, f, h, act=ab * b * sl * f, **_tp_boundary(d, False)),
+        _gemm("mlp_down", d, b * sl, f, h, act=_linear_input_bytes(d) * b * sl * f, **_tp_boundary(d, False)),
         _residual("mlp_residual", d, rep),
     ]
 

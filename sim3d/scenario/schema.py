@@ -204,6 +204,10 @@ class Training(_Strict):
     overlap_param_gather: bool = Field(
         False, validation_alias=AliasChoices("overlap_param_gather", "overlap_param_sync"))
     tp_comm_overlap: bool = Field(False, validation_alias=AliasChoices("tp_comm_overlap", "ub_tp_comm_overlap"))
+    # The optimizer's state: fp32 master weights and Adam moments (Megatron, PyTorch), or bf16
+    # moments on the bf16 weights themselves (Apex DistributedFusedAdam's `dtype: bf16`, as
+    # NeMo 1.x recipes set optim.dtype; it then stores no fp32 copy of the parameters).
+    optimizer_dtype: Literal["fp32", "bf16"] = "fp32"
     # FP8 parameters gathered as FP8 (Megatron's --fp8-param-gather; torchao's
     # enable_fsdp_float8_all_gather): half the bytes of a 16-bit parameter all-gather.
     fp8_param_gather: bool = Field(False, validation_alias=AliasChoices("fp8_param_gather",

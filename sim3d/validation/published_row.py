@@ -206,6 +206,20 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     for key, field in (("overlap_grad_sync", "overlap_grad_reduce"), ("overlap_p2p_comm", "overlap_p2p")):
         if (value := _flag(notes, settings, key, mentioned=True)) is not None:  # else the scenario default
             training[field] = value
+    if "megatron-bridge" in notes.lower():
+        # Megatron-Bridge 25.11's performance configs reduce gradients in bf16
+        # (scripts/performance/configs/llama3/llama3_llm_pretrain.py L46-47, llama31/ and qwen3/
+        # alike @v0.2.0: cfg.ddp.grad_reduce_in_fp32 = False), and FP8 current scaling keeps FP8
+        # parameters (training/mixed_precision.py, bf16_with_fp8_current_scaling_mixed:
+        # fp8_param_gather=True)
+        training["grad_reduce_in_fp32"] = False
+        if "fp8-cs" in notes.lower() and settings.get("precision", "").startswith("fp8"):
+            training["fp8_param_gather"] = True
+    if settings.get("precision", "").startswith("fp8") and re.search(r"\bfp8_params\b", notes):
+        # NeMo 1.x's +model.fp8_params: Transformer Engine keeps the weights in FP8
+        training["fp8_param_gather"] = True
+    if settings.get("optim_dtype") in ("bf16", "bfloat16"):
+        training["optimizer_dtype"] = "bf16"
     if "distributed_fused_adam" in notes:
         # the NeMo 1.x path's optimizer, which those recipes set to reduce in bf16
         # (dgxc-benchmarking nemo_megatron/gpt3_175b_hydra.yaml @35a9aec: optim.grad_sync_dtype: bf16);
@@ -283,19 +297,17 @@ ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _
 
 
 def _recompute_that_fits(raw: dict) -> str:
-    """Recomputation a run that does not say must have used. On the 2021-22 Megatron stack
-    (unfused attention), where full recomputation was the only kind and large models needed
-    it: none if the run fits in its GPUs' memory without it (a run that trained fitted), else
-    full; there Korthikanti's activation formulas, which the memory model reproduces within 3%
-    (validation), decide. On today's stack the recipes' default, none (NeMo and
-    Megatron-Bridge: recompute_granularity None): its fp8 and FSDP memory savings are beyond
-    what the memory model is validated on, and it would wrongly choose full for runs that
-    published their speed without it."""
-    if raw["training"].get("attention_backend") != "unfused":
-        return "none"
+    """Recomputation a run that does not say must have used: the least that fits in its GPUs'
+    memory, since a run that trained fitted. On the 2021-22 Megatron stack (unfused attention)
+    full recomputation was the only kind: none, else full; on today's stack none, selective
+    (Megatron-Core's --recompute-granularity selective), else full."""
     from ..model.memory import fits_in_memory
-    trial = {**raw, "training": {**raw["training"], "recompute": "none"}}
-    return "none" if fits_in_memory(scenario_from_dict(trial), check_schedule=False)[0] else "full"
+    ladder = ("none", "full") if raw["training"].get("attention_backend") == "unfused" else ("none", "selective", "full")
+    for recompute in ladder[:-1]:
+        trial = {**raw, "training": {**raw["training"], "recompute": recompute}}
+        if fits_in_memory(scenario_from_dict(trial), check_schedule=False)[0]:
+            return recompute
+    return ladder[-1]
 
 
 # What a row that leaves a cell empty gets, and why (`read_row` names those a row used):
@@ -379,7 +391,8 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
         raw["parallel"]["vpp"] = 1
     elif recompute is None:
         raw["training"]["recompute"] = _recompute_that_fits(raw)
-        said += ["recompute full assumed (none does not fit in memory)"] if raw["training"]["recompute"] != "none" else []
+        chosen = raw["training"]["recompute"]
+        said += [f"recompute {chosen} assumed (less does not fit in memory)"] if chosen != "none" else []
     return raw, said
 
 
