@@ -9,7 +9,8 @@ One row per executed action, simulated and executed alike, columns TRACE_COLUMNS
 * `microbatch` is -1 where it does not apply; for the bucketed data-parallel kinds
   (DP_REDUCE, PARAM_GATHER) it carries the bucket index, so `DP_REDUCE#3` can be rebuilt.
 * `stream` is the kind's stream (STREAM_OF_KIND); the simulator adds TP_COMM / CP_COMM /
-  EP_COMM rows on the tp / cp / ep streams for the collectives inside a compute action,
+  EP_COMM / DP_COMM rows on the tp / cp / ep / dp streams for the collectives inside a compute
+  action (DP_COMM: a sharded data-parallel unit's parameter gathers and gradient reduce-scatters),
   ending with it.
 * A SEND row spans the transfer on the wire (simulated) or the isend until it is seen
   complete (executed). A RECV row is the same message seen from the receiver: from the
@@ -36,7 +37,7 @@ TRACE_COLUMNS = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "star
 STREAM_OF_KIND = {**{k.value: "compute" for k in (Kind.F, Kind.B, Kind.BI, Kind.BW, Kind.OPT_STEP)},
                   **{k.value: "pp" for k in (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)},
                   Kind.DP_REDUCE.value: "dp", Kind.PARAM_GATHER.value: "dp",
-                  "TP_COMM": "tp", "CP_COMM": "cp", "EP_COMM": "ep"}
+                  "TP_COMM": "tp", "CP_COMM": "cp", "EP_COMM": "ep", "DP_COMM": "dp"}
 
 _INT_COLUMNS = ("rank", "stage", "chunk", "microbatch", "bytes", "peer")
 _FLOAT_COLUMNS = ("start_s", "end_s")

@@ -142,3 +142,88 @@ def test_every_published_run_that_trained_is_predicted_to_fit():
             if not report.fits:
                 refused.append(f"{csv.name} {record['id']}: {report.peak_gib:.1f} GiB > {report.hbm_bytes / 2**30:.0f}")
     assert checked > 100 and not refused, "\n".join(refused)
+
+
+# ---- time: gathers and reduce-scatters inside compute (costs/sharded_dp.py) -----------------
+
+def test_unit_pipeline_closed_forms():
+    from sim3d.costs.sharded_dp import unit_pipeline
+    from sim3d.costs.tp_overlap import COMM_SMS
+    share = COMM_SMS / (132 - COMM_SMS)
+    c, g, r, n = 3.0, 1.0, 0.5, 5
+    assert unit_pipeline([c] * n, [0.0] * n, [0.0] * n, 132) == pytest.approx(n * c)
+    # forward: the first gather exposed, each later one hidden under a unit slowed while it runs
+    assert unit_pipeline([c] * n, [g] * n, [0.0] * n, 132) == pytest.approx(g + (n - 1) * (c + share * g) + c)
+    # gathers longer than compute: the network sets the pace
+    assert unit_pipeline([g] * n, [c] * n, [0.0] * n, 132) == pytest.approx(n * c + g)
+    # backward with reduce-scatters only: the last one is exposed
+    assert unit_pipeline([c] * n, [0.0] * n, [r] * n, 132) == pytest.approx(c + (n - 1) * (c + share * r) + r)
+
+
+def _small(zero, dp_shard=None, **training) -> dict:
+    raw = gpt(dp=16, zero=zero)
+    raw["cluster"] = {"gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 8}
+    raw["model"].update(layers=4, hidden=1024, heads=8, seq_len=1024)
+    raw["training"].update(global_batch=16, **training)
+    if dp_shard is not None:
+        raw["parallel"]["dp_shard"] = dp_shard
+    return raw
+
+
+def test_zero3_step_is_zero1s_compute_plus_the_exposed_unit_collectives_by_hand():
+    """pp 1, one micro-batch: ZeRO-3 replaces ZeRO-1's bucketed reduce-scatter and gather by
+    per-unit gathers (forward and backward) and reduce-scatters (backward), each priced alone
+    here from the group's link and replayed by the one-ahead prefetch rule."""
+    import sim3d
+    from sim3d.cluster.placement import SHARD_AXIS
+    from sim3d.costs.collectives import collective_time
+    from sim3d.costs.sharded_dp import unit_pipeline
+    from sim3d.model.memory import embedding_params, head_params, layer_params
+    from sim3d.model.ops import Dims
+
+    one, three = sim3d.simulate(_small(1)), sim3d.simulate(_small(3))
+    s, costs = three.scenario, three.costs
+    link = costs.topology.group_link(SHARD_AXIS, 0)
+    d = Dims.of(s)
+    params = [embedding_params(d)] + [layer_params(d, False).total] * 4 + [head_params(d, True)]
+    links = dict(zip(("tp", "cp", "ep"), costs._links_of(0)))
+    units = ["embedding"] + ["layer"] * 4 + ["head"]
+    exposed = 0.0
+    for kind, gather, reduce in (("F", True, False), ("B", True, True)):
+        compute = [costs.block(u, kind, links).seconds for u in units]
+        g = [collective_time("all_gather", p * 2, link).seconds if gather else 0.0 for p in params]
+        r = [collective_time("reduce_scatter", p * 4, link).seconds if reduce else 0.0 for p in params]
+        if kind == "B":
+            compute, g, r = compute[::-1], g[::-1], r[::-1]
+        exposed += unit_pipeline(compute, g, r, s.gpu.sms) - sum(compute)
+    assert exposed > 0
+    assert three.step_time == pytest.approx(one.step_time - one.breakdown["dp"] + exposed, rel=1e-9)
+    assert three.breakdown["dp"] == pytest.approx(exposed, rel=1e-9)
+    rows = three.trace[three.trace.kind == "DP_COMM"]
+    assert len(rows) == 2 and set(rows.stream) == {"dp"}
+
+
+def test_hsdp_over_every_rank_is_zero3_and_over_one_rank_is_ddp():
+    import sim3d
+    zero3 = sim3d.simulate(_small(3)).step_time
+    assert sim3d.simulate(_small(3, dp_shard=16)).step_time == zero3
+    ddp = sim3d.simulate(_small(0))
+    replicas = sim3d.simulate(_small(3, dp_shard=1))
+    assert replicas.step_time == pytest.approx(ddp.step_time, rel=1e-12)
+    assert replicas.breakdown["dp"] == pytest.approx(ddp.breakdown["dp"], rel=1e-12)
+    assert zero3 != ddp.step_time
+
+
+def test_an_hsdp_shard_group_inside_a_node_gathers_on_nvlink():
+    import sim3d
+    from sim3d.cluster.placement import REPLICA_AXIS, SHARD_AXIS
+    run = sim3d.simulate(_small(3, dp_shard=8))
+    topo = run.costs.topology
+    assert topo.group_link(SHARD_AXIS, 0).nodes == 1 and topo.group_link(REPLICA_AXIS, 0).size == 2
+    assert run.links.bytes.sum() > 0
+
+
+def test_the_executor_refuses_what_it_does_not_shard():
+    from sim3d.executor import ExecutorRefusal, execute
+    with pytest.raises(ExecutorRefusal, match="parallel.zero=3"):
+        execute(scenario_from_dict(gpt(dp=2, zero=3)), steps=1)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
-from ..cluster.placement import GRADIENT_AXIS
+from ..cluster.placement import GRADIENT_AXIS, SHARD_AXIS
 
 AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": GRADIENT_AXIS}
 LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")
@@ -49,8 +49,11 @@ def gradient_split(costs):
     return split
 
 
-def _axes(stream: str, stage: int, split) -> tuple[tuple[str, float], ...]:
-    """(group axis, share of the row's bytes) a collective row's bytes go over."""
+def _axes(stream: str, stage: int, split, kind: str = "") -> tuple[tuple[str, float], ...]:
+    """(group axis, share of the row's bytes) a collective row's bytes go over: a sharded data-
+    parallel unit's gathers and reduce-scatters (DP_COMM) over its shard group."""
+    if kind == "DP_COMM":
+        return ((SHARD_AXIS, 1.0),)
     if stream == "dp" and split is not None:
         return split(stage)
     return ((AXIS_OF_STREAM[stream], 1.0),)
@@ -74,7 +77,7 @@ def link_traffic(rows, topology, step_time: float, folded: bool, represented: di
             if kind.startswith("SEND"):
                 p2p[(rank, peer)] += nbytes
         elif stream in AXIS_OF_STREAM:
-            for axis, share in _axes(stream, stage, split):
+            for axis, share in _axes(stream, stage, split, kind):
                 sent[(rank, axis)] += nbytes * share
     if folded:  # a simulated rank stands for every rank with its pipeline coordinate
         by_stage = {(placement.coords(rank)["pp"], axis): b for (rank, axis), b in sent.items()}
@@ -155,10 +158,11 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
             stage_of[rank] = placement.coords(rank)["pp"]
         return stage_of[rank]
 
-    def lay(rank, stage, stream, peer):
+    def lay(rank, stage, stream, peer, kind):
         """(link, share of the row's bytes) on the busiest links, for everything the row stands for."""
         pp = pp_of(rank)
-        key = (pp, stream, pp_of(peer) if stream == "pp" else stage) if folded else (rank, stream, peer, stage)
+        unit = kind == "DP_COMM"
+        key = (pp, stream, pp_of(peer) if stream == "pp" else stage, unit) if folded else (rank, stream, peer, stage, unit)
         if key not in laid:
             if stream == "pp":
                 pairs = ([(pipe[pp], pipe[key[2]]) for pipe in pipelines] if folded else
@@ -166,7 +170,7 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                 laid[key] = on_busiest((edge, 1.0) for a, b in pairs for edge in topology.path(a, b))
             else:
                 members = [pipe[pp] for pipe in pipelines] if folded else [rank] + twins.get(rank, [])
-                laid[key] = on_busiest((edge, share * fraction) for axis, fraction in _axes(stream, stage, split)
+                laid[key] = on_busiest((edge, share * fraction) for axis, fraction in _axes(stream, stage, split, kind)
                                        for edge, share in _row_edges(topology, axis, members, folded))
         return laid[key]
 
@@ -174,7 +178,7 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
     for rank, stage, _, _, kind, stream, start, end, nbytes, peer in rows:
         if not nbytes or end <= start or not (stream in AXIS_OF_STREAM or kind.startswith("SEND")):
             continue
-        for link, share in lay(rank, stage, stream, peer):
+        for link, share in lay(rank, stage, stream, peer, kind):
             rate = nbytes * share / (end - start) / named[link][1]
             changes[link] += [(start, rate), (end, -rate)]
     out = {}

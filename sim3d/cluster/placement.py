@@ -26,6 +26,12 @@ from functools import cached_property
 DENSE_AXES = ("tp", "cp", "dp", "pp")
 GRADIENT_AXIS = "dp-cp"
 EXPERT_GRADIENT_AXIS = "edp"  # the ranks holding the same expert shard: its gradients' group
+# Sharded data parallelism over fewer ranks than dp x cp (HSDP): a GRADIENT_AXIS group is cut
+# into shard groups of consecutive members (torchtitan's mesh puts dp_shard inside
+# dp_replicate, parallel_dims.py), and the members at the same place of each shard group
+# replicate one shard.
+SHARD_AXIS = "dp-shard"
+REPLICA_AXIS = "dp-replicate"
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,16 @@ class Placement:
     ep: int = 1
     order: str = "tp-cp-ep-dp-pp"
     etp: int | None = None  # expert tensor parallelism; None: tp
+    shard: int | None = None  # members of a SHARD_AXIS group; None: all dp x cp ranks
 
     @classmethod
     def of(cls, scenario) -> "Placement":
         return cls(scenario.tp, scenario.pp, scenario.dp, scenario.cp, scenario.ep, scenario.parallel.order,
-                   scenario.etp)
+                   scenario.etp, scenario.shard_group)
+
+    @property
+    def shard_group_size(self) -> int:
+        return self.shard or self.gradient_group_size
 
     @cached_property
     def _expert_sizes(self) -> dict[str, int]:
@@ -85,8 +96,9 @@ class Placement:
         """Members of every group along `axis`, without listing one."""
         if axis in DENSE_AXES:
             return getattr(self, axis)
-        return {"ep": self.ep, GRADIENT_AXIS: self.gradient_group_size,
-                EXPERT_GRADIENT_AXIS: self.expert_data_parallel}[axis]
+        return {"ep": self.ep, GRADIENT_AXIS: self.gradient_group_size, EXPERT_GRADIENT_AXIS: self.expert_data_parallel,
+                SHARD_AXIS: self.shard_group_size,
+                REPLICA_AXIS: self.gradient_group_size // self.shard_group_size}[axis]
 
     @property
     def gradient_group_size(self) -> int:
@@ -146,6 +158,12 @@ class Placement:
         if axis == GRADIENT_AXIS:  # cp innermost, as Megatron lists its dp-cp groups
             return [self.rank(tp=c["tp"], pp=c["pp"], dp=f // self.cp, cp=f % self.cp)
                     for f in range(self.dp * self.cp)]
+        if axis in (SHARD_AXIS, REPLICA_AXIS):
+            members = self._list_group(GRADIENT_AXIS, rank)
+            at, shard = members.index(rank), self.shard_group_size
+            if axis == SHARD_AXIS:
+                return members[at - at % shard: at - at % shard + shard]
+            return members[at % shard::shard]
         raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}, "
                          f"{EXPERT_GRADIENT_AXIS}")
 
@@ -160,6 +178,8 @@ class Placement:
             return rank - self._expert_coord(rank, grid) * self._expert_strides[grid]
         if axis == GRADIENT_AXIS:
             return self.rank(tp=c["tp"], pp=c["pp"])
+        if axis in (SHARD_AXIS, REPLICA_AXIS):
+            return self.group(axis, rank)[0]
         raise ValueError(f"unknown axis {axis!r}; expected one of tp, cp, ep, dp, pp, {GRADIENT_AXIS}, "
                          f"{EXPERT_GRADIENT_AXIS}")
 

@@ -180,8 +180,7 @@ class NetworkFlows:
         all-reduce (measured profiles give no phases: 1)."""
         if self.costs.profile is not None or link.nodes < 2:
             return 1.0
-        params = stage_params(self.costs.s, (stage,))
-        nbytes = (params.expert if expert else params.dense) / buckets * self.costs.dp_width(op)
+        nbytes = self.costs.bucket_bytes(op, stage, buckets, expert)
         got = collective_time(COLLECTIVE[op], nbytes, link)
         return got.network_s / got.seconds if got.network_s is not None and got.seconds > 0 else 1.0
 

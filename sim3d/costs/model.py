@@ -14,15 +14,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..model.memory import stage_params, tied_embedding
+from ..model.memory import embedding_params, head_params, layer_params, stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
-from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, Placement
+from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, SHARD_AXIS, Placement
 from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
+from .sharded_dp import unit_pipeline
 from .tp_overlap import Overlap, overlap_plan, overlapped_seconds
 
 def _all_to_all_slowness(link) -> tuple:
@@ -76,9 +77,23 @@ class CostModel:
         return self.s.network_asymmetric
 
     @cached_property
+    def sharded_in_compute(self) -> bool:
+        """Gradients are reduce-scattered unit by unit inside every backward (ZeRO-2, and ZeRO-3
+        resharding after the forward, which also gathers each unit's parameters inside every
+        forward and backward: sharded_dp.py), not in buckets after the last backward. ZeRO-3
+        keeping its parameters gathered (pipelines) gathers once and reduces once per step, in
+        buckets, as the distributed optimizer does."""
+        zero = self.s.parallel.zero
+        return zero == 2 or (zero == 3 and self.s.reshard_after_forward)
+
+    @cached_property
     def gradient_axes(self) -> tuple[tuple[str, bool], ...]:
         """(group axis, expert?) of each gradient reduction a bucket makes: the dense
-        parameters over dp x cp, and an MoE model's experts over their own replicas."""
+        parameters over dp x cp, and an MoE model's experts over their own replicas; with
+        reduce-scatters inside the backward, only HSDP's all-reduce of each shard over its
+        replicas (a group of one, costing nothing, without replicas)."""
+        if self.sharded_in_compute:
+            return ((REPLICA_AXIS, False),)
         if self.s.model.moe is None:
             return ((GRADIENT_AXIS, False),)
         return (GRADIENT_AXIS, False), (EXPERT_GRADIENT_AXIS, True)
@@ -86,7 +101,8 @@ class CostModel:
     @cached_property
     def _folded_links(self):
         # no "pp": a pipeline transfer is priced on its own path (`_transfer`), not as a ring
-        rings = ("tp", "cp") + tuple(axis for axis, _ in self.gradient_axes)
+        rings = ("tp", "cp") + tuple(axis for axis, _ in self.gradient_axes) + (
+            (SHARD_AXIS,) if self.sharded_in_compute else ())
         if not self._degraded:
             return {axis: self.topology.group_link(axis) for axis in rings + ("ep",)}
         links = {axis: self.topology.slowest_group_link(axis) for axis in rings}
@@ -155,10 +171,44 @@ class CostModel:
         """F, B, BI or BW of one micro-batch on a global stage, priced on `rank`'s process
         groups (no straggler slowdown)."""
         links = self._links_of(rank)
-        key = (stage, kind, links)
+        shard = self._link(SHARD_AXIS, rank) if self.sharded_in_compute else None
+        key = (stage, kind, links, shard)
         if key not in self._stage_cache:
-            self._stage_cache[key] = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
+            cost = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
+            if shard is not None and shard.size > 1:
+                cost = cost + self._unit_collectives(stage, kind, shard, dict(zip(("tp", "cp", "ep"), links)))
+            self._stage_cache[key] = cost
         return self._stage_cache[key]
+
+    def _unit_collectives(self, stage: int, kind: str, shard, links: dict) -> ActionCost:
+        """What sharded data parallelism adds to one compute action of a stage: its units'
+        parameter gathers (ZeRO-3: forward, and backward after resharding) and gradient reduce-
+        scatters (backward), pipelined with the units' compute (sharded_dp.unit_pipeline), on
+        the rank's shard group. Exposed: what the action lasts beyond its units' compute."""
+        s, d = self.s, Dims.of(self.s)
+        units = [(self.block("embedding", kind, links), embedding_params(d))] if stage == 0 else []
+        for layer in stage_layer_range(s, stage):
+            moe = is_moe_layer(s, layer)
+            units.append((self.block("moe_layer" if moe else "layer", kind, links), layer_params(d, moe).total))
+        if stage == s.num_stages - 1:
+            units.append((self.block("head", kind, links), head_params(d, stage == 0)))
+        if kind != "F":
+            units.reverse()  # the backward runs the units last to first
+        gathers_params = s.parallel.zero == 3 and kind in ("F", "B", "BI")
+        reduces_grads = kind in ("B", "BW")
+        gather_width = 1 if s.training.fp8_param_gather else ACT_BYTES[s.training.precision]
+        gathers, reduces, wire = [], [], 0.0
+        for _, params in units:
+            g = params * gather_width if gathers_params else 0.0
+            r = params * grad_bytes(s.training) if reduces_grads else 0.0
+            gathers.append(self._collective("all-gather", g, "dp", {"dp": shard}) if g else 0.0)
+            reduces.append(self._collective("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0)
+            wire += (self._wire("all-gather", g, "dp", {"dp": shard}) if g else 0.0) + (
+                self._wire("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0)
+        compute = [cost.seconds for cost, _ in units]
+        together = unit_pipeline(compute, gathers, reduces, self.s.gpu.sms)
+        exposed = max(0.0, together - sum(compute))
+        return ActionCost(exposed, {"dp": sum(gathers) + sum(reduces)}, exposed={"dp": exposed}, wire={"dp": wire})
 
     def _action(self, stage: int, kind: str, links: dict) -> ActionCost:
         s = self.s
@@ -329,8 +379,18 @@ class CostModel:
                                                  expert)) for axis, expert in self.gradient_axes]
 
     def gradient_op(self, what: str) -> str:
-        return "all-gather" if what == "gather" else ("reduce-scatter" if self.s.parallel.distributed_optimizer
-                                                      else "all-reduce")
+        if what == "gather":
+            return "all-gather"
+        sharded = self.s.parallel.distributed_optimizer and not self.sharded_in_compute
+        return "reduce-scatter" if sharded else "all-reduce"
+
+    def bucket_bytes(self, op: str, stage: int, buckets: int, expert: bool) -> float:
+        """The buffer of one bucket's collective: its share of the stage's dense (or expert)
+        parameters at the collective's width; of the rank's shard alone where the gradients
+        were reduce-scattered inside the backward (HSDP's all-reduce over replicas)."""
+        params = stage_params(self.s, (stage,))
+        shard = self.placement.shard_group_size if self.sharded_in_compute else 1
+        return (params.expert if expert else params.dense) / buckets / shard * self.dp_width(op)
 
     def _dp_collective(self, what: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         parts = self.gradient_parts(what, rank, stage, buckets)
@@ -339,8 +399,7 @@ class CostModel:
     def gradient_collective(self, op: str, link, stage: int, buckets: int, expert: bool) -> tuple[float, float]:
         """(seconds, bytes on the wire per member) of one bucket's collective of a stage's dense
         (or expert) parameters on a ring link of their group."""
-        params = stage_params(self.s, (stage,))
-        nbytes = (params.expert if expert else params.dense) / buckets * self.dp_width(op)
+        nbytes = self.bucket_bytes(op, stage, buckets, expert)
         if not nbytes or link.size < 2:
             return 0.0, 0.0
         return self._collective(op, nbytes, "dp", {"dp": link}), self._wire(op, nbytes, "dp", {"dp": link})
@@ -398,7 +457,7 @@ class CostModel:
         count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
         if self.s.parallel.distributed_optimizer:
             p = self.placement
-            count["shard"] = sum(h.dense / p.gradient_group_size + h.expert / p.expert_data_parallel for h in held)
+            count["shard"] = sum(h.dense / p.shard_group_size + h.expert / p.expert_data_parallel for h in held)
         moved = defaultdict(float)
         for nbytes, per in step_bytes(self.s.training).values():
             moved[per] += nbytes * count[per]

@@ -131,6 +131,9 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
                               "(ring attention); run cp > 1 layouts in the simulator only")
     if scenario.model.moe is not None or scenario.ep > 1:
         raise ExecutorRefusal("the executor runs dense models only (model.moe must be null, parallel.ep 1)")
+    if scenario.parallel.zero >= 2 and scenario.dp * scenario.cp > 1:
+        raise ExecutorRefusal(f"parallel.zero={scenario.parallel.zero}: the executor shards the optimizer state at "
+                              "most (zero 0 or 1); run sharded gradients and parameters in the simulator only")
     if steps < 1:
         raise ExecutorRefusal(f"steps must be >= 1, got {steps}")
     if scenario.parallel.sequence_parallel and scenario.model.seq_len % scenario.tp:
