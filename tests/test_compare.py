@@ -2,12 +2,12 @@ import pandas as pd
 import pytest
 
 from sim3d.report.compare import compare_traces
-from sim3d.trace import TRACE_COLUMNS
+from sim3d.trace import TRACE_COLUMNS, TraceRow
 
 
 def row(rank, stage, kind, mb, start, end, chunk=0, stream="compute"):
-    return dict(rank=rank, stage=stage, chunk=chunk, microbatch=mb, kind=kind, stream=stream,
-                start_s=start, end_s=end, bytes=0, peer=-1)
+    return TraceRow(rank=rank, stage=stage, chunk=chunk, microbatch=mb, kind=kind, stream=stream,
+                    start_s=start, end_s=end, bytes=0, peer=-1)
 
 
 def test_folded_sim_against_replicated_real():

@@ -82,15 +82,16 @@ def test_engine_equals_reference_evaluator(name, pp, groups, data):
 def test_arrival_and_rendezvous_tables_end_empty(name, vpp):
     """Every output has exactly one consumer and every rendezvous fills, so once the step is
     over the engine's arrival and rendezvous tables are empty: they hold what is in flight,
-    not the step's history (at full fidelity that history was millions of entries). The V
-    schedules hand outputs to a consumer on the same rank."""
+    not the step's history (at full fidelity that history was millions of entries). So is
+    the trace's table of receives and messages that wait for each other. The V schedules
+    hand outputs to a consumer on the same rank."""
     from sim3d.costs.model import CostModel
     from sim3d.engine.replay import ReplayOptions
     from sim3d.step import step_schedule
 
     engine = Engine(lower(build(name, 4, 8, vpp)), UnitCosts(4, transfer=0.25))
     engine.run()
-    assert engine.arrivals == {} and engine.gathers == {}
+    assert len(engine.arrivals) == 0 and len(engine.rendezvous) == 0 and engine.trace.unmatched == 0
     s = scenario_from_dict({
         "name": "rendezvous", "schedule": name, "model": {"layers": 16, "hidden": 512, "heads": 8, "vocab": 1024,
                                                           "seq_len": 256},
@@ -98,7 +99,8 @@ def test_arrival_and_rendezvous_tables_end_empty(name, vpp):
         "cluster": {"nodes": 1, "gpus_per_node": 8}})
     engine = Engine(step_schedule(s), CostModel(s), ReplayOptions.of(s), full_fidelity=True)
     result = engine.run()
-    assert len(result.ranks) == 8 and engine.arrivals == {} and engine.gathers == {}
+    assert len(result.ranks) == 8 and len(engine.arrivals) == 0 and len(engine.rendezvous) == 0
+    assert engine.trace.unmatched == 0
 
 
 @pytest.mark.parametrize("schedule,vpp,expected", [

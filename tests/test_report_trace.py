@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from sim3d.report.trace import action_token, bubble_by_rank, write_chrome_trace
-from sim3d.trace import TRACE_COLUMNS, check_trace, empty_trace, read_trace_csv, write_trace_csv
+from sim3d.trace import TRACE_COLUMNS, TraceRow, check_trace, empty_trace, read_trace_csv, write_trace_csv
 from sim3d.schedule import build
 from sim3d.schedule.evaluate import evaluate, uniform_costs
 
@@ -30,16 +30,18 @@ def with_comm(df: pd.DataFrame, pp: int) -> pd.DataFrame:
     rows = []
     for r in df.itertuples():
         if r.kind == "F" and r.rank < pp - 1:
-            rows.append((r.rank, r.stage, 0, r.microbatch, "SEND_F", "pp", r.end_s, r.end_s + 1e-4, 1 << 20, r.rank + 1))
-            rows.append((r.rank + 1, r.stage + 1, 0, r.microbatch, "RECV_F", "pp", r.end_s, r.end_s + 1e-4, 1 << 20,
-                         r.rank))
+            rows.append(TraceRow(r.rank, r.stage, 0, r.microbatch, "SEND_F", "pp", r.end_s, r.end_s + 1e-4, 1 << 20,
+                                 r.rank + 1))
+            rows.append(TraceRow(r.rank + 1, r.stage + 1, 0, r.microbatch, "RECV_F", "pp", r.end_s, r.end_s + 1e-4,
+                                 1 << 20, r.rank))
         if r.kind == "B" and r.rank > 0:
-            rows.append((r.rank, r.stage, 0, r.microbatch, "SEND_B", "pp", r.end_s, r.end_s, 1 << 20, r.rank - 1))
-            rows.append((r.rank - 1, r.stage - 1, 0, r.microbatch, "RECV_B", "pp", r.end_s, r.end_s + 2e-4, 1 << 20,
-                         r.rank))
+            rows.append(TraceRow(r.rank, r.stage, 0, r.microbatch, "SEND_B", "pp", r.end_s, r.end_s, 1 << 20,
+                                 r.rank - 1))
+            rows.append(TraceRow(r.rank - 1, r.stage - 1, 0, r.microbatch, "RECV_B", "pp", r.end_s, r.end_s + 2e-4,
+                                 1 << 20, r.rank))
     end = df["end_s"].max()
     for rank in sorted(df["rank"].unique()):
-        rows.append((rank, rank, 0, 0, "DP_REDUCE", "dp", end, end + 0.5, 3 << 33, -1))  # > 2**32 bytes
+        rows.append(TraceRow(rank, rank, 0, 0, "DP_REDUCE", "dp", end, end + 0.5, 3 << 33, -1))  # > 2**32 bytes
     comm = pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
     return pd.concat([df, comm], ignore_index=True)
 
@@ -144,9 +146,9 @@ def test_chrome_trace_structure_units_and_flows(tmp_path):
 
 def test_flows_skip_unmatched_sends_and_pair_in_order(tmp_path):
     rows = [  # two messages of one (src, dst, direction, mb) channel, one send without receive
-        (0, 0, 0, 5, "SEND_F", "pp", 0.0, 0.1, 8, 1), (0, 0, 1, 5, "SEND_F", "pp", 1.0, 1.1, 8, 1),
-        (1, 1, 0, 5, "RECV_F", "pp", 0.2, 0.3, 8, 0), (1, 1, 1, 5, "RECV_F", "pp", 1.2, 1.3, 8, 0),
-        (2, 2, 0, 6, "SEND_F", "pp", 0.0, 0.0, 8, 3),
+        TraceRow(0, 0, 0, 5, "SEND_F", "pp", 0.0, 0.1, 8, 1), TraceRow(0, 0, 1, 5, "SEND_F", "pp", 1.0, 1.1, 8, 1),
+        TraceRow(1, 1, 0, 5, "RECV_F", "pp", 0.2, 0.3, 8, 0), TraceRow(1, 1, 1, 5, "RECV_F", "pp", 1.2, 1.3, 8, 0),
+        TraceRow(2, 2, 0, 6, "SEND_F", "pp", 0.0, 0.0, 8, 3),
     ]
     df = pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
     events = json.loads(write_chrome_trace(df, tmp_path / "f.json").read_text())["traceEvents"]
@@ -174,10 +176,13 @@ def test_bubble_by_rank_interleaved_closed_form():
 
 
 def test_bubble_counts_overlaps_once_and_uses_global_span():
-    rows = [(0, 0, 0, 0, "F", "compute", 0.0, 4.0, 0, -1), (0, 0, 0, 1, "F", "compute", 1.0, 2.0, 0, -1),
-            (0, 0, 0, 2, "F", "compute", 3.0, 6.0, 0, -1), (0, 0, 0, 3, "F", "compute", 8.0, 9.0, 0, -1),
-            (1, 1, 0, 0, "F", "compute", 2.0, 3.0, 0, -1), (1, 1, 0, -1, "DP_REDUCE", "dp", 0.0, 10.0, 0, -1),
-            (2, 2, 0, 0, "RECV_F", "pp", 0.0, 1.0, 0, 1)]
+    rows = [TraceRow(0, 0, 0, 0, "F", "compute", 0.0, 4.0, 0, -1),
+            TraceRow(0, 0, 0, 1, "F", "compute", 1.0, 2.0, 0, -1),
+            TraceRow(0, 0, 0, 2, "F", "compute", 3.0, 6.0, 0, -1),
+            TraceRow(0, 0, 0, 3, "F", "compute", 8.0, 9.0, 0, -1),
+            TraceRow(1, 1, 0, 0, "F", "compute", 2.0, 3.0, 0, -1),
+            TraceRow(1, 1, 0, -1, "DP_REDUCE", "dp", 0.0, 10.0, 0, -1),
+            TraceRow(2, 2, 0, 0, "RECV_F", "pp", 0.0, 1.0, 0, 1)]
     bubbles = bubble_by_rank(pd.DataFrame(rows, columns=list(TRACE_COLUMNS)))
     # span [0, 10]; rank 0 busy = [0, 6] + [8, 9] = 7; rank 1 busy 1; rank 2 has no compute.
     assert bubbles.to_dict() == pytest.approx({0: 0.3, 1: 0.9, 2: 1.0})
@@ -354,7 +359,7 @@ def test_rows_to_frame_builds_the_canonical_table_column_by_column():
     import sim3d
     from sim3d.trace import canonical, rows_to_frame
     rows = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", full_fidelity=True).sim.rows
-    rows = rows + [(3, 1, 0, 2, "SEND_F", "pp", 0.5, 0.75, 7.0, 4)]  # a float byte count casts like canonical()
+    rows = rows + [TraceRow(3, 1, 0, 2, "SEND_F", "pp", 0.5, 0.75, 7.0, 4)]  # a float byte count casts like canonical()
     built = rows_to_frame(rows)
     pd.testing.assert_frame_equal(built, canonical(pd.DataFrame(rows, columns=list(TRACE_COLUMNS))))
     assert len(rows_to_frame([])) == 0 and tuple(rows_to_frame([]).columns) == TRACE_COLUMNS
@@ -369,9 +374,12 @@ def test_bulk_slices_equal_the_row_by_row_ones(monkeypatch):
     from sim3d.trace import rows_to_frame
     pytest.importorskip("pyarrow")
     rows = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", full_fidelity=True).sim.rows + [
-        (0, 0, 1, 3, "DP_REDUCE", "dp", 0.5, 0.6, 1 << 40, -1), (0, 0, 0, 2, "PARAM_GATHER", "dp", 0.5, 0.6, 9, -1),
-        (0, 0, 1, -1, "DP_REDUCE", "dp", 0.7, 0.8, 9, -1), (0, 0, -1, -1, "OPT_STEP", "compute", 0.9, 1.0, 0, -1),
-        (1, 5, 1, 7, "SEND_B", "pp", 0.25, 0.26, 123, 0), (1, 5, 1, 7, "B", "compute", 1e-7, 3e-7, 0, -1)]
+        TraceRow(0, 0, 1, 3, "DP_REDUCE", "dp", 0.5, 0.6, 1 << 40, -1),
+        TraceRow(0, 0, 0, 2, "PARAM_GATHER", "dp", 0.5, 0.6, 9, -1),
+        TraceRow(0, 0, 1, -1, "DP_REDUCE", "dp", 0.7, 0.8, 9, -1),
+        TraceRow(0, 0, -1, -1, "OPT_STEP", "compute", 0.9, 1.0, 0, -1),
+        TraceRow(1, 5, 1, 7, "SEND_B", "pp", 0.25, 0.26, 123, 0),
+        TraceRow(1, 5, 1, 7, "B", "compute", 1e-7, 3e-7, 0, -1)]
     trace = rows_to_frame(rows)
     fast = report_trace.chrome_trace_events(trace)
     monkeypatch.setattr(report_trace, "slice_texts", lambda *args: None)

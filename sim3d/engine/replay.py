@@ -18,7 +18,8 @@ is provably identical is replayed once: TP peers off a straggler's pipeline by T
 and healthy pipelines whose transfers take the same times by one of them, which arrives at
 each data-parallel rendezvous for every rank it stands for. The pipelines in `unfolded` (a
 straggler's) are replayed rank by rank. With `ReplayOptions.flows`, transfers and
-data-parallel buckets are flows on the FlowNetwork instead of fixed durations.
+data-parallel buckets are flows on the FlowNetwork instead of fixed durations: the engine
+picks the transport (transport.py) once, and the ranks never ask which it is.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ import simpy
 
 from ..costs.interface import RankCosts
 from ..schedule.ir import Kind, Schedule
-from ..trace import gc_paused
+from ..trace import TraceRow, gc_paused
 from ..cluster.placement import GRADIENT_AXIS
 from ..trace import rows_to_frame
-from .flow_network import FlowNetwork, NetworkStats
-from .rank_replay import RankReplay
+from .flow_network import NetworkStats
+from .rank_replay import RankReplay, action_plan
+from .replay_state import Arrivals, RankLedger, Rendezvous, TraceRecorder
+from .transport import AnalyticalTransport, FlowTransport
 
 # Where a rank's step time goes, in the order a reader thinks of it. compute: its own work
 # (collectives hidden under it included); recompute: forward work redone in backward;
@@ -53,7 +56,7 @@ class DeadlockError(RuntimeError):
 
 @dataclass
 class SimResult:
-    rows: list[tuple]
+    rows: list[TraceRow]
     step_time: float
     compute_busy: dict[int, float]  # global rank -> seconds of compute
     tp_in_compute: dict[int, float]  # global rank -> seconds of TP/EP collectives inside compute
@@ -93,27 +96,6 @@ class SimResult:
     def comm_exposed_s(self) -> float:
         """Communication the compute stream waits for, on the rank that waits most."""
         return max(self.tp_in_compute[r] + self.p2p_wait[r] + self.dp_tail[r] for r in self.ranks)
-
-
-class _Gather:
-    """A rendezvous of `size` members: fires with the latest arrival value once all arrived,
-    and leaves its table then (full fidelity names millions of them, one at a time)."""
-
-    __slots__ = ("size", "latest", "event", "table", "key")
-
-    def __init__(self, env, size: int, table: dict, key: tuple):
-        self.size, self.latest, self.event = size, float("-inf"), env.event()
-        self.table, self.key = table, key
-
-    def arrive(self, value: float, count: int = 1):
-        """`count` members arrive at `value` (a replayed rank and the ranks it stands for)."""
-        self.size -= count
-        if value > self.latest:
-            self.latest = value
-        if self.size == 0:
-            del self.table[self.key]
-            self.event.succeed(self.latest)
-        return self.event
 
 
 @dataclass(frozen=True)
@@ -157,32 +139,17 @@ class Engine:
         self.represented: dict[int, int] = {}  # rank not replayed -> the replayed rank standing for it
         # replayed rank -> (dp group leader, how many ranks it arrives for there)
         self.dp_stand_ins: dict[int, list[tuple[int, int]]] = {}
-        self._group_keys: dict[tuple[str, int], tuple] = {}
         self.env = simpy.Environment()
-        self.rows: list[tuple] = []
+        self.options = options
         self.buckets = schedule.buckets_per_chunk
-        self.overlap_dp = options.overlap_grad_reduce
-        self.overlap_p2p = options.overlap_p2p
-        self.overlap_param_gather = options.overlap_param_gather
-        self.arrivals: dict[tuple, simpy.Event] = {}
         self.p2p_bytes = round(costs.p2p_bytes)  # of every pipeline message
-        self.action_plans: dict[int, dict] = {}  # pipeline rank -> rank_replay.action_plan
-        self.cost_views: dict[tuple, tuple] = {}  # (rank, stage, kind) -> RankReplay._cost
-        self.channels: dict[tuple, simpy.Resource] = {}  # on the flow network
-        self.channel_free: dict[tuple, float] = {}  # (pipeline, src, dst, direction) -> free again at
-        # RECV rows: (pipeline, stage, mb, kind) -> when posted / the row of a message that came first
-        self.posted: dict[tuple, float] = {}
-        self.delivered: dict[tuple, tuple] = {}
-        self.gathers: dict[tuple, _Gather] = {}
-        self.busy = defaultdict(float)
-        self.tp_busy = defaultdict(float)
-        self.dp_tail = defaultdict(float)
-        self.parts: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.finish: dict[int, float] = {}
-        self._bucket_cost = {}
-        self.waiting: dict[int, tuple] = {}  # rank -> (action index, action) it last waited at
-        self.network = FlowNetwork(self.env, costs.link_capacity) if options.flows else None
-        self._collectives: dict[tuple, simpy.Event] = {}
+        self._action_plans: dict[int, dict] = {}  # pipeline rank -> rank_replay.action_plan
+        # what the simulated ranks share, one owner each (replay_state.py, transport.py)
+        self.arrivals = Arrivals(self.env)
+        self.rendezvous = Rendezvous(self.env, self.placement)
+        self.trace = TraceRecorder()
+        self.transport = FlowTransport(self) if options.flows else AnalyticalTransport(self)
+        self._ledgers: dict[int, RankLedger] = {}  # simulated rank -> its ledger, written by its RankReplay
 
     # ---- who is simulated -------------------------------------------------------------------
     def _pipelines(self) -> list[dict]:
@@ -252,26 +219,30 @@ class Engine:
                 ranks.append(globals_[pp_rank])
                 processes.append(self.env.process(RankReplay(self, pp_rank, globals_, pipe).run()))
         if progress and horizon:
-            self.env.process(self._monitor(len(processes), progress, horizon))
+            self.env.process(self._monitor(self.env.all_of(processes), progress, horizon))
         with gc_paused():  # millions of events and rows, no cycles worth collecting
             self.env.run()
-        missing = [r for r in ranks if r not in self.finish]
+        ledgers = [self._ledgers[r] for r in ranks]
+        missing = [(r, ledger.waiting) for r, ledger in zip(ranks, ledgers) if ledger.finish is None]
         if missing:
-            waiting = "; ".join(f"rank {r} at action {self.waiting[r][0]} ({self.waiting[r][1]})" if r in self.waiting
-                                else f"rank {r}" for r in missing[:8])
+            waiting = "; ".join(f"rank {r} at action {at[0]} ({at[1]})" if at else f"rank {r}" for r, at in missing[:8])
             raise DeadlockError(f"deadlock: the event queue is empty but {len(missing)} rank(s) still wait: "
                                 f"{waiting}")
-        step = max(self.finish.values())
-        events = len(self.rows)
-        return SimResult(self.rows, step, {r: self.busy[r] for r in ranks}, {r: self.tp_busy[r] for r in ranks},
-                         {r: self.parts[r]["pipeline_p2p"] for r in ranks}, {r: self.dp_tail[r] for r in ranks},
-                         events, time.perf_counter() - start, ranks, {r: dict(self.parts[r]) for r in ranks},
-                         dict(self.finish), self.network.stats if self.network else None, dict(self.represented))
+        rows = self.trace.rows
+        return SimResult(rows, max(ledger.finish for ledger in ledgers),
+                         {r: ledger.compute_busy for r, ledger in zip(ranks, ledgers)},
+                         {r: ledger.tp_in_compute for r, ledger in zip(ranks, ledgers)},
+                         {r: ledger.parts["pipeline_p2p"] for r, ledger in zip(ranks, ledgers)},
+                         {r: ledger.dp_tail for r, ledger in zip(ranks, ledgers)},
+                         len(rows), time.perf_counter() - start, ranks,
+                         {r: dict(ledger.parts) for r, ledger in zip(ranks, ledgers)},
+                         {r: ledger.finish for r, ledger in zip(ranks, ledgers)}, self.transport.stats,
+                         dict(self.represented))
 
-    def _monitor(self, ranks: int, progress, horizon: float):
+    def _monitor(self, all_done: simpy.Event, progress, horizon: float):
         """Report progress every hundredth of the expected step; ends with the last rank
         (at most one tick later, which no rank observes)."""
-        while len(self.finish) < ranks and not self._stalled():
+        while not all_done.triggered and not self._stalled():
             yield self.env.timeout(horizon / 100)
             progress(min(self.env.now / horizon, 1.0))
 
@@ -279,47 +250,13 @@ class Engine:
         """Only this monitor is left to run: the ranks still waiting are deadlocked."""
         return self.env.peek() == float("inf")
 
-    def arrival(self, key: tuple) -> simpy.Event:
-        """The event of an output and its one consumer: the first of the two to ask makes it,
-        the second takes it off the table (so the table holds what is in flight, not the step)."""
-        event = self.arrivals.pop(key, None)
-        if event is None:
-            event = self.arrivals[key] = simpy.Event(self.env)
-        return event
+    def ledger(self, rank: int) -> RankLedger:
+        """A new ledger for simulated `rank`, to be written by its RankReplay alone."""
+        ledger = self._ledgers[rank] = RankLedger()
+        return ledger
 
-    def gather(self, key: tuple, size: int) -> _Gather:
-        gather = self.gathers.get(key)
-        if gather is None:
-            gather = self.gathers[key] = _Gather(self.env, size, self.gathers, key)
-        return gather
-
-    def group_key(self, axis: str, rank: int) -> tuple:
-        """(axis, first rank of the group): the rendezvous name, without listing the group
-        (listing it for every rank was O(GPUs^2) at full fidelity)."""
-        key = (axis, rank)
-        if key not in self._group_keys:
-            self._group_keys[key] = (axis, self.placement.group_leader(axis, rank))
-        return self._group_keys[key]
-
-    def collective(self, key: tuple | None, flow) -> simpy.Event:
-        """The end of a group's collective on the flow network: started by the first member
-        that asks (`flow()` gives its flow), shared by the rest (key None: one member asks)."""
-        if key is None:
-            return self.network.transfer(flow())
-        if key not in self._collectives:
-            self._collectives[key] = self.network.transfer(flow())
-        return self._collectives[key]
-
-    def channel(self, key: tuple) -> simpy.Resource:
-        """The (pipeline, src, dst, direction) channel: its messages go one at a time, in order."""
-        if key not in self.channels:
-            self.channels[key] = simpy.Resource(self.env, capacity=1)
-        return self.channels[key]
-
-    def dp_cost(self, what: str, rank: int, stage: int) -> tuple[float, float]:
-        """(seconds, bytes) of one bucket of a stage: "reduce" (gradients) or "gather" (parameters)."""
-        key = (what, rank, stage)
-        if key not in self._bucket_cost:
-            fn = self.costs.dp_reduce if what == "reduce" else self.costs.param_gather
-            self._bucket_cost[key] = fn(rank, stage, self.buckets)
-        return self._bucket_cost[key]
+    def action_plan(self, pp_rank: int) -> dict:
+        """rank_replay.action_plan of a pipeline rank: the same in every pipeline, so derived once."""
+        if pp_rank not in self._action_plans:
+            self._action_plans[pp_rank] = action_plan(self.schedule.stages, pp_rank, self.schedule.ranks[pp_rank])
+        return self._action_plans[pp_rank]

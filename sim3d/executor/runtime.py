@@ -43,7 +43,7 @@ from ..schedule.interpreter import Interpreter
 from ..schedule.ir import BUCKETED, P2P
 from ..schedule.dependencies import input_of
 from ..step import step_schedule
-from ..trace import STREAM_OF_KIND
+from ..trace import STREAM_OF_KIND, TraceRow
 from .gpt import GPTChunk, GPTConfig, activation_shape, sgd_step, token_batch
 from .tensor_parallel import TPContext, all_gather_dim0, reduce_scatter_dim0
 
@@ -132,19 +132,19 @@ class RankRuntime(Interpreter):
         still = []
         for row, work in self.pending:
             if work.is_completed():
-                self.rows[row][7] = self.now()
+                self._end(row)
             else:
                 still.append((row, work))
         self.pending = still
 
     def _wait(self, row: int, work) -> None:
         work.wait(timedelta(seconds=self.spec.timeout_s))
-        if self.rows[row][7] is None:
-            self.rows[row][7] = self.now()
+        if self.rows[row].end_s is None:
+            self._end(row)
         self.pending = [(r, w) for r, w in self.pending if r != row]
 
     # ---- one step ----------------------------------------------------------------------
-    def run_step(self, step: int) -> tuple[list[list], float | None, float]:
+    def run_step(self, step: int) -> tuple[list[TraceRow], float | None, float]:
         s, spec = self.scenario, self.spec
         rows_per_replica = self.m * s.training.micro_batch
         tokens = token_batch(spec.seed, step, s.training.global_batch, self.cfg).to(self.device)
@@ -175,10 +175,15 @@ class RankRuntime(Interpreter):
         return self.rows, self.loss, self.now()
 
     def _row(self, action, stage, chunk, mb, nbytes=0, peer=-1) -> int:
+        """Open the row of an action starting now (end_s None until it is seen complete)."""
         kind = action.kind
-        self.rows.append([self.rank, stage, chunk, mb, kind.value, STREAM_OF_KIND[kind.value], self.now(), None, nbytes,
-                          peer])
+        self.rows.append(TraceRow(self.rank, stage, chunk, mb, kind.value, STREAM_OF_KIND[kind.value], self.now(), None,
+                                  nbytes, peer))
         return len(self.rows) - 1
+
+    def _end(self, row: int, **known) -> None:
+        """Close row `row` now, with what else became `known` (its bytes)."""
+        self.rows[row] = self.rows[row]._replace(end_s=self.now(), **known)
 
     def _run(self, a) -> None:
         """Carry out one action; actions that occupy this rank get a trace row that ends
@@ -192,9 +197,7 @@ class RankRuntime(Interpreter):
             row = self._row(a, self.stages.stage(self.pp_rank, a.chunk), a.chunk,
                             a.bucket if a.kind in BUCKETED else a.mb)
         nbytes = self.dispatch(a)
-        if nbytes:
-            self.rows[row][8] = nbytes
-        self.rows[row][7] = self.now()
+        self._end(row, **({"bytes": nbytes} if nbytes else {}))
 
     # ---- pipeline ------------------------------------------------------------------------
     def _channel(self, a) -> tuple:

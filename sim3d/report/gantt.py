@@ -24,7 +24,7 @@ from matplotlib.patches import Patch, PathPatch
 from matplotlib.path import Path
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
-from ..trace import canonical, trace_columns
+from ..trace import TRACE_COLUMNS, TraceRow, canonical, empty_trace, trace_columns
 from .bubbles import bubble_fractions
 from .figure import artist_inches, fit_text, new_figure, place_axes, save, text_inches, widest
 from .gantt_sizes import SIZES
@@ -55,11 +55,10 @@ def timeline_to_trace(schedule, timeline):
     rows = []
     for (rank, index), (start, end) in sorted(timeline.spans.items(), key=lambda kv: (kv[1][0], kv[0])):
         action = schedule.ranks[rank][index]
-        rows.append((rank, schedule.stage_of(rank, action), action.chunk,
-                     -1 if action.mb is None else action.mb, str(action.kind), "compute",
-                     float(start), float(end), 0, -1))
-    columns = ("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s", "bytes", "peer")
-    return canonical(pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame({c: [] for c in columns}))
+        rows.append(TraceRow(rank, schedule.stage_of(rank, action), action.chunk,
+                             -1 if action.mb is None else action.mb, str(action.kind), "compute",
+                             float(start), float(end), 0, -1))
+    return canonical(pd.DataFrame(rows, columns=list(TRACE_COLUMNS))) if rows else empty_trace()
 
 
 def _shade(rgb, chunk: int, num_chunks: int) -> tuple[float, float, float]:
