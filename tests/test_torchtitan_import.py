@@ -91,3 +91,33 @@ def test_not_toml_is_refused(tmp_path):
     path.write_text("[model\nname=")
     result = CliRunner().invoke(app, ["import", "torchtitan", str(path), "--gpus", "8"])
     assert result.exit_code == 2 and "not TOML" in result.output
+
+
+@pytest.mark.parametrize("parallelism", [
+    {},
+    {"data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 4},
+    {"tensor_parallel_degree": 4, "pipeline_parallel_degree": 4, "data_parallel_shard_degree": 4,
+     "pipeline_parallel_schedule": "Interleaved1F1B", "pipeline_parallel_layers_per_stage": 5,
+     "pipeline_parallel_microbatch_size": 2, "fsdp_reshard_after_forward": "always"},
+])
+def test_export_then_import_gives_the_same_scenario(parallelism):
+    """`run --torchtitan-toml` writes the layout sections; read back over the same model, they
+    make the same scenario."""
+    from sim3d.scenario.torchtitan import to_torchtitan_toml
+    import tomllib
+    config = _config(**({"data_parallel_shard_degree": 8} | parallelism))
+    first = scenario_from_dict(from_torchtitan(config, name="x", gpu="h100-sxm").scenario)
+    exported = tomllib.loads(to_torchtitan_toml(first))
+    again = {**config, **{k: v for k, v in exported.items() if k not in ("model", "quantize")}}
+    again["model"] = {**config["model"], **exported.get("model", {})}
+    second = scenario_from_dict(from_torchtitan(again, name="x", gpu="h100-sxm").scenario)
+    assert second.model_dump() == first.model_dump()
+
+
+def test_export_refuses_what_torchtitan_cannot_shard():
+    from sim3d.scenario.torchtitan import to_torchtitan_toml
+    gpt3 = str(Path(__file__).resolve().parents[1] / "scenarios" / "gpt3.yaml")
+    result = CliRunner().invoke(app, ["run", gpt3, "--set", "parallel.zero=1", "--torchtitan-toml"])
+    assert result.exit_code == 2 and "zero=1" in result.output
+    s = scenario_from_dict(from_torchtitan(_config(data_parallel_shard_degree=8), name="x", gpu="h100-sxm").scenario)
+    assert "data_parallel_shard_degree = 8" in to_torchtitan_toml(s)

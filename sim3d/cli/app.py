@@ -30,6 +30,8 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         strict: bool = typer.Option(False, "--strict", help="Exit 2 when the layout does not fit in memory "
                                     "(the outputs are still written)."),
         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron args."),
+        torchtitan_toml: bool = typer.Option(False, "--torchtitan-toml", help="Also print the layout as the "
+                                             "sections of a torchtitan train config."),
         trace: str = typer.Option("json", "--trace", help="Perfetto trace: json, json.gz or none."),
         pdf: bool = typer.Option(False, "--pdf", help="Also write the Gantt chart as PDF (for papers)."),
         gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column (a paper's text or "
@@ -43,7 +45,15 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
     gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
+    if torchtitan_toml:  # refused before the run when torchtitan cannot express the layout
+        from ..scenario.torchtitan import to_torchtitan_toml
+        try:
+            toml = to_torchtitan_toml(_load(scenario, set_))
+        except ValueError as e:
+            raise BadInput(f"--torchtitan-toml: {e}") from None
     summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf, gantt)
+    if torchtitan_toml and not as_json:
+        out.print("torchtitan train config (layout sections):\n" + toml, highlight=False, markup=False)
     if strict and not summary["fits_in_memory"]:
         raise BadInput(f"--strict: the layout does not fit in memory: {summary['memory_note']}")
 

@@ -193,3 +193,38 @@ def _unmapped(config: dict) -> list[str]:
         known = MAPPED.get(section, set()) | {"dtype", "enable_async_tensor_parallel", "enable_cpu_offload"}
         out += [f"{section}.{key}" for key in body if key not in known]
     return out
+
+
+def to_torchtitan_toml(s) -> str:
+    """The scenario's layout as the sections of a torchtitan train config that set it (the rest of
+    a config, its model and data, stays the user's). ValueError for what torchtitan cannot run:
+    it shards data parallelism with FSDP (zero 3) or replicates it (zero 0), nothing between."""
+    sharded = s.parallel.zero == 3
+    if s.parallel.zero in (1, 2) and s.dp * s.cp > 1:
+        raise ValueError(f"parallel.zero={s.parallel.zero}: torchtitan shards everything (FSDP, zero 3) or "
+                         "nothing (DDP, zero 0)")
+    if s.model.moe is not None:
+        raise ValueError("model.moe: sim3d exports torchtitan configs of dense models only")
+    schedule = next((name for name, (ours, _) in SCHEDULES.items() if ours == s.schedule), None)
+    if s.pp > 1 and schedule is None:
+        raise ValueError(f"schedule {s.schedule}: torchtitan names none of its pipeline schedules so")
+    shard = s.shard_group // s.cp if sharded else 1
+    replicate = s.dp * s.cp // s.shard_group if sharded else s.dp
+    lines = ["[training]", f"local_batch_size = {s.training.global_batch // s.dp}", f"global_batch_size = "
+             f"{s.training.global_batch}", f"seq_len = {s.model.seq_len}", "",
+             "[parallelism]", f"data_parallel_replicate_degree = {replicate}",
+             f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {s.tp}",
+             f"pipeline_parallel_degree = {s.pp}", f"context_parallel_degree = {s.cp}"]
+    if s.pp > 1:
+        lines += [f'pipeline_parallel_schedule = "{schedule}"',
+                  f"pipeline_parallel_microbatch_size = {s.training.micro_batch}"]
+        if s.vpp > 1:
+            lines.append(f"pipeline_parallel_layers_per_stage = {s.model.layers // (s.pp * s.vpp)}")
+    if sharded and s.parallel.reshard_after_forward is not None:
+        lines.append(f'fsdp_reshard_after_forward = "{"always" if s.parallel.reshard_after_forward else "never"}"')
+    lines += ["", "[activation_checkpoint]", f'mode = "{s.training.recompute}"']
+    if s.training.precision == "fp8":
+        lines += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
+                  "[quantize.linear.float8]",
+                  f"enable_fsdp_float8_all_gather = {'true' if s.training.fp8_param_gather else 'false'}"]
+    return "\n".join(lines) + "\n"
