@@ -507,8 +507,9 @@ def _reason(s, rows: list[RankMemory], hbm: float) -> str:
     if states.model_states > hbm:
         return (f"{head}: weights+grads+optimizer alone need {_gib(states.model_states)} GiB > "
                 f"{_gib(hbm)} GiB (weights {_gib(states.weights)}, grads {_gib(states.grads)}, "
-                f"optimizer {_gib(states.optimizer)} GiB on {where}); raise tp/pp or use "
-                f"the distributed optimizer")
+                f"optimizer {_gib(states.optimizer)} GiB on {where}); raise tp/pp or "
+                + ("shard more (parallel.zero 1-3)" if s.parallel.zero < 3 else
+                   f"shard over more ranks (shard groups of {s.shard_group})"))
     parts = {"weights+grads+optimizer": worst.model_states, "activations": worst.activations + worst.other,
              "reserve": worst.reserve}
     top = max(parts, key=parts.get)
