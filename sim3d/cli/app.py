@@ -205,7 +205,8 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
     from ..schedule.evaluate import evaluate, uniform_costs
 
     if vpp is None:
-        vpp = 2 if name in ("interleaved-1f1b", "zbv", "dualpipev") else 1
+        from ..schedule.specs import SCHEDULES
+        vpp = SCHEDULES[name].default_vpp if name in SCHEDULES else 1
     check_schedule_size(pp, microbatches, vpp)
     if csv_path:
         _writable_file(csv_path, "--csv", (".csv",))

@@ -26,6 +26,7 @@ import numpy as np
 from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
+from ..schedule.specs import SCHEDULES
 from .ops import Dims, embedding_dims_ops, grad_bytes, head_dims_ops, is_moe_layer, ops_for
 
 GIB = 2**30
@@ -185,17 +186,14 @@ def _stage_bytes(d: Dims, recompute: str, split: tuple) -> tuple[np.ndarray, np.
     return layers, other
 
 
-# Schedules whose in-flight activations are bounded by a warm-up of at most 2*pp micro-batches
-# (GPipe's grow with m).
-STEADY_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
-
-
 def steady_microbatches(name: str, pp: int, m: int) -> int:
     """Fewer micro-batches with the same live-chunk frontier on every rank: once one of the
-    STEADY_SCHEDULES runs 2*pp micro-batches its warm-up and cool-down are whole and more
+    schedule whose spec is `steady_inflight` (its in-flight activations bounded by a warm-up
+    of at most 2*pp micro-batches; GPipe's grow with m) runs 2*pp micro-batches its warm-up and cool-down are whole and more
     only repeat the steady state (tests/test_memory.py checks every generator). The residue
     mod 2*pp is kept so that each generator's divisibility rules give the same answer."""
-    return 2 * pp + m % (2 * pp) if name in STEADY_SCHEDULES and m >= 4 * pp else m
+    steady = name in SCHEDULES and SCHEDULES[name].steady_inflight
+    return 2 * pp + m % (2 * pp) if steady and m >= 4 * pp else m
 
 
 @lru_cache(maxsize=4096)

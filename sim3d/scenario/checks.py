@@ -7,9 +7,7 @@ from ..cluster.gpus import PRESETS, suggest
 from .limits import GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
 from ..cluster.placement import Placement
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
-V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in V placement
+from ..schedule.specs import SCHEDULES
 AXES = ("tp", "cp", "ep", "dp", "pp")
 
 
@@ -42,7 +40,7 @@ def consistency_problems(s) -> list[str]:
     if s.num_stages > m.layers:
         p.append(f"parallel.pp: pp={par.pp} * vpp={par.vpp} = {s.num_stages} stages exceeds {m.layers} layers")
     elif s.megatron_split:
-        if s.schedule in V_SCHEDULES:
+        if s.schedule in SCHEDULES and SCHEDULES[s.schedule].placement == "v":
             p.append(f"parallel: Megatron's first/last-stage layer options describe the loop placement; "
                      f"schedule {s.schedule} places stages in a V")
         else:
@@ -76,17 +74,9 @@ def consistency_problems(s) -> list[str]:
     if tr.global_batch % unit:
         p.append(f"training.global_batch: {tr.global_batch} is not divisible by micro_batch*dp = "
                  f"{tr.micro_batch}*{s.dp} = {unit}")
-    elif s.schedule == "interleaved-1f1b" and s.num_microbatches % par.pp:
-        p.append(f"training.global_batch: interleaved-1f1b needs num_microbatches % pp == 0, "
-                 f"got {s.num_microbatches} micro-batches for pp={par.pp}")
-    if s.schedule == "interleaved-1f1b" and par.vpp == 1:
-        p.append("parallel.vpp: interleaved-1f1b interleaves vpp > 1 chunks per rank, got vpp=1 (use 1f1b, or set vpp)")
-    if s.schedule in ("gpipe", "1f1b", "zb-h1") and par.vpp != 1:
-        p.append(f"parallel.vpp: schedule {s.schedule} runs one chunk per rank, got vpp={par.vpp} (use interleaved-1f1b)")
-    if s.schedule in V_SCHEDULES and par.vpp != 2:
-        p.append(f"parallel.vpp: schedule {s.schedule} places two chunks per rank in a V, set vpp=2 (got {par.vpp})")
-    if s.schedule == "dualpipev" and tr.global_batch % unit == 0 and s.num_microbatches < 2 * par.pp:
-        p.append(f"training.global_batch: dualpipev needs at least 2*pp={2 * par.pp} micro-batches, got {s.num_microbatches}")
+    if s.schedule in SCHEDULES:
+        microbatches = None if tr.global_batch % unit else s.num_microbatches
+        p += SCHEDULES[s.schedule].layout_problems(par.pp, par.vpp, microbatches)
     key = "tf32" if tr.precision == "fp32" else tr.precision
     if (s.cluster.gpu in PRESETS and getattr(PRESETS[s.cluster.gpu], f"{key}_tflops") is None
             and getattr(s.cluster, f"{key}_tflops") is None):

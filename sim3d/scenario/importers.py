@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from ..schedule.specs import SCHEDULES, megatron_schedule
+
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
 VALUE_FLAGS = {
     "num_layers": "model.layers", "hidden_size": "model.hidden", "num_attention_heads": "model.heads",
@@ -278,7 +280,7 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
             raise ValueError(f"--num-layers-per-virtual-pipeline-stage {virtual}: {layers + accounted} layers do not "
                              f"split into pp={pp} stages of whole {virtual}-layer chunks")
         parallel["vpp"] = (layers + accounted) // (pp * virtual)
-        tree["schedule"] = "interleaved-1f1b" if parallel["vpp"] > 1 else "1f1b"
+        tree["schedule"] = megatron_schedule(parallel["vpp"])
     if _get(tree, "model.vocab") is None:
         tp_pad = 128 * tp
         vocab = -(-GPT2_VOCAB // tp_pad) * tp_pad
@@ -310,12 +312,7 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
 
 
 # Schedules Megatron-LM's own flags cannot ask for, and where they run instead.
-SCHEDULE_ELSEWHERE = {
-    "gpipe": "GPipe is not a Megatron-LM schedule (all forwards, then all backwards)",
-    "zb-h1": "ZB-H1 runs on sail-sg/zero-bubble-pipeline-parallelism's Megatron fork, not Megatron-LM itself",
-    "zbv": "ZB-V runs on sail-sg/zero-bubble-pipeline-parallelism's Megatron fork, not Megatron-LM itself",
-    "dualpipev": "DualPipeV is deepseek-ai/DualPipe's schedule, not a Megatron-LM one",
-}
+SCHEDULE_ELSEWHERE = {name: spec.megatron_elsewhere for name, spec in SCHEDULES.items() if spec.megatron_elsewhere}
 
 
 def to_megatron_args(s) -> list[str]:

@@ -25,12 +25,12 @@ from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
 from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
+from ..schedule.specs import SCHEDULES
 from ..step import dp_buckets_per_chunk
 from ..cluster.topology import Topology
 from .space import Layout, Space
 
 KINDS = ("F", "B", "BI", "BW")
-V_SCHEDULES = ("zbv", "dualpipev")
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ class Estimator:
             costs = costs or self.cost_model(layout, scenario)
             return costs
 
-        v_shape = layout.schedule in V_SCHEDULES
+        spec = SCHEDULES[layout.schedule]
+        v_shape = spec.placement == "v"
         links = self._placed(layout, scenario)[1]
         compute_key = (layout.tp, layout.cp, layout.ep, layout.micro_batch, layout.recompute,
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
@@ -130,7 +131,7 @@ class Estimator:
         p2p = 2 * sum(transfers)
         # a channel between two stages carries each micro-batch once per chunk (interleaved:
         # vpp times); where its messages take longer than the compute, it sets the pace
-        carried = scenario.num_microbatches * (layout.vpp if layout.schedule == "interleaved-1f1b" else 1)
+        carried = scenario.num_microbatches * (layout.vpp if spec.p2p_per_chunk else 1)
         pipeline = max(self._pipeline(layout, scenario.num_microbatches, per_rank), carried * max(transfers, default=0.0))
         states_key = (layout.tp, layout.pp, layout.vpp, v_shape, layout.dp, layout.cp, layout.ep,
                       layout.distributed_optimizer)
@@ -166,14 +167,14 @@ class Estimator:
     def _pipeline(layout: Layout, m: int, per_rank: list[dict]) -> float:
         """The busiest rank's compute plus the schedule's bubble (schedules.md section 7)."""
         pp, vpp = layout.pp, layout.vpp
-        split = layout.schedule in ("zb-h1",) + V_SCHEDULES
-        work = [r["F"] + (r["BI"] + r["BW"] if split else r["B"]) for r in per_rank]
+        spec = SCHEDULES[layout.schedule]
+        work = [r["F"] + (r["BI"] + r["BW"] if spec.split_backward else r["B"]) for r in per_rank]
         busiest, mean = max(work), sum(work) / pp
-        if layout.schedule in ("1f1b", "gpipe"):
+        if spec.bubble_rule == "fill-drain":
             return (m - 1) * busiest + sum(work)
-        if layout.schedule == "interleaved-1f1b":
+        if spec.bubble_rule == "interleaved":
             return m * busiest + (pp - 1) * mean / vpp
-        if layout.schedule == "zb-h1":
+        if spec.bubble_rule == "zb-h1":
             return m * busiest + (pp - 1) * sum(r["F"] + r["BI"] - r["BW"] for r in per_rank) / pp
         # V schedules: unit-cost bubble, a unit being a third of one chunk's F + BI + BW
         return m * busiest + unit_timeline(layout.schedule, pp, m)[0] * mean / (3 * vpp)
@@ -195,7 +196,7 @@ class Estimator:
             return (), (), 1
         buckets = dp_buckets_per_chunk(s)
         stage_map, pipe = _stage_map(layout), costs.placement.pipeline()
-        ranks = range(layout.pp if layout.schedule in V_SCHEDULES else 1)
+        ranks = range(layout.pp if _v_shaped(layout) else 1)
         reduce = tuple(tuple(costs.dp_reduce(pipe[r], stage_map.stage(r, c), buckets)[0] * buckets
                              for c in range(layout.vpp)) for r in ranks)
         gather = tuple(costs.param_gather(pipe[0], stage_map.stage(0, c), buckets)[0] * buckets
@@ -217,7 +218,7 @@ class Estimator:
         if not s.training.overlap_grad_reduce:
             return sum(reduce[0]) + gather_tail
         last_bucket = reduce[0][0] / buckets  # of the first stage: no backward covers it
-        if layout.schedule not in V_SCHEDULES:
+        if not _v_shaped(layout):
             # the first rank runs each chunk's last pp backwards in turn, chunk vpp-1 first
             # (Megatron's interleaved table, schedule/generators.py): chunk c's last backward
             # ends c * pp chunk-backwards before the step does
@@ -238,5 +239,9 @@ class Estimator:
                    for r in range(layout.pp))
 
 
+def _v_shaped(layout: Layout) -> bool:
+    return SCHEDULES[layout.schedule].placement == "v"
+
+
 def _stage_map(layout: Layout) -> StageMap:
-    return StageMap(layout.pp, layout.vpp, "v" if layout.schedule in V_SCHEDULES else "loop")
+    return StageMap(layout.pp, layout.vpp, SCHEDULES[layout.schedule].placement)

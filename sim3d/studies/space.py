@@ -14,8 +14,9 @@ each named so that a search can count what it dropped and why:
   dividing tp*cp*dp (etp, the experts' tensor parallelism, is held at the base scenario's:
   tp unless it names one), or etp apart from tp > 1 without sequence parallelism (Megatron
   asserts it for MoE with TP);
-- `schedule`: a schedule's own rule (interleaved: vpp >= 2 and micro-batches a multiple of
-  pp; zbv / dualpipev: vpp = 2, dualpipev at least 2*pp micro-batches; every schedule but
+- `schedule`: a schedule's own rule (`ScheduleSpec.accepts`, schedule/specs.py: interleaved:
+  vpp >= 2 and micro-batches a multiple of pp; zbv / dualpipev: vpp = 2, dualpipev at least
+  2*pp micro-batches; the planner proposes the specs marked `planned`; every schedule but
   1f1b needs pp > 1, where they are all 1f1b; V schedules do not take Megatron's split
   options; a schedule whose replay exceeds SIM3D_MAX_ACTIONS);
 - `order`: Megatron-LM allows --use-tp-pp-dp-mapping only with cp = ep = 1 (arguments.py);
@@ -41,10 +42,10 @@ from ..errors import ScenarioError
 from ..scenario.checks import AXES
 from ..scenario.schema import Scenario
 from ..cluster.placement import Placement
+from ..schedule.specs import SCHEDULES, planned_schedules
 
 MICRO_BATCHES = tuple(range(1, 9))  # and every divisor of the global batch
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")  # gpipe: 1f1b's time, more memory
 CONTEXT_PARALLEL = (1, 2, 4, 8)
 SWITCHES = (False, True)
 
@@ -82,7 +83,6 @@ TEXT = {"schedule", "recompute", "order"}
 # neighbouring ranks, data-parallel replicas far apart; megatron/training/arguments.py)
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
 PP_DP_ORDER = ORDERS[1]
-V_SCHEDULES = ("zbv", "dualpipev")
 
 
 def _divisors(n: int) -> tuple[int, ...]:
@@ -121,9 +121,9 @@ def parse_choices(fix: list[str], space: list[str]) -> dict[str, tuple]:
                 raise ScenarioError(f"{option} {key}: given twice")
             parts = values.split(",") if many else [values]
             if name == "schedule":
-                unknown = [p for p in parts if p.strip() not in SCHEDULES + ("gpipe",)]
+                unknown = [p for p in parts if p.strip() not in SCHEDULES]
                 if unknown:
-                    raise ScenarioError(f"{option} {key}: unknown schedule {unknown[0]!r}; known: gpipe, "
+                    raise ScenarioError(f"{option} {key}: unknown schedule {unknown[0]!r}; known: "
                                         + ", ".join(SCHEDULES))
             if name == "order" and any(sorted(p.strip().split("-")) != sorted(AXES) for p in parts):
                 raise ScenarioError(f"{option} {key}: a rank order lists each of {', '.join(AXES)} once, joined by '-' "
@@ -168,7 +168,7 @@ class Space:
             "pp": self._stage_counts(),
             "vpp": self._stage_counts(),
             "micro_batch": tuple(sorted(set(MICRO_BATCHES) | set(_divisors(self.base.training.global_batch)))),
-            "schedule": SCHEDULES,
+            "schedule": planned_schedules(),
             "recompute": RECOMPUTE,
             "sequence_parallel": SWITCHES,
             "distributed_optimizer": SWITCHES,
@@ -279,19 +279,14 @@ class Space:
             return "shape"
         if pp == 1:
             return "" if (schedule, vpp) == ("1f1b", 1) else "schedule"
-        if self.base.megatron_split and schedule in V_SCHEDULES:
+        spec = SCHEDULES[schedule]
+        if self.base.megatron_split and spec.placement == "v":
             return "schedule"
         try:
             check_schedule_size(pp, micro, vpp)
         except WorkLimitExceeded:
             return "schedule"
-        if schedule in ("1f1b", "zb-h1", "gpipe"):
-            return "" if vpp == 1 else "schedule"
-        if schedule == "interleaved-1f1b":
-            return "" if vpp >= 2 and micro % pp == 0 else "schedule"
-        if schedule == "zbv":
-            return "" if vpp == 2 else "schedule"
-        return "" if vpp == 2 and micro >= 2 * pp else "schedule"  # dualpipev
+        return "" if spec.accepts(pp, vpp, micro) else "schedule"
 
     def _split_problem(self, pp: int, vpp: int) -> bool:
         """The layers do not split over pp*vpp stages (Megatron's rules when the base scenario

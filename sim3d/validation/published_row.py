@@ -21,6 +21,7 @@ import re
 from ..cluster.gpus import PRESETS, preset_named_in
 from ..scenario.load import scenario_from_dict
 from ..errors import ScenarioError
+from ..schedule.specs import megatron_schedule
 
 
 def _blank(value) -> bool:
@@ -376,7 +377,7 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
                      "zero": zero},
         "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",
                      "precision": _precision(settings, preset_named_in(_text(row.get("gpu"))))},
-        "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
+        "schedule": megatron_schedule(vpp),
         "cluster": _cluster(row, notes),
     }
     if (moe := _moe(row, settings)) is not None:
