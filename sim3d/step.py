@@ -31,9 +31,13 @@ def step_schedule(scenario, buckets_per_chunk: int | None = None) -> Schedule:
     proves a scenario's schedule; this is the hot path of `sim3d run`."""
     compute_only = build(scenario.schedule, scenario.pp, scenario.num_microbatches, scenario.vpp)
     buckets = dp_buckets_per_chunk(scenario) if buckets_per_chunk is None else buckets_per_chunk
-    # ZeRO-3 resharding after the forward gathers each unit inside the next step's forward
-    # (costs/sharded_dp.py), not in buckets after the optimizer step
+    return lower(compute_only, buckets_per_chunk=buckets, param_gather=gathers_after_step(scenario))
+
+
+def gathers_after_step(scenario) -> bool:
+    """Whether updated parameter shards are all-gathered in buckets after the optimizer step:
+    with a sharded optimizer over more than one rank, unless ZeRO-3 resharding after the
+    forward gathers each unit inside the next forward instead (costs/sharded_dp.py)."""
     gathers_in_forward = scenario.parallel.zero == 3 and scenario.reshard_after_forward
-    return lower(compute_only, buckets_per_chunk=buckets,
-                 param_gather=(scenario.parallel.distributed_optimizer and not gathers_in_forward
-                               and max(scenario.dp * scenario.cp, scenario.edp) > 1))
+    return (scenario.parallel.distributed_optimizer and not gathers_in_forward
+            and max(scenario.dp * scenario.cp, scenario.edp) > 1)

@@ -40,7 +40,7 @@ def test_the_space_is_the_product_of_its_dimensions_less_the_documented_exclusio
     dims = dict(tp=[1, 2, 4, 8], cp=[1, 2, 4, 8], ep=[1], pp=_divisors(8), vpp=_divisors(8),
                 mb=sorted(set(range(1, 9)) | set(_divisors(batch))),
                 schedule=["1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"],
-                recompute=["none", "selective", "full"], sp=[False, True], dist=[False, True], overlap=[False, True],
+                recompute=["none", "selective", "full"], sp=[False, True], dist=[0, 1, 2, 3], overlap=[False, True],
                 order=["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])
     expected = 0
     for tp, cp, ep, pp, vpp, mb, schedule, recompute, sp, dist, overlap, order in itertools.product(*dims.values()):
@@ -204,7 +204,7 @@ def _slow_network_case(vpp: int, vocab: int, order: str):
     space = Space(base, 32, {})
     layout = Layout(tp=2, pp=2, dp=8, cp=1, ep=1, vpp=vpp, micro_batch=1,
                     schedule="interleaved-1f1b" if vpp > 1 else "1f1b", recompute="none", sequence_parallel=False,
-                    distributed_optimizer=False, tp_comm_overlap=False, order=order)
+                    zero=0, tp_comm_overlap=False, order=order)
     scenario = space.scenario(layout)
     return Estimator(space).estimate(layout, scenario), simulate(scenario)
 

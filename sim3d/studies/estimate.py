@@ -21,12 +21,12 @@ import numpy as np
 
 from ..costs.model import CostModel
 from ..model.memory import stage_layer_counts, steady_microbatches
-from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
+from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, SHARD_AXIS
 from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
 from ..schedule.specs import SCHEDULES
-from ..step import dp_buckets_per_chunk
+from ..step import gathers_after_step, dp_buckets_per_chunk
 from ..cluster.topology import Topology
 from .space import Layout, Space
 
@@ -93,9 +93,10 @@ class Estimator:
             stride = topology.placement.stride
             links = {}
             experts = (EXPERT_GRADIENT_AXIS,) if scenario.model.moe is not None else ()
-            for axis in ("tp", "cp", "ep", GRADIENT_AXIS) + experts:
+            for axis in ("tp", "cp", "ep", GRADIENT_AXIS, SHARD_AXIS, REPLICA_AXIS) + experts:
                 key = (("link", axis, stride(axis), getattr(layout, axis)) if axis in ("tp", "cp")
-                       else ("link", axis, stride("dp"), layout.dp, stride("cp"), layout.cp) if axis == GRADIENT_AXIS
+                       else ("link", axis, stride("dp"), layout.dp, stride("cp"), layout.cp, scenario.shard_group)
+                       if axis in (GRADIENT_AXIS, SHARD_AXIS, REPLICA_AXIS)
                        else ("link", axis, layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order))
                 links[axis] = self._memo(key, lambda: topology.group_link(axis))
             topology.release_loads()  # the links are priced; the tables behind them are not kept
@@ -134,7 +135,7 @@ class Estimator:
         carried = scenario.num_microbatches * (layout.vpp if spec.p2p_per_chunk else 1)
         pipeline = max(self._pipeline(layout, scenario.num_microbatches, per_rank), carried * max(transfers, default=0.0))
         states_key = (layout.tp, layout.pp, layout.vpp, v_shape, layout.dp, layout.cp, layout.ep,
-                      layout.distributed_optimizer)
+                      layout.zero)
         dp = self._memo(("dp",) + states_key + (layout.order,), lambda: self._dp(layout, scenario, cost_model()))
         dp_tail = self._dp_tail(layout, scenario, dp, per_rank)
         # the placement too: the tied embedding's all-reduce crosses from the first stage to the last
@@ -200,7 +201,7 @@ class Estimator:
         reduce = tuple(tuple(costs.dp_reduce(pipe[r], stage_map.stage(r, c), buckets)[0] * buckets
                              for c in range(layout.vpp)) for r in ranks)
         gather = tuple(costs.param_gather(pipe[0], stage_map.stage(0, c), buckets)[0] * buckets
-                       for c in range(layout.vpp)) if layout.distributed_optimizer else ()
+                       for c in range(layout.vpp)) if gathers_after_step(costs.s) else ()
         return reduce, gather, buckets
 
     @staticmethod

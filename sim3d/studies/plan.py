@@ -109,12 +109,12 @@ def _tier_one(args: tuple) -> list[tuple]:
         scenario = None
         # order and TP overlap change neither what a rank holds nor when
         mem_key = (layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.vpp, layout.micro_batch,
-                   layout.schedule, layout.recompute, layout.sequence_parallel, layout.distributed_optimizer)
+                   layout.schedule, layout.recompute, layout.sequence_parallel, layout.zero)
         if mem_key not in memory:
             scenario = space.scenario(layout)
             # the model states depend on fewer fields: a layout whose states alone overflow
             # rules out every micro-batch, recompute and SP choice with the same states
-            states_key = mem_key[:6] + (layout.schedule, layout.distributed_optimizer)
+            states_key = mem_key[:6] + (layout.schedule, layout.zero)
             if states_key not in states:
                 states[states_key] = model_state_bytes(scenario) + RESERVE_FIXED_BYTES
             memory[mem_key] = _memory_verdict(scenario, states[states_key], hbm)
@@ -313,7 +313,7 @@ def plan_table(result: Plan, top: int):
         if row["error"]:
             table.add_row(str(i + 1), describe(row), row["schedule"], row["recompute"], "", "error", "", "", "", "")
             continue
-        switches = [name for name, on in (("SP", row["sequence_parallel"]), ("DO", row["distributed_optimizer"]),
+        switches = [name for name, on in (("SP", row["sequence_parallel"]), (f"Z{row['zero']}", row["zero"]),
                                           ("TPO", row["tp_comm_overlap"]),
                                           ("pp-dp", row["order"].endswith("pp-dp"))) if on]
         table.add_row(str(i + 1), describe(row).rsplit(" ", 2)[0], row["schedule"], row["recompute"],

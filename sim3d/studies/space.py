@@ -62,7 +62,7 @@ class Layout:
     schedule: str
     recompute: str
     sequence_parallel: bool
-    distributed_optimizer: bool
+    zero: int  # ZeRO stage: what data parallelism shards
     tp_comm_overlap: bool
     order: str
 
@@ -74,10 +74,13 @@ class Layout:
 KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "cp": "parallel.cp", "ep": "parallel.ep",
         "vpp": "parallel.vpp", "micro_batch": "training.micro_batch", "schedule": "schedule",
         "recompute": "training.recompute", "sequence_parallel": "parallel.sequence_parallel",
-        "distributed_optimizer": "parallel.distributed_optimizer", "tp_comm_overlap": "training.tp_comm_overlap",
+        "zero": "parallel.zero", "tp_comm_overlap": "training.tp_comm_overlap",
         "order": "parallel.order"}
 FIELD_OF = {key: name for name, key in KEYS.items()} | {key.split(".")[-1]: name for name, key in KEYS.items()}
-BOOLEAN = {"sequence_parallel", "distributed_optimizer", "tp_comm_overlap"}
+BOOLEAN = {"sequence_parallel", "tp_comm_overlap"}
+# ZeRO stages the planner tries: replicas, then the optimizer state, gradients and parameters
+# sharded over every dp x cp rank (the base scenario's dp_shard, if any, is kept)
+ZERO_STAGES = (0, 1, 2, 3)
 TEXT = {"schedule", "recompute", "order"}
 # Megatron-LM's rank orders: the default, and --use-tp-pp-dp-mapping (pipeline stages on
 # neighbouring ranks, data-parallel replicas far apart; megatron/training/arguments.py)
@@ -171,7 +174,7 @@ class Space:
             "schedule": planned_schedules(),
             "recompute": RECOMPUTE,
             "sequence_parallel": SWITCHES,
-            "distributed_optimizer": SWITCHES,
+            "zero": ZERO_STAGES,
             "tp_comm_overlap": SWITCHES,
             "order": ORDERS,
         }
@@ -203,7 +206,7 @@ class Space:
         dropped = dict.fromkeys(("gpus", "batch", "shape", "schedule", "order", "same run", "fixed dp"), 0)
         out: list[Layout] = []
         rest = 1
-        for key in ("micro_batch", "vpp", "schedule", "recompute", "sequence_parallel", "distributed_optimizer",
+        for key in ("micro_batch", "vpp", "schedule", "recompute", "sequence_parallel", "zero",
                     "tp_comm_overlap", "order"):
             rest *= len(d[key])
         inner = rest // (len(d["micro_batch"]) * len(d["vpp"]) * len(d["schedule"]))
@@ -232,7 +235,7 @@ class Space:
                         dropped[problem] += inner
                         continue
                     for recompute, sp, dist, overlap, order in itertools.product(
-                            d["recompute"], d["sequence_parallel"], d["distributed_optimizer"], d["tp_comm_overlap"],
+                            d["recompute"], d["sequence_parallel"], d["zero"], d["tp_comm_overlap"],
                             d["order"]):
                         if ((sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1 and edp == 1)
                                 or (order != d["order"][0] and (pp == 1 or dp == 1))):
@@ -297,16 +300,10 @@ class Space:
         return megatron_stage_layers(shape)[1] is not None
 
     # ---- a layout as a scenario ---------------------------------------------------------
-    def zero(self, layout: Layout) -> int:
-        """The layout's ZeRO stage: none without the distributed optimizer, else the base
-        scenario's sharding (at least the optimizer state's)."""
-        return max(1, self.base.parallel.zero) if layout.distributed_optimizer else 0
-
     def overrides(self, layout: Layout) -> tuple[str, ...]:
         """The `--set` texts that make `layout` of the base scenario (as `scenario` does)."""
-        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items()
-                     if name != "distributed_optimizer") + (f"parallel.zero={self.zero(layout)}",)
-        gather = self.base.training.overlap_param_gather and layout.distributed_optimizer
+        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items())
+        gather = self.base.training.overlap_param_gather and layout.zero >= 1
         return sets + (f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
                        f"cluster.gpus_per_node={self.gpus_per_node}")
 
@@ -316,10 +313,10 @@ class Space:
         base = self.base
         parallel = base.parallel.model_copy(update={
             "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep, "vpp": layout.vpp,
-            "sequence_parallel": layout.sequence_parallel, "zero": self.zero(layout), "order": layout.order})
+            "sequence_parallel": layout.sequence_parallel, "zero": layout.zero, "order": layout.order})
         training = base.training.model_copy(update={
             "micro_batch": layout.micro_batch, "recompute": layout.recompute, "tp_comm_overlap": layout.tp_comm_overlap,
-            "overlap_param_gather": base.training.overlap_param_gather and layout.distributed_optimizer})
+            "overlap_param_gather": base.training.overlap_param_gather and layout.zero >= 1})
         cluster = base.cluster.model_copy(update={"nodes": self.nodes, "gpus_per_node": self.gpus_per_node})
         s = base.model_copy(update={"parallel": parallel, "training": training, "cluster": cluster,
                                     "schedule": layout.schedule})
