@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim3d.costs.compute import SUSTAINED_CLOCK_FACTOR, ComputeModel, GEMM_PEAK_EFFICIENCY
+from sim3d.cluster.gpus import PRESETS
+from sim3d.costs.compute import ComputeModel
 from sim3d.costs.profile import Profile
 from sim3d.model.ops import head_ops, layer_ops
 from sim3d.scenario.load import scenario_from_dict
@@ -35,8 +36,8 @@ def test_factor_is_the_committed_measurement(gpu, precision):
     run = STUDIES[gpu] / f"sustained_{precision}_8192x8192x8192.json"
     measured = _sustained(run)
     peak = {"bf16": 989.4, "fp8": 1978.9}[precision]
-    factor = SUSTAINED_CLOCK_FACTOR[gpu][precision]
-    assert GEMM_PEAK_EFFICIENCY[gpu][precision] == pytest.approx(MAMF_BURST[gpu, precision], abs=1e-3)
+    factor = PRESETS[gpu].sustained_clock(precision)
+    assert PRESETS[gpu].gemm_burst_efficiency(precision) == pytest.approx(MAMF_BURST[gpu, precision], abs=1e-3)
     assert factor * MAMF_BURST[gpu, precision] * peak == pytest.approx(measured, rel=0.005)
     # and the card really was at its power limit while it ran
     smi = json.loads(run.read_text())["nvidia_smi"]
@@ -56,8 +57,8 @@ def test_derating_slows_tensor_core_kernels_only():
     s = _scenario("h100-sxm")
     derated = ComputeModel(s)
     burst = ComputeModel(s)
-    burst.gpu = dataclasses.replace(s.gpu, name="h100-unmeasured")  # no factor on record
-    burst.gemm_eff = derated.gemm_eff / SUSTAINED_CLOCK_FACTOR["h100-sxm"]["bf16"]
+    burst.gpu = dataclasses.replace(s.gpu, name="h100-unmeasured", sustained_clock_16=1.0)  # no derating
+    burst.gemm_eff = derated.gemm_eff / PRESETS["h100-sxm"].sustained_clock("bf16")
     seen = set()
     for op in layer_ops(s):
         a, b = derated.op_time(op), burst.op_time(op)
@@ -71,7 +72,7 @@ def test_derating_slows_tensor_core_kernels_only():
 
 
 def test_unmeasured_gpus_keep_the_burst_figure():
-    assert ComputeModel(_scenario("a100-80gb")).gemm_eff == GEMM_PEAK_EFFICIENCY["a100-80gb"]["bf16"]
+    assert ComputeModel(_scenario("a100-80gb")).gemm_eff == PRESETS["a100-80gb"].gemm_burst_efficiency("bf16")
 
 
 def test_fp8_profile_rows_price_only_the_te_linears(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,20 @@ class GpuSpec:
     # node): ring, and NVLink SHARP (NVLS, all-reduce only, NVSwitch 3+) where it exists.
     nvlink_ring_busbw: float
     nvlink_nvls_busbw: float | None = None
+    # Per-GPU facts of the compute model (costs/compute.py), cited in MEASURED below. "16" is the
+    # 16-bit tensor-core rate (bf16, or fp16 where there is no bf16); fp8 facts exist exactly
+    # when fp8_tflops does. Required: a preset without one is refused by `check_preset`.
+    gemm_burst_efficiency_16: float | None = field(default=None, kw_only=True)
+    gemm_burst_efficiency_fp8: float | None = field(default=None, kw_only=True)
+    sustained_clock_16: float | None = field(default=None, kw_only=True)
+    sustained_clock_fp8: float | None = field(default=None, kw_only=True)
+    attention_family: str | None = field(default=None, kw_only=True)  # one of ATTENTION_FAMILIES
+
+    def gemm_burst_efficiency(self, precision: str) -> float:
+        return self.gemm_burst_efficiency_fp8 if precision == "fp8" else self.gemm_burst_efficiency_16
+
+    def sustained_clock(self, precision: str) -> float:
+        return self.sustained_clock_fp8 if precision == "fp8" else self.sustained_clock_16
 
     def peak_tflops(self, precision: str) -> float:
         peak = {
@@ -44,7 +58,7 @@ class GpuSpec:
         return peak
 
 
-PRESETS: dict[str, GpuSpec] = {
+_DATASHEETS: dict[str, GpuSpec] = {
     # NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web):
     # BF16/FP16 312 TF, TF32 156 TF, FP32 19.5 TF; 40GB HBM2 at 1,555 GB/s; 108 SMs (NVIDIA
     # A100 whitepaper); NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction.
@@ -94,6 +108,89 @@ PRESETS: dict[str, GpuSpec] = {
     "v100": GpuSpec("v100", None, 125.0, None, 15.7, 125.0, 32.0, 0.9, 1200.0, 100.0, 8, 16, 80, 115.0),
 }
 
+
+# ---- compute-model facts, joined to the datasheets above into one record per preset ----------
+# gemm_burst_efficiency: fraction of the dense tensor-core peak that torch.matmul (cuBLAS)
+# reaches on the best shape of a brute-force search ("maximum achievable matmul FLOPS"):
+# stas00/ml-engineering, compute/accelerator/README.md, MAMF table (mamf-finder.py): A100 SXM
+# bf16 271.2 of 312; H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; H200 fp8 1453.4 of
+# 1979 (bf16 taken as H100's: same SMs and clocks); B200 SXM bf16 1745.0 of 2250, fp8 3432.5 of
+# 4500 (torch 2.7.1+cu128); GB200 bf16 1822.0 of 2500, fp8 3615.6 of 5000 (torch
+# 2.10.0.dev20250916+cu130). XLA's default matmul table agrees for Blackwell (tensorflow/
+# tensorflow third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h @a305421,
+# key sm_100: bf16 4 x 4096^3 at 1670 TFLOP/s). V100: no public MAMF found; 0.75 assumed.
+#
+# sustained_clock: MAMF is a burst figure: the kernels run for well under a second. A training
+# step keeps the tensor cores busy for seconds, the board reaches its power limit, and the SM
+# clock drops (1980 -> ~1390 MHz at 700 W, throttle reason "SW power cap"). Measured here on an
+# H100 SXM5 (calibrate/sustained.py; calibrate/profiles/h100-sxm5-80gb-study/, 2026-11-22):
+# random-data bf16 8192^3 GEMMs sustain 687.6 TFLOP/s (median of the windows after 10 s, two
+# runs: 685, 688) against MAMF's 794.5 burst; FP8 E4M3 8192^3 sustains 1238.8 against 1402.6.
+# Applied to every tensor-core kernel (GEMMs and fused attention); memory-bound kernels keep
+# their rate (the memory clock did not move). H200, measured the same way
+# (calibrate/profiles/h200-study/): 658.6 bf16 against the 794.5 burst taken for it above,
+# 1192.0 FP8 against MAMF's 1453.4. B200 (not measured here): ml-engineering's maximum
+# *sustainable* matmul rate (MSMF, mamf-finder.py after a thermal soak) is 1429 TFLOP/s bf16
+# against its 1745.0 burst; the card draws its 1000 W limit and the SM clock settles near
+# 1450 MHz from its 1965 MHz boost (stas00/ml-engineering, its counting-FLOPs video script,
+# which reads the README's MAMF/MSMF table). Assumed, no measurement found: FP8 drops with the
+# same clock as bf16 (H100's two precisions drop by 13.5% and 11.7%), and GB200, the same die at
+# a 1200 W limit, takes the B200's ratio. A100 and V100: not measured, no derating applied (1.0).
+#
+# attention_family: which published fused-attention figures price its kernels
+# (costs/compute.py): "hopper" (cuDNN on H100, FlashAttention-3 paper; Blackwell keeps Hopper's
+# fractions of the peak; V100 has no table of its own and takes them too) or "ampere"
+# (FlashAttention-2 on A100).
+ATTENTION_FAMILIES = ("hopper", "ampere")
+_B200_SUSTAINED = 1429.0 / 1745.0
+_HOPPER_FACTS = dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,
+                     sustained_clock_16=687.6 / 794.5, sustained_clock_fp8=1238.8 / 1402.6, attention_family="hopper")
+_AMPERE_FACTS = dict(gemm_burst_efficiency_16=0.869, sustained_clock_16=1.0, attention_family="ampere")
+_BLACKWELL_SUSTAINED = dict(sustained_clock_16=_B200_SUSTAINED, sustained_clock_fp8=_B200_SUSTAINED,
+                            attention_family="hopper")
+_COMPUTE_FACTS = {
+    "a100-40gb": _AMPERE_FACTS,
+    "a100-80gb": _AMPERE_FACTS,
+    "h100-sxm": _HOPPER_FACTS,
+    "h200": dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.734,
+                 sustained_clock_16=658.6 / 794.5, sustained_clock_fp8=1192.0 / 1453.4, attention_family="hopper"),
+    "b200": dict(gemm_burst_efficiency_16=1745.0 / 2250.0, gemm_burst_efficiency_fp8=3432.5 / 4500.0,
+                 **_BLACKWELL_SUSTAINED),
+    "gb200": dict(gemm_burst_efficiency_16=1822.0 / 2500.0, gemm_burst_efficiency_fp8=3615.6 / 5000.0,
+                  **_BLACKWELL_SUSTAINED),
+    "h800": _HOPPER_FACTS,  # the same GH100 die, SMs and clocks, and the same 700 W limit
+    "v100": dict(gemm_burst_efficiency_16=0.75, sustained_clock_16=1.0, attention_family="hopper"),
+}
+
+
+def missing_facts(spec: GpuSpec) -> list[str]:
+    """The record's fields the models need that it leaves empty."""
+    needed = ["gemm_burst_efficiency_16", "sustained_clock_16", "attention_family"]
+    if spec.fp8_tflops is not None:
+        needed += ["gemm_burst_efficiency_fp8", "sustained_clock_fp8"]
+    return [name for name in needed if getattr(spec, name) is None]
+
+
+def check_preset(spec: GpuSpec) -> GpuSpec:
+    """Refuse a record that lacks a fact (never a silent default), naming preset and fields."""
+    missing = missing_facts(spec)
+    if missing:
+        raise ValueError(f"GPU preset {spec.name!r} lacks {', '.join(missing)}")
+    if spec.attention_family not in ATTENTION_FAMILIES:
+        raise ValueError(f"GPU preset {spec.name!r}: attention_family {spec.attention_family!r} is not one of "
+                         f"{', '.join(ATTENTION_FAMILIES)}")
+    return spec
+
+
+def register_preset(spec: GpuSpec) -> GpuSpec:
+    PRESETS[spec.name] = check_preset(spec)
+    return spec
+
+
+PRESETS: dict[str, GpuSpec] = {}
+for _name, _spec in _DATASHEETS.items():
+    register_preset(replace(_spec, **_COMPUTE_FACTS.get(_name, {})))
+
 GPU_FIELDS = tuple(f.name for f in fields(GpuSpec) if f.name != "name")
 
 
@@ -128,5 +225,4 @@ def preset_named_in(text: str) -> str | None:
 def gpu_preset(name: str, **overrides) -> GpuSpec:
     if name not in PRESETS:
         raise KeyError(f"unknown GPU preset {name!r}{suggest(name, PRESETS)}; known: {', '.join(PRESETS)}")
-    spec = PRESETS[name]
-    return replace(spec, **{k: v for k, v in overrides.items() if v is not None})
+    return check_preset(replace(PRESETS[name], **{k: v for k, v in overrides.items() if v is not None}))

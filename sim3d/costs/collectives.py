@@ -14,6 +14,7 @@ Simple; and, like NCCL's tuner, take the fastest.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..cluster.topology import GroupLink
@@ -51,7 +52,6 @@ class LowLatencyProtocol:
     name: str
     base_s: float
     step_s: float
-    fraction: float  # of the Simple protocol's bus bandwidth (all-reduce)
     cap: float = float("inf")  # bytes/s of bus bandwidth
 
 
@@ -59,9 +59,9 @@ class LowLatencyProtocol:
 # which NCCL's per-step constants are taken as they are.
 DEFAULT_HOP_LATENCY_S = 2.0e-6
 LOW_LATENCY_PROTOCOLS = (
-    # ring LL: baseLat 6.6 us, NVLink hwLat 0.6 us; busBw / 4 for all-reduce (/3 for one-node
-    # all-gather / reduce-scatter), at most llMaxBw 87.7 GB/s (Ampere and Hopper, one node)
-    LowLatencyProtocol("LL", 6.6e-6, 0.6e-6, 1 / 4, 87.7e9),
+    # ring LL: baseLat 6.6 us, NVLink hwLat 0.6 us; at most llMaxBw 87.7 GB/s (Ampere and
+    # Hopper, one node)
+    LowLatencyProtocol("LL", 6.6e-6, 0.6e-6, 87.7e9),
 )
 # LL128 (baseLat 14 us, hwLat 1.9 us, busBw x 0.92 in the same tuner) is not a candidate: the
 # n_1/2 fit above was made on measured sweeps, so it already holds whatever protocol NCCL chose
@@ -69,22 +69,62 @@ LOW_LATENCY_PROTOCOLS = (
 # collective ~20% faster than that fit and moved the Korthikanti step error from 6.2% to 6.9%.
 
 
-# Megatron's collective names -> nccl-tests' names
-COLLECTIVE = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
-              "all-to-all": "all_to_all"}
+@dataclass(frozen=True)
+class Collective:
+    """Everything the cost model knows about one collective; adding one is one `register_collective`."""
+    name: str  # nccl-tests' name (all_reduce), the key of measured rows and profiles
+    op_name: str | None  # Megatron's spelling in the op graph (all-reduce), None if ops never name it
+    bus_factor: Callable[[int], float]  # nccl-tests PERFORMANCE.md: busbw = algbw * factor(n)
+    ring_steps: Callable[[int], int]  # latency hops of its ring
+    # NCCL's ring LL bus bandwidth as a fraction of Simple's (tuning.cc: busBw / 4 for
+    # all-reduce, / 3 for one-node all-gather / reduce-scatter); None: LL is not priced
+    ll_fraction: float | None
+    # True: also double binary tree, hierarchical and NVLS (NCCL runs them for all-reduce only)
+    reduction_trees: bool = False
+    # True: across nodes every member sends 1/n to each other one at once (all-to-all)
+    pairwise_across_nodes: bool = False
+    aliases: tuple[str, ...] = ()  # other spellings in profiles (allreduce, p2p ...)
 
-BUS_FACTOR = {  # nccl-tests PERFORMANCE.md: busbw = algbw * factor(n)
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "send_recv": lambda n: 1.0,
-}
+
+COLLECTIVES: dict[str, Collective] = {}
+COLLECTIVE: dict[str, str] = {}  # Megatron's names -> nccl-tests' names, kept by register_collective
+
+
+def register_collective(collective: Collective) -> Collective:
+    COLLECTIVES[collective.name] = collective
+    if collective.op_name is not None:
+        COLLECTIVE[collective.op_name] = collective.name
+    return collective
+
+
+def _ring(n: int) -> int:
+    return n - 1
+
+
+for _collective in (
+    Collective("all_reduce", "all-reduce", lambda n: 2 * (n - 1) / n, lambda n: 2 * (n - 1), 1 / 4,
+               reduction_trees=True, aliases=("allreduce",)),
+    Collective("all_gather", "all-gather", lambda n: (n - 1) / n, _ring, 1 / 3, aliases=("allgather",)),
+    Collective("reduce_scatter", "reduce-scatter", lambda n: (n - 1) / n, _ring, 1 / 3,
+               aliases=("reducescatter",)),
+    Collective("all_to_all", "all-to-all", lambda n: (n - 1) / n, _ring, None, pairwise_across_nodes=True,
+               aliases=("alltoall",)),
+    Collective("send_recv", None, lambda n: 1.0, _ring, 1 / 4, aliases=("send", "recv", "p2p", "sendrecv")),
+):
+    register_collective(_collective)
 
 
 def bus_factor(op: str, n: int) -> float:
     """nccl-tests bus-bandwidth factor: busbw = algbw * factor(n)."""
-    return BUS_FACTOR[op](n) if op in BUS_FACTOR else 1.0
+    return COLLECTIVES[op].bus_factor(n) if op in COLLECTIVES else 1.0
+
+
+def collective_named(name: str) -> str | None:
+    """The nccl-tests name a profile's spelling of a collective means, or None."""
+    for collective in COLLECTIVES.values():
+        if name == collective.name or name in collective.aliases:
+            return collective.name
+    return None
 
 
 @dataclass(frozen=True)
@@ -113,15 +153,15 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
     n = link.size
     if n <= 1 or nbytes <= 0:
         return CollectiveTime(0.0, "none")
-    if op not in BUS_FACTOR:
-        raise ValueError(f"unknown collective {op!r}; expected one of {', '.join(BUS_FACTOR)}")
+    if op not in COLLECTIVES:
+        raise ValueError(f"unknown collective {op!r}; expected one of {', '.join(COLLECTIVES)}")
+    coll = COLLECTIVES[op]
     bw = _effective_bw(link)
     moved = _size_penalty(nbytes, link)
-    steps = 2 * (n - 1) if op == "all_reduce" else (n - 1)
-    candidates = [CollectiveTime(steps * link.latency + BUS_FACTOR[op](n) * moved / bw, "ring")]
-    if link.nodes == 1 and op != "all_to_all":
-        candidates += [_low_latency_ring(p, op, nbytes, n, bw, link.intra_latency) for p in LOW_LATENCY_PROTOCOLS]
-    if op == "all_reduce":
+    candidates = [CollectiveTime(coll.ring_steps(n) * link.latency + coll.bus_factor(n) * moved / bw, "ring")]
+    if link.nodes == 1 and coll.ll_fraction is not None:
+        candidates += [_low_latency_ring(p, coll, nbytes, n, bw, link.intra_latency) for p in LOW_LATENCY_PROTOCOLS]
+    if coll.reduction_trees:
         # double binary tree: 2 log2(n) latency hops, each rank moves the buffer twice
         candidates.append(CollectiveTime(2 * math.ceil(math.log2(n)) * link.latency + 2 * moved / bw, "tree"))
         if link.nodes > 1 and link.per_node > 1:
@@ -129,8 +169,8 @@ def collective_time(op: str, nbytes: float, link: GroupLink) -> CollectiveTime:
         if link.nodes == 1 and link.nvls_busbw and n in NVLS_SCALING:
             # NVLink SHARP: the switch reduces; measured busbw by group size (one latency each way)
             nvls = link.nvls_busbw * NVLS_SCALING[n] * (link.bw / link.intra_bw)  # shared links scale it
-            candidates.append(CollectiveTime(2 * link.latency + BUS_FACTOR[op](n) * moved / nvls, "nvls"))
-    if op == "all_to_all" and link.nodes > 1:
+            candidates.append(CollectiveTime(2 * link.latency + coll.bus_factor(n) * moved / nvls, "nvls"))
+    if coll.pairwise_across_nodes and link.nodes > 1:
         # every member sends 1/n of its buffer to each other one at once: the most loaded link,
         # shared with the concurrent groups, sets the pace (Topology.all_to_all_load)
         candidates = [CollectiveTime((n - 1) * link.latency + all_to_all_s_per_byte(link) * nbytes, "pairwise")]
@@ -147,15 +187,13 @@ def all_to_all_s_per_byte(link: GroupLink) -> float:
     return max(link.a2a_network_s / NETWORK_EFFICIENCY, link.a2a_nvlink_s / link.intra_efficiency)
 
 
-def _low_latency_ring(protocol: LowLatencyProtocol, op: str, nbytes: float, n: int, simple_bw: float,
+def _low_latency_ring(protocol: LowLatencyProtocol, coll: Collective, nbytes: float, n: int, simple_bw: float,
                       hop_latency: float) -> CollectiveTime:
     """NCCL's constants hold at the default hop latency; a what-if on the hop latency
     (`cluster.intra_node.latency_us`, or a slower fabric) scales the per-step latency with it."""
-    steps = 2 * (n - 1) if op == "all_reduce" else (n - 1)
-    fraction = 1 / 3 if protocol.name == "LL" and op in ("all_gather", "reduce_scatter") else protocol.fraction
-    bus_bw = min(simple_bw * fraction, protocol.cap)
+    bus_bw = min(simple_bw * coll.ll_fraction, protocol.cap)
     step = protocol.step_s * hop_latency / DEFAULT_HOP_LATENCY_S
-    return CollectiveTime(protocol.base_s + steps * step + BUS_FACTOR[op](n) * nbytes / bus_bw,
+    return CollectiveTime(protocol.base_s + coll.ring_steps(n) * step + coll.bus_factor(n) * nbytes / bus_bw,
                           f"ring {protocol.name}")
 
 

@@ -16,47 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 # ---- GEMMs ----------------------------------------------------------------------------------
-# Fraction of the dense tensor-core peak that torch.matmul (cuBLAS) reaches on the best shape
-# of a brute-force search ("maximum achievable matmul FLOPS"): stas00/ml-engineering,
-# compute/accelerator/README.md, MAMF table (mamf-finder.py): A100 SXM bf16 271.2 of 312;
-# H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; H200 fp8 1453.4 of 1979 (bf16 taken
-# as H100's: same SMs and clocks); B200 SXM bf16 1745.0 of 2250, fp8 3432.5 of 4500 (torch
-# 2.7.1+cu128); GB200 bf16 1822.0 of 2500, fp8 3615.6 of 5000 (torch 2.10.0.dev20250916+cu130).
-# XLA's default matmul table agrees for Blackwell (tensorflow/tensorflow third_party/xla/xla/
-# backends/gpu/cost_model/matmul_interpolator_data.h @a305421, key sm_100: bf16 4 x 4096^3 at
-# 1670 TFLOP/s). V100: no public MAMF found; 0.75 assumed.
-GEMM_PEAK_EFFICIENCY = {  # gpu -> {precision: fraction}
-    "a100-40gb": {"bf16": 0.869}, "a100-80gb": {"bf16": 0.869},
-    "h100-sxm": {"bf16": 0.803, "fp8": 0.709}, "h200": {"bf16": 0.803, "fp8": 0.734},
-    "b200": {"bf16": 1745.0 / 2250.0, "fp8": 3432.5 / 4500.0},
-    "gb200": {"bf16": 1822.0 / 2500.0, "fp8": 3615.6 / 5000.0},
-}
-GEMM_PEAK_EFFICIENCY["h800"] = GEMM_PEAK_EFFICIENCY["h100-sxm"]  # the same GH100 die, SMs and clocks
-ASSUMED_GEMM_EFFICIENCY = 0.75
-# MAMF is a burst figure: the kernels run for well under a second. A training step keeps the
-# tensor cores busy for seconds, the board reaches its power limit, and the SM clock drops
-# (1980 -> ~1390 MHz at 700 W, throttle reason "SW power cap"). Measured here on an H100 SXM5
-# (calibrate/sustained.py; calibrate/profiles/h100-sxm5-80gb-study/, 2026-11-22): random-data
-# bf16 8192^3 GEMMs sustain 687.6 TFLOP/s (median of the windows after 10 s, two runs: 685,
-# 688) against MAMF's 794.5 burst; FP8 E4M3 8192^3 sustains 1238.8 against 1402.6. Applied
-# to every tensor-core kernel (GEMMs and fused attention); memory-bound kernels keep their
-# rate (the memory clock did not move). H200, measured the same way
-# (calibrate/profiles/h200-study/): 658.6 bf16 against the 794.5 burst taken for it above,
-# 1192.0 FP8 against MAMF's 1453.4. B200 (not measured here): ml-engineering's maximum
-# *sustainable* matmul rate (MSMF, mamf-finder.py after a thermal soak) is 1429 TFLOP/s bf16
-# against its 1745.0 burst; the card draws its 1000 W limit and the SM clock settles near
-# 1450 MHz from its 1965 MHz boost (stas00/ml-engineering, its counting-FLOPs video script,
-# which reads the README's MAMF/MSMF table). Assumed, no measurement found: FP8 drops with the
-# same clock as bf16 (H100's two precisions drop by 13.5% and 11.7%), and GB200, the same die at
-# a 1200 W limit, takes the B200's ratio. A100 and V100: not measured, no derating applied.
-_B200_SUSTAINED = 1429.0 / 1745.0
-SUSTAINED_CLOCK_FACTOR = {  # gpu -> {precision: sustained / burst}
-    "h100-sxm": {"bf16": 687.6 / 794.5, "fp8": 1238.8 / 1402.6},
-    "h200": {"bf16": 658.6 / 794.5, "fp8": 1192.0 / 1453.4},
-    "b200": {"bf16": _B200_SUSTAINED, "fp8": _B200_SUSTAINED},
-    "gb200": {"bf16": _B200_SUSTAINED, "fp8": _B200_SUSTAINED},
-}
-SUSTAINED_CLOCK_FACTOR["h800"] = SUSTAINED_CLOCK_FACTOR["h100-sxm"]  # and the same 700 W limit
+# Each GPU's best-shape burst efficiency and sustained-clock factor are facts of its preset
+# record, cited there (cluster/gpus.py).
 # Shape effects (NVIDIA "Matrix Multiplication Background" user's guide, tile and wave
 # quantization): the output is cut into tiles, one per SM at a time; a last partial wave of
 # tiles leaves SMs idle. cuBLAS's large-GEMM tiles on Ampere / Hopper are 128x256 (either
@@ -103,16 +64,10 @@ MEMORY_EFFICIENCY = 0.80
 KERNEL_OVERHEAD_S = 3e-6
 
 
-def sustained_clock_factor(gpu: str, precision: str) -> float:
-    key = "fp8" if precision == "fp8" else "bf16"
-    return SUSTAINED_CLOCK_FACTOR.get(gpu, {}).get(key, 1.0)
-
-
-def gemm_peak_efficiency(gpu: str, precision: str) -> float:
-    """Best-shape GEMM efficiency under sustained load: MAMF's burst figure x the clock the
-    GPU holds at its power limit."""
-    key = "fp8" if precision == "fp8" else "bf16"
-    return GEMM_PEAK_EFFICIENCY.get(gpu, {}).get(key, ASSUMED_GEMM_EFFICIENCY) * sustained_clock_factor(gpu, key)
+def gemm_peak_efficiency(gpu, precision: str) -> float:
+    """Best-shape GEMM efficiency of a GpuSpec under sustained load: MAMF's burst figure x the
+    clock the GPU holds at its power limit."""
+    return gpu.gemm_burst_efficiency(precision) * gpu.sustained_clock(precision)
 
 
 def gemm_shape_efficiency(m: int, n: int, k: int, sms: int, groups: int = 1) -> float:
@@ -135,15 +90,15 @@ def gemm_shape_efficiency(m: int, n: int, k: int, sms: int, groups: int = 1) -> 
     return best
 
 
-def attention_efficiency(gpu: str, direction: str, seq: int, head_dim: int) -> float:
+def attention_efficiency(gpu, direction: str, seq: int, head_dim: int) -> float:
     """Fraction of the 16-bit dense peak a fused causal attention kernel reaches, for a
     kernel over `seq` queries and keys (per context-parallel step)."""
     table = _HOPPER_FWD if direction == "fwd" else _HOPPER_BWD
     hopper = np.interp(math.log2(max(seq, 1)), np.log2(_SEQ), table) / 989.4
-    if gpu.startswith("a100"):
+    if gpu.attention_family == "ampere":
         hopper *= _AMPERE_PEAK[direction] / (table[-1] / 989.4)
     factor = HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
-    return float(hopper * factor * sustained_clock_factor(gpu, "bf16"))
+    return float(hopper * factor * gpu.sustained_clock("bf16"))
 
 
 def _part_shapes(op) -> dict[str, tuple[int, int, int] | None]:
@@ -182,8 +137,8 @@ class ComputeModel:
         self.peak = gpu.peak_tflops(self.precision16) * 1e12
         self.peak_fp8 = gpu.peak_tflops("fp8") * 1e12 if self.precision == "fp8" else None
         self.hbm = gpu.hbm_tbps * 1e12
-        self.gemm_eff = gemm_peak_efficiency(gpu.name, self.precision16)
-        self.gemm_eff_fp8 = gemm_peak_efficiency(gpu.name, "fp8") if self.peak_fp8 else None
+        self.gemm_eff = gemm_peak_efficiency(gpu, self.precision16)
+        self.gemm_eff_fp8 = gemm_peak_efficiency(gpu, "fp8") if self.peak_fp8 else None
         self.profile = profile
         # profile rows: FP8 only for Transformer Engine's linears, 16-bit for everything else
         self.dtype = self.precision16
@@ -250,8 +205,8 @@ class ComputeModel:
         _, sq, _, head_dim = op.attention
         executed = op.fwd_flops * CAUSAL_EXECUTED
         io = op.fwd_bytes / (self.hbm * MEMORY_EFFICIENCY)
-        fwd = max(executed / (self.peak * attention_efficiency(self.gpu.name, "fwd", sq, head_dim)), io)
-        bwd = max(FLASH_BACKWARD_WORK * executed / (self.peak * attention_efficiency(self.gpu.name, "bwd", sq, head_dim)),
+        fwd = max(executed / (self.peak * attention_efficiency(self.gpu, "fwd", sq, head_dim)), io)
+        bwd = max(FLASH_BACKWARD_WORK * executed / (self.peak * attention_efficiency(self.gpu, "bwd", sq, head_dim)),
                   2 * io)
         return OpTime(fwd + KERNEL_OVERHEAD_S, bwd + KERNEL_OVERHEAD_S, 0.0, "analytical")
 
@@ -300,15 +255,15 @@ class ComputeModel:
         if "flash" in op_class:
             return (f"fused causal attention: {CAUSAL_EXECUTED:.0%} of the model FLOPs executed (masked tiles "
                     f"skipped), backward {FLASH_BACKWARD_WORK}x; achieved TFLOP/s by sequence and head dim from "
-                    f"FlashAttention-3 (arXiv:2407.08608) cuDNN figures{', scaled to FA2 on A100' if self.gpu.name.startswith('a100') else ''}"
-                    f" x {sustained_clock_factor(self.gpu.name, 'bf16'):.3f} sustained clock")
+                    f"FlashAttention-3 (arXiv:2407.08608) cuDNN figures{', scaled to FA2 on A100' if self.gpu.attention_family == 'ampere' else ''}"
+                    f" x {self.gpu.sustained_clock('bf16'):.3f} sustained clock")
         if "FP8" in op_class:
             return (f"FP8 GEMMs: {self.peak_fp8 / 1e12:.0f} TFLOP/s x {self.gemm_eff_fp8:.3f} best-shape efficiency "
-                    f"(MAMF burst x {sustained_clock_factor(self.gpu.name, 'fp8'):.3f} sustained clock) x "
+                    f"(MAMF burst x {self.gpu.sustained_clock('fp8'):.3f} sustained clock) x "
                     f"shape; + cast/transpose kernels ({memory}); LM head, attention and norms stay 16-bit")
         if "GEMMs" in op_class or "score matmuls" in op_class:
             return (f"roofline: {self.peak / 1e12:.0f} TFLOP/s x {self.gemm_eff:.3f} best-shape efficiency (MAMF "
-                    f"burst x {sustained_clock_factor(self.gpu.name, self.precision16):.3f} sustained clock) "
+                    f"burst x {self.gpu.sustained_clock(self.precision16):.3f} sustained clock) "
                     f"x wave/tile quantization over {self.gpu.sms} SMs (split-K <= {GEMM_MAX_SPLIT_K}) "
                     f"x k/(k+{GEMM_K_OVERHEAD})")
         return memory

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ScenarioError
-from .collectives import bus_factor
+from .collectives import bus_factor, collective_named
 
 COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
            "dtype", "device", "seconds", "tflops", "gbps"]
@@ -51,9 +51,6 @@ _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "tf32": "fp32",
 _OP_ALIASES = {"layer_norm": "layernorm", "rms_norm": "rmsnorm", "residual": "add",
                "residual_add": "add", "silu_mul": "swiglu", "ce": "cross_entropy",
                "sdpa": "attention", "flash_attention": "attention", "core_attention": "attention"}
-_COLL_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-                 "alltoall": "all_to_all", "send": "send_recv", "recv": "send_recv", "p2p": "send_recv",
-                 "sendrecv": "send_recv", "send_recv": "send_recv"}
 _NEAREST = 4
 
 
@@ -250,7 +247,7 @@ class Profile:
     def collective_seconds(self, op: str, nbytes: float, group_size: int) -> float | None:
         """Seconds of a collective moving ``nbytes`` (nccl-tests size) among ``group_size`` ranks."""
         name = op.lower().replace("-", "_")
-        name = _COLL_ALIASES.get(name.replace("_", ""), name)
+        name = collective_named(name.replace("_", "")) or name
         key = ("coll", name)
         if key not in self._cache:
             c = self.table[(self.table["kind"] == "collective") & (self.table["op"] == name)]
