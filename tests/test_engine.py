@@ -12,6 +12,7 @@ from sim3d.cluster.placement import Placement
 from sim3d.scenario.load import scenario_from_dict
 from sim3d.schedule import build, lower
 from sim3d.schedule.evaluate import evaluate
+from sim3d.schedule.specs import SCHEDULES
 
 
 class UnitCosts:
@@ -56,11 +57,11 @@ def compute_spans(result):
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"]),
+@given(name=st.sampled_from(list(SCHEDULES)),
        pp=st.integers(1, 8), groups=st.integers(1, 4), data=st.data())
 def test_engine_equals_reference_evaluator(name, pp, groups, data):
-    vpp = {"interleaved-1f1b": data.draw(st.integers(1, 3)), "zbv": 2, "dualpipev": 2}.get(name, 1)
-    m = pp * groups * (2 if name == "dualpipev" else 1)
+    vpp = data.draw(st.integers(1, 3)) if name == "interleaved-1f1b" else SCHEDULES[name].default_vpp
+    m = pp * groups * max(1, SCHEDULES[name].min_microbatches_per_pp)
     transfer = data.draw(st.sampled_from([0.0, 0.25]))
     schedule = lower(build(name, pp, m, vpp))
     costs = UnitCosts(pp, transfer=transfer)

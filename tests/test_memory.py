@@ -9,6 +9,9 @@ from sim3d.model import (GIB, fits_in_memory, layer_activation_bytes, memory_per
                          model_params)
 from sim3d.report.memory_plot import memory_table, plot_memory
 from sim3d.scenario.load import load_scenario, scenario_from_dict
+from sim3d.schedule.specs import SCHEDULES
+
+EVERY_SCHEDULE = [(name, spec.default_vpp) for name, spec in SCHEDULES.items()]
 
 
 def make(layers=4, hidden=256, heads=8, seq=128, vocab=1024, mb=1, gb=4, tp=1, pp=1, cp=1, dp=1, vpp=1,
@@ -204,8 +207,7 @@ def test_plot_and_table(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(schedule=st.sampled_from([("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("zb-h1", 1),
-                                 ("zbv", 2), ("dualpipev", 2), ("gpipe", 1)]),
+@given(schedule=st.sampled_from(EVERY_SCHEDULE + [("interleaved-1f1b", 3)]),
        pp=st.integers(1, 6), rounds=st.integers(1, 4), data=st.data())
 def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds, data):
     """The memory model prices a rank's activation peak from the frontier of its live-chunk
@@ -216,7 +218,7 @@ def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds
     from sim3d.schedule import ScheduleConstraint, build
     from sim3d.schedule.dependencies import activation_changes
     name, vpp = schedule
-    m = rounds * pp * (2 if name == "dualpipev" else 1)
+    m = rounds * pp * max(1, SCHEDULES[name].min_microbatches_per_pp)
     try:
         sched = build(name, pp, m, vpp)
     except ScheduleConstraint:
@@ -236,9 +238,7 @@ def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds
 
 
 @settings(max_examples=40, deadline=None)
-@given(schedule=st.sampled_from([("1f1b", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 3),
-                                 ("interleaved-1f1b", 6), ("interleaved-1f1b", 12), ("zb-h1", 1),
-                                 ("zbv", 2), ("dualpipev", 2), ("gpipe", 1)]),
+@given(schedule=st.sampled_from(EVERY_SCHEDULE + [("interleaved-1f1b", v) for v in (3, 6, 12)]),
        pp=st.integers(1, 8), extra=st.integers(0, 200))
 def test_a_layout_search_may_replay_fewer_micro_batches_with_the_same_peaks(schedule, pp, extra):
     """`steady_microbatches` shortens a long schedule for the layout search's memory model:

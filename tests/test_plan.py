@@ -14,6 +14,7 @@ from sim3d import ScenarioError, simulate
 from sim3d.cli.app import app
 from sim3d.model.memory import memory_report
 from sim3d.scenario.load import scenario_from_dict
+from sim3d.schedule.specs import planned_schedules
 from sim3d.studies.plan import plan
 from sim3d.studies.space import Layout, Space, parse_choices
 
@@ -39,7 +40,7 @@ def test_the_space_is_the_product_of_its_dimensions_less_the_documented_exclusio
     m, batch = base.model, base.training.global_batch
     dims = dict(tp=[1, 2, 4, 8], cp=[1, 2, 4, 8], ep=[1], pp=_divisors(8), vpp=_divisors(8),
                 mb=sorted(set(range(1, 9)) | set(_divisors(batch))),
-                schedule=["1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"],
+                schedule=planned_schedules(),
                 recompute=["none", "selective", "full"], sp=[False, True], dist=[0, 1, 2, 3], overlap=[False, True],
                 order=["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])
     expected = 0

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from sim3d.schedule import (Action, Kind, Schedule, ScheduleConstraint, ScheduleError, StageMap,
                             build, lower, parse_action, prove)
 from sim3d.schedule.evaluate import evaluate, uniform_costs
+from sim3d.schedule.specs import SCHEDULES
 
 pp_s = st.integers(1, 16)
 m_s = st.integers(1, 64)
@@ -224,14 +225,14 @@ def test_gradient_buckets_carry_their_chunk():
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(["1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"]), pp=st.integers(2, 6),
+@given(name=st.sampled_from(list(SCHEDULES)), pp=st.integers(2, 6),
        groups=st.integers(1, 3))
 def test_dependency_rules_are_one_relation(name, pp, groups):
     """input_of and output_to describe the same edges from both ends, for every schedule
     family (V placements included), and every SEND goes where output_to says."""
     from sim3d.schedule.dependencies import input_of, output_to
     m = pp * groups * 2
-    vpp = 2 if name in ("interleaved-1f1b", "zbv", "dualpipev") else 1
+    vpp = SCHEDULES[name].default_vpp
     lowered = lower(build(name, pp, m, vpp))
     stages = lowered.stages
     edges_in, edges_out = set(), set()
@@ -272,8 +273,7 @@ def test_interpreter_teaches_every_kind_once():
     assert Whole().dispatch(Action(Kind.BI, 0)) is Kind.BI
 
 
-@pytest.mark.parametrize("name,vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2), ("zb-h1", 1), ("zbv", 2),
-                                      ("dualpipev", 2)])
+@pytest.mark.parametrize("name,vpp", [(name, spec.default_vpp) for name, spec in SCHEDULES.items()])
 def test_every_chunk_reduces_its_gradients_once_after_its_last_backward(name, vpp):
     """DualPipeV mixes full backwards (B) with split ones (BI + BW): a chunk's gradients are
     complete after its m-th B or BW, whichever kind each micro-batch used. Lowering once

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from sim3d import simulate
 from sim3d.cli.app import app
 from sim3d.scenario.importers import SCHEDULE_ELSEWHERE
-from sim3d.scenario.load import load_scenario
+from sim3d.scenario.torchtitan import SCHEDULES as TORCHTITAN_SCHEDULES
 from sim3d.schedule import GENERATORS, ScheduleConstraint, build, prove
 from sim3d.schedule.specs import (BUBBLE_RULES, CHUNKS, PLACEMENTS, SCHEDULES, ScheduleSpec, planned_schedules,
                                   register_spec, schedule_spec, unregister_spec)
@@ -118,3 +118,8 @@ def test_a_half_described_spec_is_refused():
     with pytest.raises(ValueError, match="placement 'ring'"):
         ScheduleSpec("half", toy_generator, "ring", "one", split_backward=False, steady_inflight=True,
                      bubble_rule="fill-drain", p2p_per_chunk=False)
+
+
+def test_pytorch_names_agree_with_the_torchtitan_importer():
+    named = {spec.pytorch_name: (name, spec.default_vpp) for name, spec in SCHEDULES.items() if spec.pytorch_name}
+    assert named == TORCHTITAN_SCHEDULES

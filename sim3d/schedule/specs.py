@@ -30,6 +30,9 @@ class ScheduleSpec:
     min_microbatches_per_pp: int = 0
     planned: bool = True  # the planner proposes it
     megatron_elsewhere: str | None = None  # why Megatron-LM's flags cannot ask for it, if not
+    # torch.distributed.pipelining's class, less its "Schedule" prefix (torchtitan's
+    # pipeline_parallel_schedule spelling), where PyTorch has one
+    pytorch_name: str | None = None
 
     def __post_init__(self):
         for field, value, known in (("placement", self.placement, PLACEMENTS), ("chunks", self.chunks, CHUNKS),
@@ -101,18 +104,21 @@ _SAIL_FORK = "runs on sail-sg/zero-bubble-pipeline-parallelism's Megatron fork, 
 for _spec in (
     ScheduleSpec("gpipe", GENERATORS["gpipe"], "loop", "one", split_backward=False, steady_inflight=False,
                  bubble_rule="fill-drain", p2p_per_chunk=False, planned=False,  # 1f1b's time, more memory
+                 pytorch_name="GPipe",
                  megatron_elsewhere="GPipe is not a Megatron-LM schedule (all forwards, then all backwards)"),
     ScheduleSpec("1f1b", GENERATORS["1f1b"], "loop", "one", split_backward=False, steady_inflight=True,
-                 bubble_rule="fill-drain", p2p_per_chunk=False),
+                 bubble_rule="fill-drain", p2p_per_chunk=False, pytorch_name="1F1B"),
     ScheduleSpec("interleaved-1f1b", GENERATORS["interleaved-1f1b"], "loop", "many", split_backward=False,
                  steady_inflight=True, bubble_rule="interleaved", p2p_per_chunk=True,
-                 microbatches_multiple_of_pp=True),
+                 microbatches_multiple_of_pp=True, pytorch_name="Interleaved1F1B"),
     ScheduleSpec("zb-h1", GENERATORS["zb-h1"], "loop", "one", split_backward=True, steady_inflight=True,
                  bubble_rule="zb-h1", p2p_per_chunk=False, megatron_elsewhere="ZB-H1 " + _SAIL_FORK),
     ScheduleSpec("zbv", GENERATORS["zbv"], "v", "two", split_backward=True, steady_inflight=True,
-                 bubble_rule="unit-timeline", p2p_per_chunk=False, megatron_elsewhere="ZB-V " + _SAIL_FORK),
+                 bubble_rule="unit-timeline", p2p_per_chunk=False, megatron_elsewhere="ZB-V " + _SAIL_FORK,
+                 pytorch_name="ZBVZeroBubble"),
     ScheduleSpec("dualpipev", GENERATORS["dualpipev"], "v", "two", split_backward=True, steady_inflight=True,
                  bubble_rule="unit-timeline", p2p_per_chunk=False, min_microbatches_per_pp=2,
-                 megatron_elsewhere="DualPipeV is deepseek-ai/DualPipe's schedule, not a Megatron-LM one"),
+                 megatron_elsewhere="DualPipeV is deepseek-ai/DualPipe's schedule, not a Megatron-LM one",
+                 pytorch_name="DualPipeV"),
 ):
     register_spec(_spec)
