@@ -23,6 +23,7 @@ from .action_cost import ActionCost
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
+from .provenance import ANALYTICAL, PROFILE, ProvenanceRecorder
 from .sharded_dp import unit_pipeline
 from .tp_overlap import Overlap, overlap_plan, overlapped_seconds
 
@@ -59,7 +60,7 @@ class CostModel:
         self.compute_model = ComputeModel(scenario, profile)
         self.profile = profile
         self.folded = folded
-        self.sources: dict[str, set[str]] = defaultdict(set)
+        self.provenance = ProvenanceRecorder()
         self._stage_cache: dict[tuple, ActionCost] = {}
         self._layer_cache: dict[tuple, ActionCost] = {}
         self._p2p_cache: dict[tuple[int, int], float] = {}
@@ -144,9 +145,9 @@ class CostModel:
         if self.profile is not None:
             measured = self.profile.collective_seconds(op, nbytes, link.size)
             if measured is not None:
-                self.sources[f"{group} collectives"].add("profile")
+                self.provenance.record(f"{group} collectives", PROFILE)
                 return measured
-        self.sources[f"{group} collectives"].add("analytical")
+        self.provenance.record(f"{group} collectives", ANALYTICAL)
         return collective_time(op, nbytes, link).seconds
 
     def _wire(self, kind: str, nbytes: float, group: str, links: dict | None) -> float:
@@ -245,7 +246,7 @@ class CostModel:
         bwd = self.profile.block_seconds(block, self._block_shape, dtype, "bwd")
         if fwd is None or bwd is None:
             return None
-        self.sources[f"compute: {block.replace('_', ' ')}s (measured whole)"].add("profile")
+        self.provenance.record(f"compute: {block.replace('_', ' ')}s (measured whole)", PROFILE)
         recompute = self.s.training.recompute
         if kind == "F":
             return ActionCost(fwd)
@@ -269,7 +270,7 @@ class CostModel:
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
         hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}
         for i, op in enumerate(ops):
-            self.sources[f"compute: {_op_class(op)}"].add(times[i].source)
+            self.provenance.record(f"compute: {_op_class(op)}", times[i].source)
             for direction, name, nbytes in (("fwd", op.comm, op.comm_bytes), ("bwd", op.bwd_comm, op.bwd_comm_bytes),
                                             ("regather", op.comm, op.comm_bytes)):
                 key = (i, direction)
@@ -279,7 +280,7 @@ class CostModel:
                 wanted = ("F",) if direction == "fwd" else (("B",) if part == "bwd_weight" else ("B", "BI"))
                 if kind in wanted:
                     hidden[(j, part)] = (self._collective(name, nbytes, op.group, links), how)
-                    self.sources[f"tp overlap: {how.method}"].add("analytical")
+                    self.provenance.record(f"tp overlap: {how.method}", ANALYTICAL)
         total, comm, exposed_comm, recomputed = 0.0, defaultdict(float), defaultdict(float), 0.0
         wire = defaultdict(float)
         for i, op in enumerate(ops):
@@ -353,15 +354,14 @@ class CostModel:
         if self.profile is not None:
             measured = self.profile.collective_seconds("send_recv", self.p2p_bytes, 2)
             if measured is not None:
-                self.sources["pipeline p2p"].add("profile")
+                self.provenance.record("pipeline p2p", PROFILE)
                 return measured
-        self.sources["pipeline p2p"].add("analytical")
+        self.provenance.record("pipeline p2p", ANALYTICAL)
         if not (self.folded and self._degraded):
             return self._transfer(src, dst)
         p = self.placement
         a, b = p.coords(src)["pp"], p.coords(dst)["pp"]
-        pipes = [p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
-        return max(self._transfer(pipe[a], pipe[b]) for pipe in pipes)
+        return max(self._transfer(pipe[a], pipe[b]) for pipe in p.pipelines())
 
     def _transfer(self, a: int, b: int, nbytes: float | None = None, hops: int = 1) -> float:
         """A message of `nbytes` (default a pipeline message) from a to b, `hops` latencies."""
@@ -478,9 +478,13 @@ class CostModel:
         p, c = self.placement, self.placement.coords(rank)
         pipes = [p.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])]
         if self.folded and self._degraded:
-            pipes = [p.pipeline(tp=t, dp=d, cp=k) for d in range(p.dp) for k in range(p.cp) for t in range(p.tp)]
+            pipes = p.pipelines()
         nbytes = self.s.model.vocab * self.s.model.hidden / self.s.tp * grad_bytes(self.s.training)
         return max(self._transfer(pipe[0], pipe[-1], nbytes, hops=2) for pipe in pipes)
+
+    def priced_by_profile(self) -> bool:
+        """Whether any price so far came from the measured profile."""
+        return self.provenance.priced_by_profile()
 
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it comes from) rows for `sim3d run --explain` (explain.py)."""
