@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
-from .costs.model import CostModel
+from .costs.cost_model import CostModel
 from .engine import SimResult
 from .engine import replay_step
 from .engine.run import ranks_replayed
