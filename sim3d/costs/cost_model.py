@@ -16,10 +16,11 @@ from functools import cached_property
 
 from ..model.memory import embedding_params, head_params, layer_params, stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
-from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, SHARD_AXIS, Placement
+from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
+from .buckets import GradientBuckets
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
@@ -57,6 +58,7 @@ class CostModel:
         self.s = scenario
         self.topology = topology or Topology(scenario)
         self.placement: Placement = self.topology.placement
+        self.buckets = GradientBuckets(scenario, self.placement)
         self.compute_model = ComputeModel(scenario, profile)
         self.profile = profile
         self.folded = folded
@@ -77,27 +79,13 @@ class CostModel:
         and paths."""
         return self.s.network_asymmetric
 
-    @cached_property
+    @property
     def sharded_in_compute(self) -> bool:
-        """Gradients are reduce-scattered unit by unit inside every backward (ZeRO-2, and ZeRO-3
-        resharding after the forward, which also gathers each unit's parameters inside every
-        forward and backward: sharded_dp.py), not in buckets after the last backward. ZeRO-3
-        keeping its parameters gathered (pipelines) gathers once and reduces once per step, in
-        buckets, as the distributed optimizer does."""
-        zero = self.s.parallel.zero
-        return zero == 2 or (zero == 3 and self.s.reshard_after_forward)
+        return self.buckets.sharded_in_compute
 
-    @cached_property
+    @property
     def gradient_axes(self) -> tuple[tuple[str, bool], ...]:
-        """(group axis, expert?) of each gradient reduction a bucket makes: the dense
-        parameters over dp x cp, and an MoE model's experts over their own replicas; with
-        reduce-scatters inside the backward, only HSDP's all-reduce of each shard over its
-        replicas (a group of one, costing nothing, without replicas)."""
-        if self.sharded_in_compute:
-            return ((REPLICA_AXIS, False),)
-        if self.s.model.moe is None:
-            return ((GRADIENT_AXIS, False),)
-        return (GRADIENT_AXIS, False), (EXPERT_GRADIENT_AXIS, True)
+        return self.buckets.gradient_axes
 
     @cached_property
     def _folded_links(self):
@@ -379,18 +367,10 @@ class CostModel:
                                                  expert)) for axis, expert in self.gradient_axes]
 
     def gradient_op(self, what: str) -> str:
-        if what == "gather":
-            return "all-gather"
-        sharded = self.s.parallel.distributed_optimizer and not self.sharded_in_compute
-        return "reduce-scatter" if sharded else "all-reduce"
+        return self.buckets.gradient_op(what)
 
     def bucket_bytes(self, op: str, stage: int, buckets: int, expert: bool) -> float:
-        """The buffer of one bucket's collective: its share of the stage's dense (or expert)
-        parameters at the collective's width; of the rank's shard alone where the gradients
-        were reduce-scattered inside the backward (HSDP's all-reduce over replicas)."""
-        params = stage_params(self.s, (stage,))
-        shard = self.placement.shard_group_size if self.sharded_in_compute else 1
-        return (params.expert if expert else params.dense) / buckets / shard * self.dp_width(op)
+        return self.buckets.bucket_bytes(op, stage, buckets, expert)
 
     def _dp_collective(self, what: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         parts = self.gradient_parts(what, rank, stage, buckets)
@@ -403,11 +383,6 @@ class CostModel:
         if not nbytes or link.size < 2:
             return 0.0, 0.0
         return self._collective(op, nbytes, "dp", {"dp": link}), self._wire(op, nbytes, "dp", {"dp": link})
-
-    def dp_width(self, op: str) -> int:
-        """Bytes per element of a data-parallel collective: gradients go at their buffer's
-        width (`grad_bytes`: fp32 in Megatron's default), gathered parameters at theirs."""
-        return ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
 
     def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:  # (seconds, wire bytes)
         return self._dp_collective("reduce", rank, stage, buckets)
