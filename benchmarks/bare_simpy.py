@@ -21,7 +21,7 @@ import time
 
 import simpy
 
-from sim3d.costs.model import CostModel
+from sim3d.costs.cost_model import CostModel
 from sim3d.engine.replay import Engine, ReplayOptions
 from sim3d.trace import gc_paused
 from sim3d.scenario.load import load_scenario

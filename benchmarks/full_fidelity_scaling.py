@@ -18,7 +18,7 @@ import gc
 import math
 
 from bare_simpy import bare
-from sim3d.costs.model import CostModel
+from sim3d.costs.cost_model import CostModel
 from sim3d.engine import replay_step
 from sim3d.scenario.load import load_scenario
 from sim3d.step import step_schedule

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim3d.costs.model import CostModel
+from sim3d.costs.cost_model import CostModel
 from sim3d.costs.profile import Profile
 from sim3d.model.ops import layer_ops
 from sim3d.scenario.load import load_scenario

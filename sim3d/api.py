@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
-from .costs.model import CostModel
+from .costs.cost_model import CostModel
 from .engine import SimResult
 from .engine import replay_step
 from .engine.run import ranks_replayed
@@ -103,7 +103,7 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     if profile is not None:
         from .costs.profile import profile_warnings
         summary["warnings"] += profile_warnings(s, profile)
-    if profile is not None and not any("profile" in used for used in run.costs.sources.values()):
+    if profile is not None and not run.costs.priced_by_profile():
         summary["warnings"].append(f"costs.profile {s.costs.profile} priced none of this scenario's kernels or "
                                    f"collectives (its dtypes: {', '.join(sorted(set(profile.table.dtype)))}); "
                                    "every cost is analytical")

@@ -147,7 +147,7 @@ def test_costs_are_asked_per_global_rank():
     """A slow NIC on node 3 of a tp8 pp2 dp2 layout (one TP group per node; dp pairs nodes
     0-1 for stage 0 and 2-3 for stage 1): exact costs slow only what crosses node 3, folded
     costs price every rank of a stage as the slowest it stands for."""
-    from sim3d.costs.model import CostModel
+    from sim3d.costs.cost_model import CostModel
     base = dict(name="nic", model=dict(layers=8, hidden=2048, heads=16, vocab=32000, seq_len=2048),
                 parallel=dict(tp=8, pp=2, dp=2), training=dict(micro_batch=1, global_batch=8),
                 cluster=dict(gpu="a100-80gb", nodes=4, gpus_per_node=8))

@@ -8,7 +8,7 @@ import pytest
 
 from sim3d.costs.collectives import NETWORK_EFFICIENCY, NVLINK_N_HALF_BYTES, collective_time
 from sim3d.costs.compute import block_shape, gemm_shape_efficiency
-from sim3d.costs.model import CostModel
+from sim3d.costs.cost_model import CostModel
 from sim3d.costs.profile import COLUMNS, Profile
 from sim3d.model.ops import embedding_ops, head_ops, layer_ops
 from sim3d.scenario.load import load_scenario, scenario_from_dict

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim3d.costs.action_cost import ActionCost
-from sim3d.costs.model import CostModel
+from sim3d.costs.cost_model import CostModel
 from sim3d.engine import Engine
 from sim3d.engine import replay_step as simulate
 from sim3d.cluster.placement import Placement
@@ -86,7 +86,7 @@ def test_arrival_and_rendezvous_tables_end_empty(name, vpp):
     not the step's history (at full fidelity that history was millions of entries). So is
     the trace's table of receives and messages that wait for each other. The V schedules
     hand outputs to a consumer on the same rank."""
-    from sim3d.costs.model import CostModel
+    from sim3d.costs.cost_model import CostModel
     from sim3d.engine.replay import ReplayOptions
     from sim3d.step import step_schedule
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim3d.costs.model import CostModel
+from sim3d.costs.cost_model import CostModel
 from sim3d.engine import Engine
 from sim3d.engine.replay import ReplayOptions
 from sim3d.engine.transport import AnalyticalTransport, FlowTransport

@@ -135,7 +135,7 @@ def test_expert_replicas_reduce_their_gradients_even_without_data_parallelism():
     member: a reduce-scatter of the expert bucket ((n-1)/n of it on the wire), a gather of
     the parameters, and an optimizer that shards expert state over the two, as the memory
     model does."""
-    from sim3d.costs.model import CostModel
+    from sim3d.costs.cost_model import CostModel
     from sim3d.costs.optimizer_step import step_bytes
     from sim3d.model.memory import memory_per_rank, stage_params
     from sim3d.step import step_schedule
@@ -162,7 +162,7 @@ def test_expert_gradients_go_over_their_own_replicas(etp, ep):
     """tp 2 x dp 4, ep 2: with etp 2 the expert replicas are the 2 of each TP rank's dp
     index pairs; with etp 1 they are 4 ranks spanning both TP ranks. The expert bucket's
     reduction is priced on that group (its size sets the wire bytes)."""
-    from sim3d.costs.model import CostModel
+    from sim3d.costs.cost_model import CostModel
     from sim3d.model.memory import stage_params
     s = scenario_from_dict(moe(etp=etp, ep=ep, distributed_optimizer=True))
     edp = s.tp * s.dp // (etp * ep)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim3d.costs.model import CostModel
+from sim3d.costs.cost_model import CostModel
 from sim3d.costs.tp_overlap import Overlap, overlapped_seconds
 from sim3d.model import layer_activation_bytes, layer_forward_flops, memory_report
 from sim3d.model.ops import layer_ops

@@ -197,6 +197,15 @@ class Placement:
         """Global ranks of one pipeline, stage 0 first."""
         return [self.rank(tp=tp, pp=s, dp=dp, cp=cp) for s in range(self.pp)]
 
+    def pipeline_coords(self) -> list[dict[str, int]]:
+        """(tp, dp, cp) of every pipeline, dp outermost and tp innermost: one order for every
+        caller, since the engine's process order and the costs' slowest-of-all scans follow it."""
+        return [dict(tp=t, dp=d, cp=c) for d in range(self.dp) for c in range(self.cp) for t in range(self.tp)]
+
+    def pipelines(self) -> list[list[int]]:
+        """Global ranks of every pipeline (each stage 0 first), in `pipeline_coords` order."""
+        return [self.pipeline(**coords) for coords in self.pipeline_coords()]
+
 
 def _dense(c: dict[str, int]) -> dict[str, int]:
     return {a: c[a] for a in DENSE_AXES}

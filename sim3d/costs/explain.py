@@ -5,14 +5,16 @@ from __future__ import annotations
 from ..model.ops import ACT_BYTES, grad_bytes
 from .tp_overlap import COMM_SMS, PIPELINE_SPLITS
 from .optimizer_step import step_bytes
+from .provenance import ANALYTICAL, PROFILE
 
 
 def explain(costs) -> list[tuple[str, str]]:
-    compute = sorted(k for k in costs.sources if k.startswith("compute"))
+    used = costs.provenance.by_what()
+    compute = sorted(k for k in used if k.startswith("compute"))
     rows = [("cluster", costs.topology.describe())]
-    rows += [(key, _describe(costs, key, costs.sources[key])) for key in compute]
-    for key in sorted(k for k in costs.sources if not k.startswith("compute")):
-        rows.append((key, _describe(costs, key, costs.sources[key])))
+    rows += [(key, _describe(costs, key, used[key])) for key in compute]
+    for key in sorted(k for k in used if not k.startswith("compute")):
+        rows.append((key, _describe(costs, key, used[key])))
     if costs.s.costs.network == "flow":
         rows.append(("network", "flow: pipeline transfers, data-parallel buckets and each compute action's "
                      "expert-parallel all-to-alls are flows on their routed links, sharing them max-min fairly "
@@ -41,9 +43,9 @@ def _gradient_width_source(training) -> str:
 
 def _describe(costs, kind: str, sources: set[str]) -> str:
     parts = []
-    if "profile" in sources and costs.profile is not None:
+    if PROFILE in sources and costs.profile is not None:
         parts.append(costs.profile.describe("compute" if kind.startswith("compute") else "collective"))
-    if "analytical" in sources:
+    if ANALYTICAL in sources:
         if kind.startswith("compute"):
             parts.append(costs.compute_model.describe(kind))
         elif kind == "pipeline p2p":

@@ -78,8 +78,7 @@ class NetworkFlows:
     # ---- pipeline transfers ---------------------------------------------------------------
     @cached_property
     def _pipelines(self) -> list[list[int]]:
-        p = self.placement
-        return [p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
+        return self.placement.pipelines()
 
     def transfer(self, src: int, dst: int) -> FlowSpec:
         """The flow of one micro-batch's activation (or gradient) from `src` to `dst`

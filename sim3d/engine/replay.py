@@ -157,7 +157,7 @@ class Engine:
         if not self.full:
             return [dict(tp=0, dp=0, cp=0)]
         if self.unfolded is None:
-            return [dict(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
+            return p.pipeline_coords()
         pipes = [dict(tp=t, dp=d, cp=c) for d, c in sorted(self.unfolded) for t in range(p.tp)]
         for members in self._twin_pipelines():
             d0, c0 = members[0]

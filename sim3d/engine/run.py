@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..costs.model import CostModel
+from ..costs.cost_model import CostModel
 from ..schedule import Schedule
 from ..step import step_schedule
 from ..cluster.topology import Topology

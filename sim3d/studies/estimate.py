@@ -1,6 +1,6 @@
 """Tier one of `sim3d plan`: a step-time estimate for every layout that fits, in bulk.
 
-The costs are the simulator's own (costs/model.py): one micro-batch of the embedding, a
+The costs are the simulator's own (costs/cost_model.py): one micro-batch of the embedding, a
 layer and the head per (F, B, BI, BW), priced once per distinct shape and shared by every
 layout with that shape. The fabric's graph is built once, and a group link is priced once
 per (axis, stride, size), which fix every group along that axis. What the estimate replaces
@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..costs.model import CostModel
+from ..costs.cost_model import CostModel
 from ..model.memory import stage_layer_counts, steady_microbatches
 from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, SHARD_AXIS
 from ..schedule import build

@@ -73,7 +73,7 @@ def _predict(row: dict) -> tuple[float | None, str, bool | None, float | None]:
 
 
 def _metric(metric: str, s, row: dict) -> tuple[float | None, str]:
-    from ..costs.model import CostModel
+    from ..costs.cost_model import CostModel
     from ..api import simulate
     from ..model.memory import memory_report
     from ..model.ops import layer_ops

@@ -16,13 +16,15 @@ from functools import cached_property
 
 from ..model.memory import embedding_params, head_params, layer_params, stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
-from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, SHARD_AXIS, Placement
+from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
+from .buckets import GradientBuckets
 from .compute import ComputeModel, block_shape
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
+from .provenance import ANALYTICAL, PROFILE, ProvenanceRecorder
 from .sharded_dp import unit_pipeline
 from .tp_overlap import Overlap, overlap_plan, overlapped_seconds
 
@@ -56,10 +58,11 @@ class CostModel:
         self.s = scenario
         self.topology = topology or Topology(scenario)
         self.placement: Placement = self.topology.placement
+        self.buckets = GradientBuckets(scenario, self.placement)
         self.compute_model = ComputeModel(scenario, profile)
         self.profile = profile
         self.folded = folded
-        self.sources: dict[str, set[str]] = defaultdict(set)
+        self.provenance = ProvenanceRecorder()
         self._stage_cache: dict[tuple, ActionCost] = {}
         self._layer_cache: dict[tuple, ActionCost] = {}
         self._p2p_cache: dict[tuple[int, int], float] = {}
@@ -76,27 +79,13 @@ class CostModel:
         and paths."""
         return self.s.network_asymmetric
 
-    @cached_property
+    @property
     def sharded_in_compute(self) -> bool:
-        """Gradients are reduce-scattered unit by unit inside every backward (ZeRO-2, and ZeRO-3
-        resharding after the forward, which also gathers each unit's parameters inside every
-        forward and backward: sharded_dp.py), not in buckets after the last backward. ZeRO-3
-        keeping its parameters gathered (pipelines) gathers once and reduces once per step, in
-        buckets, as the distributed optimizer does."""
-        zero = self.s.parallel.zero
-        return zero == 2 or (zero == 3 and self.s.reshard_after_forward)
+        return self.buckets.sharded_in_compute
 
-    @cached_property
+    @property
     def gradient_axes(self) -> tuple[tuple[str, bool], ...]:
-        """(group axis, expert?) of each gradient reduction a bucket makes: the dense
-        parameters over dp x cp, and an MoE model's experts over their own replicas; with
-        reduce-scatters inside the backward, only HSDP's all-reduce of each shard over its
-        replicas (a group of one, costing nothing, without replicas)."""
-        if self.sharded_in_compute:
-            return ((REPLICA_AXIS, False),)
-        if self.s.model.moe is None:
-            return ((GRADIENT_AXIS, False),)
-        return (GRADIENT_AXIS, False), (EXPERT_GRADIENT_AXIS, True)
+        return self.buckets.gradient_axes
 
     @cached_property
     def _folded_links(self):
@@ -144,9 +133,9 @@ class CostModel:
         if self.profile is not None:
             measured = self.profile.collective_seconds(op, nbytes, link.size)
             if measured is not None:
-                self.sources[f"{group} collectives"].add("profile")
+                self.provenance.record(f"{group} collectives", PROFILE)
                 return measured
-        self.sources[f"{group} collectives"].add("analytical")
+        self.provenance.record(f"{group} collectives", ANALYTICAL)
         return collective_time(op, nbytes, link).seconds
 
     def _wire(self, kind: str, nbytes: float, group: str, links: dict | None) -> float:
@@ -245,7 +234,7 @@ class CostModel:
         bwd = self.profile.block_seconds(block, self._block_shape, dtype, "bwd")
         if fwd is None or bwd is None:
             return None
-        self.sources[f"compute: {block.replace('_', ' ')}s (measured whole)"].add("profile")
+        self.provenance.record(f"compute: {block.replace('_', ' ')}s (measured whole)", PROFILE)
         recompute = self.s.training.recompute
         if kind == "F":
             return ActionCost(fwd)
@@ -269,7 +258,7 @@ class CostModel:
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
         hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}
         for i, op in enumerate(ops):
-            self.sources[f"compute: {_op_class(op)}"].add(times[i].source)
+            self.provenance.record(f"compute: {_op_class(op)}", times[i].source)
             for direction, name, nbytes in (("fwd", op.comm, op.comm_bytes), ("bwd", op.bwd_comm, op.bwd_comm_bytes),
                                             ("regather", op.comm, op.comm_bytes)):
                 key = (i, direction)
@@ -279,7 +268,7 @@ class CostModel:
                 wanted = ("F",) if direction == "fwd" else (("B",) if part == "bwd_weight" else ("B", "BI"))
                 if kind in wanted:
                     hidden[(j, part)] = (self._collective(name, nbytes, op.group, links), how)
-                    self.sources[f"tp overlap: {how.method}"].add("analytical")
+                    self.provenance.record(f"tp overlap: {how.method}", ANALYTICAL)
         total, comm, exposed_comm, recomputed = 0.0, defaultdict(float), defaultdict(float), 0.0
         wire = defaultdict(float)
         for i, op in enumerate(ops):
@@ -353,15 +342,14 @@ class CostModel:
         if self.profile is not None:
             measured = self.profile.collective_seconds("send_recv", self.p2p_bytes, 2)
             if measured is not None:
-                self.sources["pipeline p2p"].add("profile")
+                self.provenance.record("pipeline p2p", PROFILE)
                 return measured
-        self.sources["pipeline p2p"].add("analytical")
+        self.provenance.record("pipeline p2p", ANALYTICAL)
         if not (self.folded and self._degraded):
             return self._transfer(src, dst)
         p = self.placement
         a, b = p.coords(src)["pp"], p.coords(dst)["pp"]
-        pipes = [p.pipeline(tp=t, dp=d, cp=c) for d in range(p.dp) for c in range(p.cp) for t in range(p.tp)]
-        return max(self._transfer(pipe[a], pipe[b]) for pipe in pipes)
+        return max(self._transfer(pipe[a], pipe[b]) for pipe in p.pipelines())
 
     def _transfer(self, a: int, b: int, nbytes: float | None = None, hops: int = 1) -> float:
         """A message of `nbytes` (default a pipeline message) from a to b, `hops` latencies."""
@@ -379,18 +367,10 @@ class CostModel:
                                                  expert)) for axis, expert in self.gradient_axes]
 
     def gradient_op(self, what: str) -> str:
-        if what == "gather":
-            return "all-gather"
-        sharded = self.s.parallel.distributed_optimizer and not self.sharded_in_compute
-        return "reduce-scatter" if sharded else "all-reduce"
+        return self.buckets.gradient_op(what)
 
     def bucket_bytes(self, op: str, stage: int, buckets: int, expert: bool) -> float:
-        """The buffer of one bucket's collective: its share of the stage's dense (or expert)
-        parameters at the collective's width; of the rank's shard alone where the gradients
-        were reduce-scattered inside the backward (HSDP's all-reduce over replicas)."""
-        params = stage_params(self.s, (stage,))
-        shard = self.placement.shard_group_size if self.sharded_in_compute else 1
-        return (params.expert if expert else params.dense) / buckets / shard * self.dp_width(op)
+        return self.buckets.bucket_bytes(op, stage, buckets, expert)
 
     def _dp_collective(self, what: str, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         parts = self.gradient_parts(what, rank, stage, buckets)
@@ -403,11 +383,6 @@ class CostModel:
         if not nbytes or link.size < 2:
             return 0.0, 0.0
         return self._collective(op, nbytes, "dp", {"dp": link}), self._wire(op, nbytes, "dp", {"dp": link})
-
-    def dp_width(self, op: str) -> int:
-        """Bytes per element of a data-parallel collective: gradients go at their buffer's
-        width (`grad_bytes`: fp32 in Megatron's default), gathered parameters at theirs."""
-        return ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
 
     def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:  # (seconds, wire bytes)
         return self._dp_collective("reduce", rank, stage, buckets)
@@ -478,9 +453,13 @@ class CostModel:
         p, c = self.placement, self.placement.coords(rank)
         pipes = [p.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])]
         if self.folded and self._degraded:
-            pipes = [p.pipeline(tp=t, dp=d, cp=k) for d in range(p.dp) for k in range(p.cp) for t in range(p.tp)]
+            pipes = p.pipelines()
         nbytes = self.s.model.vocab * self.s.model.hidden / self.s.tp * grad_bytes(self.s.training)
         return max(self._transfer(pipe[0], pipe[-1], nbytes, hops=2) for pipe in pipes)
+
+    def priced_by_profile(self) -> bool:
+        """Whether any price so far came from the measured profile."""
+        return self.provenance.priced_by_profile()
 
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it comes from) rows for `sim3d run --explain` (explain.py)."""
