@@ -211,7 +211,8 @@ def test_plot_and_table(tmp_path):
        pp=st.integers(1, 6), rounds=st.integers(1, 4), data=st.data())
 def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds, data):
     """The memory model prices a rank's activation peak from the frontier of its live-chunk
-    counts; replaying every action (the definition) must give the same bytes and split."""
+    counts; replaying every action (the definition) must give the same bytes, split as at one
+    of the points that reach them (two points may tie in bytes and differ in split)."""
     import numpy as np
 
     from sim3d.model.memory import _live_frontier, activation_peaks
@@ -226,15 +227,20 @@ def test_the_live_frontier_finds_the_peak_a_full_walk_finds(schedule, pp, rounds
     weights = st.floats(0, 1e9, allow_nan=False)
     for rank, actions in enumerate(sched.ranks):
         per_chunk = [(data.draw(weights), data.draw(weights)) for _ in range(vpp)]
-        live, best = [0.0, 0.0], (0.0, 0.0)
+        live, best, points = [0.0, 0.0], (0.0, 0.0), [(0.0, 0.0)]
         for a, change in activation_changes(actions):
             live = [live[0] + change * per_chunk[a.chunk][0], live[1] + change * per_chunk[a.chunk][1]]
-            if change > 0 and sum(live) > sum(best):
-                best = tuple(live)
+            if change > 0:
+                points.append(tuple(live))
+                if sum(live) > sum(best):
+                    best = tuple(live)
         frontier = np.array(_live_frontier(actions, vpp), dtype=float)[None]
         layers, other = activation_peaks(frontier, np.array([[c[0] for c in per_chunk]]),
                                          np.array([[c[1] for c in per_chunk]]))
-        assert (layers[0], other[0]) == pytest.approx(best, rel=1e-12, abs=1e-3)
+        got = (layers[0], other[0])
+        assert sum(got) == pytest.approx(sum(best), rel=1e-12, abs=1e-3)
+        assert any(got == pytest.approx(p, rel=1e-12, abs=1e-3) for p in points if
+                   sum(p) == pytest.approx(sum(best), rel=1e-12, abs=1e-3))
 
 
 @settings(max_examples=40, deadline=None)
