@@ -10,7 +10,7 @@ reduces in about P / bucket buckets (at least 1; at most 16, to keep schedules s
 
 from __future__ import annotations
 
-from .model.memory import stage_params
+from .model.params import stage_params
 from .schedule import Schedule, build, lower
 
 BUCKET_PARAMS = 40_000_000

@@ -303,7 +303,7 @@ def test_the_optimizer_step_moves_the_bytes_of_megatrons_kernels(sets, shard_byt
     reads them (4); Adam moves 28; the master copy 6; then the gradient buffer is zeroed at
     its own width. gpt3.yaml has no distributed optimizer, so the shard is the rank's whole
     stage; the middle stage holds no embedding."""
-    from sim3d.model.memory import stage_params
+    from sim3d.model.params import stage_params
     s = load_scenario("scenarios/gpt3.yaml", sets)
     costs = CostModel(s)
     params = stage_params(s, (7,)).total
@@ -334,7 +334,7 @@ def test_gradients_are_reduced_over_data_and_context_parallel_ranks_together():
     seconds, wire, *_ = costs(1, 2)
     assert seconds > 0
     s = _one_node(1, 2)
-    from sim3d.model.memory import stage_params
+    from sim3d.model.params import stage_params
     grads = stage_params(s, (0,)).total * 4  # fp32 gradient buffer, reduce-scattered: half on the wire
     assert wire == pytest.approx(grads / 2, rel=1e-12)
     assert costs(2, 2)[-1] < costs(2, 1)[-1]  # the optimizer's shard is a quarter, not a half

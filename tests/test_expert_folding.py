@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim3d
-from sim3d.model.memory import layer_params
+from sim3d.model.params import layer_params
 from sim3d.model.ops import Dims, ops_for
 from sim3d.cluster.placement import Placement
 from sim3d.scenario.load import ScenarioError, scenario_from_dict
@@ -137,7 +137,8 @@ def test_expert_replicas_reduce_their_gradients_even_without_data_parallelism():
     model does."""
     from sim3d.costs.cost_model import CostModel
     from sim3d.costs.optimizer_step import step_bytes
-    from sim3d.model.memory import memory_per_rank, stage_params
+    from sim3d.model.memory import memory_per_rank
+    from sim3d.model.params import stage_params
     from sim3d.step import step_schedule
     raw = moe(tp=2, dp=1, ep=1, etp=1, distributed_optimizer=True)
     s = scenario_from_dict(raw)
@@ -163,7 +164,7 @@ def test_expert_gradients_go_over_their_own_replicas(etp, ep):
     index pairs; with etp 1 they are 4 ranks spanning both TP ranks. The expert bucket's
     reduction is priced on that group (its size sets the wire bytes)."""
     from sim3d.costs.cost_model import CostModel
-    from sim3d.model.memory import stage_params
+    from sim3d.model.params import stage_params
     s = scenario_from_dict(moe(etp=etp, ep=ep, distributed_optimizer=True))
     edp = s.tp * s.dp // (etp * ep)
     assert Placement.of(s).group_size("edp") == edp == len(Placement.of(s).group("edp", 0))

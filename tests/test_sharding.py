@@ -178,7 +178,7 @@ def test_zero3_step_is_zero1s_compute_plus_the_exposed_unit_collectives_by_hand(
     from sim3d.cluster.placement import SHARD_AXIS
     from sim3d.costs.collectives import collective_time
     from sim3d.costs.sharded_dp import unit_pipeline
-    from sim3d.model.memory import embedding_params, head_params, layer_params
+    from sim3d.model.params import embedding_params, head_params, layer_params
     from sim3d.model.ops import Dims
 
     one, three = sim3d.simulate(_small(1)), sim3d.simulate(_small(3))

@@ -149,7 +149,7 @@ def test_expert_gradients_cross_the_network_on_their_own_ring():
     node 0 once (rank 7 -> 8), but each expert shard's replicas are {r, r + 8}, so every GPU of
     node 0 sends its experts' share across. A member's ring bytes split as
     (n-1)/n x parameters of each group: 15/16 of the dense, 1/2 of the experts."""
-    from sim3d.model.memory import stage_params
+    from sim3d.model.params import stage_params
 
     s = dict(name="moe-links", model=dict(layers=2, hidden=1024, heads=16, vocab=32000, seq_len=1024,
                                            moe=dict(experts=8, top_k=2)),

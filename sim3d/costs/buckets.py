@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, Placement
-from ..model.memory import stage_params
+from ..model.params import stage_params
 from ..model.ops import ACT_BYTES, grad_bytes
 
 

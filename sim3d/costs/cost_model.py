@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..model.memory import embedding_params, head_params, layer_params, stage_params, tied_embedding
+from ..model.params import embedding_params, head_params, layer_params, stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology

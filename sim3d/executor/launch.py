@@ -152,7 +152,7 @@ def check_machine_fits(scenario, backend: str, check: bool) -> None:
     than is available (every rank's weights, gradients and a spare copy, plus the reference
     model under `check`), or NCCL ranks without a GPU each."""
     from ..scenario.limits import LOCAL_PROCESSES, WorkLimitExceeded
-    from ..model.memory import model_params
+    from ..model.params import model_params
 
     world = scenario.world_size
     try:

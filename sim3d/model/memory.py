@@ -28,6 +28,7 @@ from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
 from .ops import Dims, embedding_dims_ops, grad_bytes, head_dims_ops, is_moe_layer, ops_for
+from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
 
 GIB = 2**30
 
@@ -39,107 +40,6 @@ RESERVE_FIXED_BYTES = 1.5 * GIB
 # micro-batch (activations); weights, grads and optimizer state live in Megatron's
 # contiguous buffers and do not fragment. 10% of activations is our assumption.
 ACTIVATION_FRAGMENTATION = 0.10
-
-
-# ---- parameters ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Params:
-    """Parameter counts held by ONE rank: `dense` are replicated over dp*cp, `expert` over
-    the expert-data-parallel group tp*cp*dp/(etp*ep) (the distributed optimizer shards each
-    over its group)."""
-
-    dense: float = 0.0
-    expert: float = 0.0
-
-    def __add__(self, other: "Params") -> "Params":
-        return Params(self.dense + other.dense, self.expert + other.expert)
-
-    @property
-    def total(self) -> float:
-        return self.dense + self.expert
-
-
-def _norm_params(d: Dims) -> int:
-    return d.h if d.gated else 2 * d.h  # RMSNorm (weight) for LLaMA, LayerNorm (weight, bias) otherwise
-
-
-def layer_params(d: Dims, moe_layer: bool) -> Params:
-    """Parameters of one layer on one rank. GPT style (gelu) has biases and LayerNorm,
-    LLaMA style (swiglu) neither. Column-parallel weights and biases are split by tp;
-    row-parallel biases and norms are replicated (Shoeybi et al. 2019, section 3)."""
-    h, t, bias = d.h, d.tp, d.gpt_style
-    qkv_out = d.q_dim + 2 * d.kv_dim
-    attn = (h * qkv_out + bias * qkv_out + d.q_dim * h) / t + bias * h + 2 * _norm_params(d)
-
-    def mlp(ffn: int, t: int = t) -> float:
-        if d.gated:
-            return 3 * h * ffn / t
-        return (2 * h * ffn + bias * ffn) / t + bias * h
-
-    if moe_layer and d.experts:
-        router = h * d.experts  # replicated on every rank
-        return Params(attn + router, d.experts / d.ep * mlp(d.expert_ffn, d.etp))
-    return Params(attn + mlp(d.ffn))
-
-
-def tied_embedding(d: Dims) -> bool:
-    """Megatron GPT ties the LM head to the word embedding (share_embeddings_and_output_weights);
-    LLaMA-style models untie them. With pp > 1 the last stage still keeps its own copy
-    (synchronised through the embedding group), so tying only saves memory when the first
-    and last stage share a rank."""
-    return d.gpt_style
-
-
-def embedding_params(d: Dims) -> float:
-    return d.vocab * d.h / d.tp + (d.s * d.h if d.gpt_style else 0)  # vocab-parallel + learned positions
-
-
-def head_params(d: Dims, with_embedding: bool) -> float:
-    lm_head = 0 if (with_embedding and tied_embedding(d)) else d.vocab * d.h / d.tp
-    return lm_head + _norm_params(d)
-
-
-def _split(s) -> tuple:
-    """(transformer layers of each global stage, MoE every): what layer counts depend on."""
-    return s.stage_layers, (s.model.moe.every if s.model.moe else 0)
-
-
-def _counts(split: tuple, stages: tuple[int, ...]) -> tuple[int, int]:
-    """(dense, MoE) layers of the given global stages."""
-    layers, every = split
-    dense = moe = 0
-    for stage in stages:
-        start = sum(layers[:stage])
-        n_moe = sum(1 for i in range(start, start + layers[stage]) if i % every == 0) if every else 0
-        dense += layers[stage] - n_moe
-        moe += n_moe
-    return dense, moe
-
-
-def _params(d: Dims, split: tuple, stages: tuple[int, ...]) -> Params:
-    dense, moe = _counts(split, stages)
-    one = {m: layer_params(d, m) for m in (False, True)} if moe else {False: layer_params(d, False)}
-    p = Params(one[False].dense * dense, one[False].expert * dense)
-    if moe:
-        p = p + Params(one[True].dense * moe, one[True].expert * moe)
-    if 0 in stages:
-        p = p + Params(embedding_params(d))
-    if len(split[0]) - 1 in stages:
-        p = p + Params(head_params(d, 0 in stages))
-    return p
-
-
-def stage_params(s, stages: tuple[int, ...]) -> Params:
-    """Parameters one rank holds for the given global stages (its chunks)."""
-    return _params(Dims.of(s), _split(s), stages)
-
-
-def model_params(s) -> float:
-    """Total parameters of the model (unsharded, tied embedding counted once)."""
-    d = Dims.of(s).unsharded()
-    total = sum(layer_params(d, is_moe_layer(s, i)).total for i in range(s.model.layers))
-    return total + embedding_params(d) + head_params(d, True)
 
 
 # ---- activations --------------------------------------------------------------------------
@@ -172,7 +72,7 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     Extras (Korthikanti section 4.3, derived op by op in ops.py): the embedding dropout mask
     (s*b*h bytes, /t with SP) on the first stage; on the last the final-norm and LM-head
     inputs (2*s*b*h each, /t with SP) and the fp32 logits (4*s*b*V/t). Never recomputed."""
-    layers, other = _stage_bytes(Dims.of(s), s.training.recompute, _split(s))
+    layers, other = _stage_bytes(Dims.of(s), s.training.recompute, layer_split(s))
     return float(layers[stage]), float(other[stage])
 
 
@@ -297,7 +197,7 @@ def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     100,000 layouts computes each distinct half once."""
     schedule = _schedule_key(s, check_schedule)
     d = Dims.of(s)
-    split = _split(s)
+    split = layer_split(s)
     activations = _rank_activations(d, s.training.recompute, split, schedule)
     states = _states_of(s, d, schedule)
     return [RankMemory(rank, stages, layers, params, inflight, w, g, o, acts, other,
@@ -343,7 +243,7 @@ class Sharding:
 
 
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
-    return _rank_states(_params_dims(d), _split(s), schedule, Sharding.of(s))
+    return _rank_states(_params_dims(d), layer_split(s), schedule, Sharding.of(s))
 
 
 @lru_cache(maxsize=4096)
@@ -383,13 +283,13 @@ def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple) ->
 
 def stage_layer_counts(s) -> tuple[np.ndarray, np.ndarray]:
     """(dense, MoE) transformer layers of each global stage (arrays: read, do not write)."""
-    return _stage_counts(_split(s))
+    return _stage_counts(layer_split(s))
 
 
 @lru_cache(maxsize=1024)
 def _stage_counts(split: tuple) -> tuple[np.ndarray, np.ndarray]:
     """(dense, MoE) layers of each global stage."""
-    counts = np.array([_counts(split, (stage,)) for stage in range(len(split[0]))], dtype=float)
+    counts = np.array([layer_counts(split, (stage,)) for stage in range(len(split[0]))], dtype=float)
     return counts[:, 0], counts[:, 1]
 
 
@@ -427,8 +327,8 @@ def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: Sharding) -> 
     g_bytes = sharding.grad_bytes
     rows = []
     for stages in _rank_stages(schedule):
-        dense, moe = _counts(split, stages)
-        p = _params(d, split, stages)
+        dense, moe = layer_counts(split, stages)
+        p = params_of(d, split, stages)
         shard = p.dense / sharding.dense_group + p.expert / sharding.expert_group
         unit = _largest_unit(d, split, stages)
         if sharding.zero == 3:
@@ -447,7 +347,7 @@ def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: Sharding) -> 
 def _largest_unit(d: Dims, split: tuple, stages: tuple[int, ...]) -> float:
     """Parameters of the largest unit a sharded stack gathers or reduces at once on this rank:
     a transformer layer, or the embedding / LM head (FSDP wraps each on its own)."""
-    dense, moe = _counts(split, stages)
+    dense, moe = layer_counts(split, stages)
     units = [layer_params(d, False).total if dense else 0.0, layer_params(d, True).total if moe else 0.0]
     if 0 in stages:
         units.append(embedding_params(d))

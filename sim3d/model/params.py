@@ -1,0 +1,108 @@
+"""Parameters one rank holds: per layer, embedding and head (with tensor and expert
+parallelism), per pipeline stage, and for the whole model. The memory model and the cost
+model's gradient buckets and sharded units count from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ops import Dims, is_moe_layer
+
+
+@dataclass(frozen=True)
+class Params:
+    """Parameter counts held by ONE rank: `dense` are replicated over dp*cp, `expert` over
+    the expert-data-parallel group tp*cp*dp/(etp*ep) (the distributed optimizer shards each
+    over its group)."""
+
+    dense: float = 0.0
+    expert: float = 0.0
+
+    def __add__(self, other: "Params") -> "Params":
+        return Params(self.dense + other.dense, self.expert + other.expert)
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def _norm_params(d: Dims) -> int:
+    return d.h if d.gated else 2 * d.h  # RMSNorm (weight) for LLaMA, LayerNorm (weight, bias) otherwise
+
+
+def layer_params(d: Dims, moe_layer: bool) -> Params:
+    """Parameters of one layer on one rank. GPT style (gelu) has biases and LayerNorm,
+    LLaMA style (swiglu) neither. Column-parallel weights and biases are split by tp;
+    row-parallel biases and norms are replicated (Shoeybi et al. 2019, section 3)."""
+    h, t, bias = d.h, d.tp, d.gpt_style
+    qkv_out = d.q_dim + 2 * d.kv_dim
+    attn = (h * qkv_out + bias * qkv_out + d.q_dim * h) / t + bias * h + 2 * _norm_params(d)
+
+    def mlp(ffn: int, t: int = t) -> float:
+        if d.gated:
+            return 3 * h * ffn / t
+        return (2 * h * ffn + bias * ffn) / t + bias * h
+
+    if moe_layer and d.experts:
+        router = h * d.experts  # replicated on every rank
+        return Params(attn + router, d.experts / d.ep * mlp(d.expert_ffn, d.etp))
+    return Params(attn + mlp(d.ffn))
+
+
+def tied_embedding(d: Dims) -> bool:
+    """Megatron GPT ties the LM head to the word embedding (share_embeddings_and_output_weights);
+    LLaMA-style models untie them. With pp > 1 the last stage still keeps its own copy
+    (synchronised through the embedding group), so tying only saves memory when the first
+    and last stage share a rank."""
+    return d.gpt_style
+
+
+def embedding_params(d: Dims) -> float:
+    return d.vocab * d.h / d.tp + (d.s * d.h if d.gpt_style else 0)  # vocab-parallel + learned positions
+
+
+def head_params(d: Dims, with_embedding: bool) -> float:
+    lm_head = 0 if (with_embedding and tied_embedding(d)) else d.vocab * d.h / d.tp
+    return lm_head + _norm_params(d)
+
+
+def layer_split(s) -> tuple:
+    """(transformer layers of each global stage, MoE every): what layer counts depend on."""
+    return s.stage_layers, (s.model.moe.every if s.model.moe else 0)
+
+
+def layer_counts(split: tuple, stages: tuple[int, ...]) -> tuple[int, int]:
+    """(dense, MoE) layers of the given global stages."""
+    layers, every = split
+    dense = moe = 0
+    for stage in stages:
+        start = sum(layers[:stage])
+        n_moe = sum(1 for i in range(start, start + layers[stage]) if i % every == 0) if every else 0
+        dense += layers[stage] - n_moe
+        moe += n_moe
+    return dense, moe
+
+
+def params_of(d: Dims, split: tuple, stages: tuple[int, ...]) -> Params:
+    dense, moe = layer_counts(split, stages)
+    one = {m: layer_params(d, m) for m in (False, True)} if moe else {False: layer_params(d, False)}
+    p = Params(one[False].dense * dense, one[False].expert * dense)
+    if moe:
+        p = p + Params(one[True].dense * moe, one[True].expert * moe)
+    if 0 in stages:
+        p = p + Params(embedding_params(d))
+    if len(split[0]) - 1 in stages:
+        p = p + Params(head_params(d, 0 in stages))
+    return p
+
+
+def stage_params(s, stages: tuple[int, ...]) -> Params:
+    """Parameters one rank holds for the given global stages (its chunks)."""
+    return params_of(Dims.of(s), layer_split(s), stages)
+
+
+def model_params(s) -> float:
+    """Total parameters of the model (unsharded, tied embedding counted once)."""
+    d = Dims.of(s).unsharded()
+    total = sum(layer_params(d, is_moe_layer(s, i)).total for i in range(s.model.layers))
+    return total + embedding_params(d) + head_params(d, True)
