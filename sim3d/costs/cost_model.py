@@ -11,7 +11,6 @@ Point-to-point, data-parallel and optimizer costs come from the topology and col
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from functools import cached_property
 
 from ..model.params import embedding_params, head_params, layer_params, stage_params, tied_embedding

@@ -28,7 +28,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..model.params import stage_params
 from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS
 from .collectives import COLLECTIVE, NETWORK_EFFICIENCY, collective_time, p2p_time
 

@@ -27,7 +27,7 @@ from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
-from .ops import Dims, embedding_dims_ops, grad_bytes, head_dims_ops, is_moe_layer, ops_for
+from .ops import Dims, embedding_dims_ops, grad_bytes, head_dims_ops, ops_for
 from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
 
 GIB = 2**30
