@@ -77,6 +77,26 @@ def test_resume_refuses_another_grid_or_a_changed_scenario(tmp_path):
     assert len(rows(out)) == 12
 
 
+def test_resume_refuses_a_calibration_profile_edited_since_the_sweep_started(tmp_path):
+    """The scenario file is unchanged, but the profile it names was edited: the rows already in
+    results.csv were priced by the old profile."""
+    profile = tmp_path / "p.csv"
+    profile.write_bytes((ROOT / "calibrate" / "profiles" / "cpu-amd-epyc.csv").read_bytes())
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(TINY.read_text() + f"costs:\n  profile: {profile}\n")
+    out = tmp_path / "out"
+    assert sweep(out, scenario=scenario).exit_code == 0
+    before = (out / "results.csv").read_bytes()
+    original = profile.read_bytes()
+    lines = original.splitlines(keepends=True)
+    profile.write_bytes(lines[0] + b"".join(lines[2:]) + lines[1])  # same rows, another order: other bytes
+    result = sweep(out, "--resume", scenario=scenario)
+    assert result.exit_code == 2 and str(profile) in result.stderr and "changed" in result.stderr
+    assert (out / "results.csv").read_bytes() == before
+    profile.write_bytes(original)  # restored: the study is the same again
+    assert sweep(out, "--resume", scenario=scenario).exit_code == 0
+
+
 def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
     tmp_path.mkdir(exist_ok=True)
     fd = os.open(tmp_path / ".sweep.lock", os.O_RDWR | os.O_CREAT)

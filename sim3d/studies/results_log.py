@@ -164,6 +164,17 @@ def _check_same_study(meta_path: Path, old: dict, new: dict) -> None:
             if list(old.get("grid", {})) != list(new["grid"]):
                 raise ScenarioError(f"{meta_path}: this folder holds a sweep over {list(old.get('grid', {}))}, "
                                     f"not {list(new['grid'])}; choose another --out")
+        elif key == "inputs_sha256":
+            # a record without digests (an earlier sim3d) vouches only for a sweep that reads no file
+            before = old.get(key, {} if not new[key] else None)
+            if before is None:
+                raise ScenarioError(f"{meta_path}: this sweep's record does not say which {', '.join(new[key])} "
+                                    "it read; its rows may not match them (choose another --out)")
+            changed = sorted(f for f in {*before, *new[key]} if before.get(f) != new[key].get(f))
+            if not changed:
+                continue
+            raise ScenarioError(f"{meta_path}: {', '.join(changed)} changed since this sweep started (SHA-256 differs); "
+                                "its rows would mix two cost models (choose another --out, or restore the file)")
         elif old.get(key) != new[key]:
             raise ScenarioError(f"{meta_path}: {key} was {old.get(key)!r} when this sweep started, now "
                                 f"{new[key]!r}; its rows would mix two studies (choose another --out)")

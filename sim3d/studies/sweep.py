@@ -74,6 +74,23 @@ def check_inputs(scenario: Path, grid: dict[str, list[str]]) -> None:
                 load_scenario(scenario, [f"{key}={value}"])
 
 
+def input_digests(scenario: Path, grid: dict[str, list[str]]) -> dict[str, str]:
+    """SHA-256 of every file besides the scenario that a point's answer is read from: the
+    calibration profile the scenario names and each one the grid sets, with the provenance JSON
+    beside it (it can flag the profile unstable). A resumed sweep whose inputs changed would
+    mix two cost models in one table."""
+    profiles = [load_scenario(scenario).costs.profile]
+    for key, values in grid.items():
+        if canonical_key(key) == "costs.profile":
+            profiles += values
+    files = {}
+    for profile in filter(None, profiles):
+        for path in (Path(profile), Path(profile).with_suffix(".json")):
+            if path.is_file():
+                files[str(path)] = file_digest(path)
+    return files
+
+
 def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: int | None = None,
               backend: str = "local", resume: bool = False,
               progress: Callable[[int, int], None] | None = None) -> Path:
@@ -81,7 +98,8 @@ def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: in
     (see results_log). A point that fails, for any reason, is an error row."""
     check_inputs(scenario, grid)
     columns = ["label", *grid, *RESULT_KEYS]
-    meta = {"scenario_sha256": file_digest(scenario), "grid": grid, "sim3d_version": __version__}
+    meta = {"scenario_sha256": file_digest(scenario), "inputs_sha256": input_digests(scenario, grid),
+            "grid": grid, "sim3d_version": __version__}
     with ResultsLog.open(out, columns, meta, resume) as log:
         todo = [p for p in points(grid) if label(p) not in log.done]
         jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
