@@ -232,3 +232,16 @@ def test_tier_one_sees_a_pipeline_paced_by_its_transfers():
     estimate, simulated = _slow_network_case(8, 1024, order="tp-cp-ep-dp-pp")
     assert simulated.sim.breakdown()["pipeline_p2p"] > 0.4 * simulated.step_time  # the transfers bind
     assert estimate.step_s == pytest.approx(simulated.step_time, rel=0.15)
+
+
+def test_a_search_whose_measured_rate_says_hours_is_refused_before_it_starts(tmp_path, monkeypatch):
+    """MoE layouts on 65,536 GPUs: each (tp, cp, ep, pp) group costs seconds to warm up, and
+    there are hundreds of groups. The pilot measures that and refuses with the estimate, instead
+    of pricing in silence for an hour (the layout-count limit alone lets it through)."""
+    monkeypatch.setenv("SIM3D_MAX_PLAN_SECONDS", "60")
+    result = CliRunner().invoke(app, ["plan", str(ROOT / "scenarios" / "moe-1024.yaml"), "--gpus", "65536",
+                                      "--workers", "1", "--out", str(tmp_path / "plan")])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.stderr.split())
+    assert "(tp, cp, ep, pp) groups" in message and "SIM3D_MAX_PLAN_SECONDS=" in message
+    assert not (tmp_path / "plan" / "candidates.csv").exists()

@@ -62,6 +62,11 @@ LOCAL_PROCESSES = Limit("SIM3D_MAX_LOCAL_PROCESSES", max(16, 4 * (os.cpu_count()
 # sim3d plan's first tier prices ~9,000 layouts a second on this 2-core machine (168,594 in
 # 18 s); the combinations it walks to find them cost ~1 us each.
 PLAN_LAYOUTS = Limit("SIM3D_MAX_PLAN_LAYOUTS", 2_000_000, "layouts", "about four minutes of tier one here")
+# Tier one's rate depends on the model and the cluster (MoE layouts on 65,536 GPUs price at
+# ~7 a second here, dense ones at thousands), so `plan` times a sample of the layouts before
+# pricing the rest and refuses when the extrapolated wall time is above this.
+PLAN_SECONDS = Limit("SIM3D_MAX_PLAN_SECONDS", 900, "seconds of tier one",
+                     "a quarter of an hour; narrow the search with the dimension options")
 PLAN_COMBINATIONS = Limit("SIM3D_MAX_PLAN_COMBINATIONS", 10**9, "combinations of the dimensions",
                           "minutes just to walk them")
 

@@ -11,6 +11,8 @@ step; the estimate's error on each is kept, so the first tier's error is visible
 from __future__ import annotations
 
 import math
+import statistics
+import time
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import astuple, dataclass, fields
@@ -23,6 +25,7 @@ from ..costs.profile import load_profile
 from ..engine.run import replay_step
 from ..executor.lifetime import die_with_parent
 from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
+from ..scenario.limits import PLAN_SECONDS
 from ..scenario.load import load_scenario
 from ..errors import ScenarioError
 from .estimate import Estimate, Estimator
@@ -139,13 +142,23 @@ def _memory_verdict(scenario, states: float, hbm: float) -> tuple[bool, float, s
     return False, report.peak_gib, f"peak {report.peak_gib:.1f} GiB > {hbm / GIB:g} (pipeline rank {report.worst.rank})"
 
 
-def _batches(layouts: list[Layout], workers: int) -> list[list[Layout]]:
+# A batch is what a worker prices between two progress updates: a few seconds of work.
+SECONDS_PER_BATCH = 2.0
+# Groups whose first layouts are priced first, to measure tier one's rates on this model and
+# cluster.
+PILOT_GROUPS = 2
+PILOT_LAYOUTS_PER_GROUP = 8
+
+
+def _batches(layouts: list[Layout], workers: int, rate: float | None = None) -> list[list[Layout]]:
     """Layouts grouped by (tp, cp, ep, pp), the groups dealt into batches of similar size:
-    enough batches to show progress and balance the workers, few enough to keep caches warm."""
-    groups: dict[tuple, list[Layout]] = {}
-    for layout in layouts:
-        groups.setdefault((layout.tp, layout.cp, layout.ep, layout.pp), []).append(layout)
+    enough batches to show progress and balance the workers, few enough to keep caches warm.
+    With the measured `rate` (layouts a second per worker), no batch holds more than
+    SECONDS_PER_BATCH of work, so progress shows within seconds."""
+    groups = _groups(layouts)
     target = max(1, math.ceil(len(layouts) / max(8 * workers, 1)))
+    if rate:
+        target = max(1, min(target, int(rate * SECONDS_PER_BATCH)))
     batches, current = [], []
     for group in groups.values():
         for start in range(0, len(group), target):
@@ -158,11 +171,55 @@ def _batches(layouts: list[Layout], workers: int) -> list[list[Layout]]:
     return batches
 
 
+def _groups(layouts: list[Layout]) -> dict[tuple, list[Layout]]:
+    """Layouts by (tp, cp, ep, pp): the ones that share a worker's priced group links."""
+    groups: dict[tuple, list[Layout]] = {}
+    for layout in layouts:
+        groups.setdefault((layout.tp, layout.cp, layout.ep, layout.pp), []).append(layout)
+    return groups
+
+
+def pilot(space: Space, layouts: list[Layout], workers: int,
+          progress: Callable[[int], None] | None = None) -> tuple[list[Layout], list[tuple], float]:
+    """Time tier one here on the first layouts of a few (tp, cp, ep, pp) groups and refuse the
+    search when the rest would take longer than PLAN_SECONDS. Within a group most layouts cost
+    microseconds (a memory verdict, or an estimate from warm caches); one pays the group's warm-
+    up (its process groups placed and linked on this cluster: seconds at tens of thousands of
+    GPUs). So the rest costs (groups left) x (a group's warm-up) + (layouts left) x (the median
+    layout). Returns (the layouts priced, their rows, layouts a second per worker once warm)."""
+    groups = list(_groups(layouts).values())
+    chosen = groups[::max(1, len(groups) // PILOT_GROUPS)][:PILOT_GROUPS]
+    sample, rows, times, warm_ups = [], [], [], []
+    for group in chosen:
+        spent = []
+        for layout in group[:PILOT_LAYOUTS_PER_GROUP]:
+            started = time.perf_counter()
+            rows += _tier_one((_space_key(space), space.base, space.gpus, space.choices, [layout]))
+            spent.append(time.perf_counter() - started)
+            sample.append(layout)
+            if progress:
+                progress(1)
+        times += spent
+        warm_ups.append(max(spent) - statistics.median(spent))
+    each = statistics.median(times)
+    warm_up = statistics.fmean(warm_ups)
+    rest = len(layouts) - len(sample)
+    busy = max(1, min(workers, rest))
+    seconds = ((len(groups) - len(chosen)) * warm_up + rest * each) / busy
+    PLAN_SECONDS.check(math.ceil(seconds), f"{rest:,} more layouts in {len(groups) - len(chosen):,} more "
+                                           f"(tp, cp, ep, pp) groups, at {warm_up:.2g} s to warm up a group and "
+                                           f"{each:.2g} s a layout (measured here), on {busy} worker(s)")
+    return sample, rows, 1.0 / max(each, 1e-6)
+
+
 def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None, workers: int = 1,
-          progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    """Tier one over every layout: a row each, in `pool`'s `workers` processes (no pool: here)."""
-    jobs = [(_space_key(space), space.base, space.gpus, space.choices, batch) for batch in _batches(layouts, workers)]
-    rows: list[tuple] = []
+          progress: Callable[[int], None] | None = None, rate: float | None = None,
+          priced: list[tuple] = ()) -> pd.DataFrame:
+    """Tier one over every layout: a row each, in `pool`'s `workers` processes (no pool: here).
+    `priced`: rows of layouts already priced (the pilot's), which `layouts` leaves out."""
+    jobs = [(_space_key(space), space.base, space.gpus, space.choices, batch)
+            for batch in _batches(layouts, workers, rate)]
+    rows: list[tuple] = list(priced)
     for done, batch in _completed(pool, _tier_one, jobs):
         rows += done
         if progress:
@@ -276,7 +333,11 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     # one pool for both tiers: a worker simulates finalists on the fabric and links it priced
     pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) if workers > 1 else None
     try:
-        candidates = price(space, layouts, pool, workers, tick("price", len(layouts)))
+        ticker = tick("price", len(layouts))
+        sample, sample_rows, rate = pilot(space, layouts, workers, ticker)
+        chosen = set(map(id, sample))
+        candidates = price(space, [x for x in layouts if id(x) not in chosen], pool, workers, ticker, rate,
+                           sample_rows)
         count = min(finalists, int(candidates["fits"].sum()))
         done = (simulate_finalists(path, space, candidates, count, pool, tick("simulate", count)) if count
                 else pd.DataFrame())
