@@ -240,12 +240,8 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
 
 
 def _progress(description: str):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-    counter = TaskProgressColumn() if description == "simulate" else MofNCompleteColumn()
-    rate = [TextColumn("{task.fields[rate]}")] if description == "plan" else []
-    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), counter, *rate,
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False)
+    from .progress import progress_bars
+    return progress_bars(description, err)
 
 
 @app.command()

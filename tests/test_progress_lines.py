@@ -1,0 +1,34 @@
+"""Long work shows progress in a log or a pipe too, not only on a terminal."""
+
+import io
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from sim3d.cli import progress as progress_module
+from sim3d.cli.app import app
+from sim3d.cli.progress import LineProgress, progress_bars
+
+
+def test_a_log_gets_plain_lines_while_the_work_runs():
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=False, width=200)
+    with progress_bars("plan", console) as bars:
+        assert isinstance(bars, LineProgress)
+        bars.interval = 0.0
+        task = bars.add_task("estimating layouts", total=4, rate="")
+        for done in range(4):
+            bars.update(task, advance=1, rate=f"{done + 1}/s")
+            assert f"estimating layouts: {done + 1}/4" in sink.getvalue()  # printed before the work ends
+    lines = sink.getvalue().splitlines()
+    assert lines[0].startswith("estimating layouts: 0/4 (0%)") and "4/4 (100%) 4/s" in lines[-1]
+    assert all("\x1b" not in line for line in lines)  # no terminal escapes in a log
+
+
+def test_plan_into_a_pipe_prints_its_phases_as_lines(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress_module, "LINE_INTERVAL_S", 0.0)
+    result = CliRunner().invoke(app, ["plan", "scenarios/tiny.yaml", "--gpus", "8", "--workers", "1",
+                                      "--out", str(tmp_path / "plan"), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    phases = [line for line in result.stderr.splitlines() if line.startswith(("estimating layouts:", "simulating"))]
+    assert len(phases) >= 3 and phases[-1].endswith(" s")
