@@ -16,8 +16,7 @@ from typing import Any, Callable
 from .costs.cost_model import CostModel
 from .engine import SimResult
 from .engine import replay_step
-from .engine.run import ranks_replayed
-from .scenario.limits import WorkLimitExceeded, check_schedule_size
+from .scenario.limits import WorkLimitExceeded
 from .model.memory import MemoryReport, memory_report
 from .analysis.summary import summarize
 from .scenario.load import Scenario, load_scenario, scenario_from_dict
@@ -91,12 +90,10 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     fidelity. Raises ScenarioError (bad input, missing profile) and ScheduleError."""
     s = _scenario(scenario, tuple(sets), overrides)
     full_fidelity = full_fidelity or any(f.straggler for f in s.faults)
-    if full_fidelity:
-        try:
-            check_schedule_size(s.pp, s.num_microbatches, s.vpp, ranks_replayed=ranks_replayed(s, True))
-        except WorkLimitExceeded as e:
-            raise ScenarioError(f"full fidelity (every pipeline replayed): {e}") from None
-    run = replay_step(s, full_fidelity=full_fidelity, progress=progress)
+    try:
+        run = replay_step(s, full_fidelity=full_fidelity, progress=progress)
+    except WorkLimitExceeded as e:
+        raise ScenarioError(str(e)) from None
     memory = memory_report(s, check_schedule=False)  # the replayed schedule is the proven one
     summary = summarize(run, memory)
     profile = run.costs.profile

@@ -204,10 +204,12 @@ def test_unreasonable_work_is_refused_at_once_with_the_estimate(args, expected):
     assert expected in result.stderr and "raise it on purpose" in result.stderr
 
 
-def test_full_fidelity_counts_every_gpu_and_the_limit_can_be_raised(tmp_path, monkeypatch):
+def test_full_fidelity_counts_the_ranks_it_replays_and_the_limit_can_be_raised(tmp_path, monkeypatch):
     monkeypatch.setenv("SIM3D_MAX_ACTIONS", "500")
     args = ["run", ROOT / "scenarios" / "mesh-32.yaml", "--json", "--no-plots", "--out", tmp_path]
     assert invoke(*args).exit_code == 0  # folded: one pipeline
+    assert invoke(*args, "--full-fidelity").exit_code == 0  # no fault: every pipeline is a twin of one
+    args += ["--set", "faults=[{straggler: {rank: 1, slowdown: 1.5}}]"]  # its pipeline replayed rank by rank
     result = invoke(*args, "--full-fidelity")
     assert result.exit_code == 2 and "full fidelity" in result.stderr
     monkeypatch.setenv("SIM3D_MAX_ACTIONS", "1e6")

@@ -41,6 +41,7 @@ class Fabric:
         self.nodes_per_pod = inter.nodes_per_pod
         self.pod_oversubscription = inter.pod_oversubscription
         self.ecmp = inter.routing == "ecmp"
+        self._climbs: dict[tuple[int, int], tuple] = {}
         self.oversubscription = inter.oversubscription
         # NICs a server cables to one leaf: one per rail on a rail-optimized fabric, all of
         # them on a fat tree (a server with more NICs than GPUs: one per GPU, topology.py)
@@ -90,8 +91,15 @@ class Fabric:
         ranks) picks the spines."""
         if leaf_a == leaf_b:
             return []
+        if not self.ecmp:  # the route depends on the two leaves only: worked out once per pair
+            key = (leaf_a, leaf_b)
+            if key not in self._climbs:
+                self._climbs[key] = tuple(self._climb(leaf_a, leaf_b, 0))
+            return list(self._climbs[key])
+        return self._climb(leaf_a, leaf_b, zlib.crc32(f"{flow[0]}>{flow[1]}".encode()))
+
+    def _climb(self, leaf_a: int, leaf_b: int, hashed: int) -> list[tuple]:
         pod_a, pod_b = self.pod_of(leaf_a), self.pod_of(leaf_b)
-        hashed = zlib.crc32(f"{flow[0]}>{flow[1]}".encode()) if self.ecmp else 0
         if pod_a == pod_b:  # one spine links both leaves: a plane they both have
             spine = self.spine(pod_a, hashed % min(self.planes(leaf_a), self.planes(leaf_b)))
             return [(("leaf", leaf_a), spine), (spine, ("leaf", leaf_b))]

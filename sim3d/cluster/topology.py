@@ -82,6 +82,7 @@ class Topology:
         self._paths: dict[tuple[int, int], tuple] = {}
         self._gpu_routes: dict[tuple, tuple] = {}  # shared with for_layout's copies
         self._members_by_nic: dict[tuple, dict] = {}
+        self._leaves: dict[tuple[int, int], tuple] = {}  # (node, NIC) -> its leaf; asked per route
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
 
@@ -236,8 +237,7 @@ class Topology:
         if na == nb:
             return [] if la == lb else [(ga, ("switch", na)), (("switch", nb), gb)]
         nic_a, nic_b = ("nic", na, self.nic_of(na, la)), ("nic", nb, self.nic_of(nb, lb))
-        leaf_a = next(v for v in self.graph[nic_a] if v[0] == "leaf")
-        leaf_b = next(v for v in self.graph[nic_b] if v[0] == "leaf")
+        leaf_a, leaf_b = self._leaf(*nic_a[1:]), self._leaf(*nic_b[1:])
         edges = self._to_nic(na, la) + [(nic_a, leaf_a)] + self.fabric.climb(leaf_a[1], leaf_b[1], (a, b))
         return edges + [(leaf_b, nic_b)] + [(v, u) for u, v in reversed(self._to_nic(nb, lb))]
 
@@ -278,6 +278,26 @@ class Topology:
             self._link_load[axis] = load
         return load
 
+    # A group's ring is priced by the loads on the links it uses. Those come only from the groups
+    # with a member on its nodes (NVLink, NICs) or under the leaves its crossings climb from or
+    # to (switch links), so at tens of thousands of GPUs summing those few groups, not every
+    # group of the cluster, gives the same loads at a fraction of the cost. The groups are
+    # summed in the cluster-wide order, so the fractional shares add up to the same floats.
+
+    def _ring_load_near(self, axis: str, group: list[int]) -> Counter:
+        """`_ring_load(axis)` on the NVLink edges of `group`'s nodes (the only ones group_link
+        reads), from the groups that have a member there."""
+        if axis in self._link_load or not self._near_pays(len({self.gpu_of(r)[0] for r in group})):
+            return self._ring_load(axis)
+        load: Counter = Counter()
+        for other in self._groups_on(axis, {self.gpu_of(r)[0] for r in group}):
+            if len(other) < 2:
+                continue
+            for i, a in enumerate(other):
+                for u, v in self.path(a, other[(i + 1) % len(other)]):
+                    load[(u, v)] += 1
+        return load
+
     def _crossing_load(self, axis: str, alone: list[int] | None = None) -> Counter:
         """Share of concurrent `axis` groups' node crossings on each NIC ((node, nic) keys) and
         each leaf uplink (edge keys); with `alone`, of that one group only.
@@ -297,6 +317,42 @@ class Topology:
         if alone is None:
             self._link_load[key] = load
         return load
+
+    def _crossing_load_near(self, axis: str, group: list[int]) -> Counter:
+        """`_crossing_load(axis)` on the NICs and switch links `group`'s crossings use, from the
+        groups with a member on a node of its own or under a leaf whose switch links it climbs."""
+        crossings = self._crossings(group)
+        nodes = {self.gpu_of(r)[0] for r in group}
+        for edge, _ in crossings:
+            if not isinstance(edge[0], int):  # a switch link: the nodes below its leaf or pod
+                nodes |= self._nodes_below(edge)
+        if axis in self._link_load or f"crossings:{axis}" in self._link_load or not self._near_pays(len(nodes)):
+            return self._crossing_load(axis)
+        load: Counter = Counter()
+        for other in self._groups_on(axis, nodes):
+            for edge, share in self._crossings(other):
+                load[edge] += share
+        return load
+
+    def _near_pays(self, nodes: int) -> bool:
+        """Summing the groups on `nodes` costs less than summing every group of the cluster."""
+        return nodes * 4 <= self.nodes
+
+    def _groups_on(self, axis: str, nodes: set[int]) -> list[list[int]]:
+        """The `axis` groups with a member on one of `nodes`, in `placement.groups` order (by
+        their smallest rank)."""
+        leaders = {self.placement.group_leader(axis, node * self.gpus_per_node + local)
+                   for node in nodes for local in range(self.gpus_per_node)}
+        return sorted((self.placement.group(axis, leader) for leader in leaders), key=min)
+
+    def _nodes_below(self, edge: tuple) -> set[int]:
+        """Nodes whose crossings can use a switch link: those cabled to its leaf, or for a
+        spine-core link, to any leaf of the spine's pod."""
+        leaves = [x[1] for x in edge if x[0] == "leaf"]
+        if not leaves:
+            spine = next(x for x in edge if x[0] == "spine")
+            leaves = [x[1] for x in self.graph if x[0] == "leaf" and self.fabric.pod_of(x[1]) == spine[1]]
+        return {v[1] for leaf in leaves for v in self.graph[("leaf", leaf)] if v[0] == "nic"}
 
     def all_to_all_load(self, axis: str, alone: list[int] | None = None) -> Counter:
         """Bytes each directed edge carries per byte of every member's buffer while all `axis`
@@ -377,13 +433,16 @@ class Topology:
         return [(edge, share) for b in group if b != a for edge in self.pxn_path(a, b)]
 
     def _leaf(self, node: int, nic: int) -> tuple:
-        return next(v for v in self.graph[("nic", node, nic)] if v[0] == "leaf")
+        leaf = self._leaves.get((node, nic))
+        if leaf is None:
+            leaf = self._leaves[(node, nic)] = next(v for v in self.graph[("nic", node, nic)] if v[0] == "leaf")
+        return leaf
 
     def _crossing_rate(self, group: list[int], axis: str, alone: bool = False) -> tuple[float, float]:
         """(rate at which the group's ring crosses between nodes, the slowest node's rate per
         member), bytes/s per direction: the NICs and uplinks its crossings use, each shared
         with the concurrent groups that use it too (`alone`: with none)."""
-        load = self._crossing_load(axis, group if alone else None)
+        load = self._crossing_load(axis, group) if alone else self._crossing_load_near(axis, group)
         members = Counter(self.gpu_of(r)[0] for r in group)
         ring, per_member = float("inf"), float("inf")
         for edge, share in self._crossings(group):
@@ -426,7 +485,7 @@ class Topology:
                 if gpu.nvlink_nvls_busbw and self.scenario.cluster.intra_node.fabric == "nvswitch" else None)
         if n < 2:
             return GroupLink(1, float("inf"), 0.0, 1, 1, intra, float("inf"), intra_lat, inter_lat, efficiency, nvls)
-        load = self._ring_load(axis, group if alone else None)
+        load = self._ring_load(axis, group) if alone else self._ring_load_near(axis, group)
         ring_intra, lat = float("inf"), 0.0
         for i, a in enumerate(group):
             b = group[(i + 1) % n]
@@ -444,7 +503,10 @@ class Topology:
         lowest ring bandwidth, then the lowest network bandwidth, then the highest latency.
         With a degraded link somewhere, the groups are no longer alike and the step waits for
         the slowest one."""
-        links = (self.group_link(axis, group[0]) for group in self.placement.groups(axis))
+        groups = self.placement.groups(axis)
+        if len(groups) > 1:  # every group's ring is priced: the cluster-wide loads, summed once
+            self._ring_load(axis), self._crossing_load(axis)
+        links = (self.group_link(axis, group[0]) for group in groups)
         return max(links, key=slowness or (lambda g: (-g.bw, -g.inter_bw, g.latency)))
 
     def describe(self) -> str:

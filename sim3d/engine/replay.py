@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from functools import cached_property
 from dataclasses import dataclass, field
 
 import simpy
@@ -208,12 +209,22 @@ class Engine:
         c = self.placement.coords(rank)
         return self.placement.tp if (c["dp"], c["cp"]) in self.unfolded else 1
 
+    @cached_property
+    def pipelines(self) -> list[dict]:
+        """The replayed pipelines' coordinates (decided once: it also records who stands for whom)."""
+        return self._pipelines()
+
+    @property
+    def actions_replayed(self) -> int:
+        """Schedule actions this replay runs: every action of each replayed pipeline's ranks."""
+        return len(self.pipelines) * sum(len(actions) for actions in self.schedule.ranks)
+
     def run(self, progress=None, horizon: float | None = None) -> SimResult:
         """Replay the step; with `progress` and an expected end time `horizon`, report the
         fraction of simulated time done a hundred times along the way."""
         start = time.perf_counter()
         ranks, processes = [], []  # processes: one per simulated rank
-        for pipe in self._pipelines():
+        for pipe in self.pipelines:
             globals_ = self.placement.pipeline(**pipe)
             for pp_rank in range(self.schedule.pp):
                 ranks.append(globals_[pp_rank])

@@ -9,6 +9,7 @@ from ..costs.cost_model import CostModel
 from ..schedule import Schedule
 from ..step import step_schedule
 from ..cluster.topology import Topology
+from ..scenario.limits import ACTIONS
 from .replay import Engine, ReplayOptions, SimResult
 
 
@@ -35,12 +36,16 @@ def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: Cost
         costs = CostModel(scenario, Topology(scenario), profile, folded=not full)
     schedule = step_schedule(scenario)
     options = ReplayOptions.of(scenario)
+    engine = Engine(schedule, costs, options, full, unfolded=unfolded_pipelines(scenario) if fold else None)
+    if full and fold:  # counted after folding: what will really be replayed (fold=False is a check of the folding)
+        ACTIONS.check(engine.actions_replayed,
+                      f"full fidelity: {len(engine.pipelines):,} pipeline(s) of {schedule.pp} rank(s) replayed "
+                      f"(the others fold into their twins), {sum(map(len, schedule.ranks)):,} actions a pipeline")
     horizon = None
     if full and progress:
         folded = CostModel(scenario, costs.topology, costs.profile, folded=True)
         horizon = Engine(schedule, folded, options).run().step_time
-    result = Engine(schedule, costs, options, full, unfolded=unfolded_pipelines(scenario) if fold else None).run(
-        progress=progress, horizon=horizon)
+    result = engine.run(progress=progress, horizon=horizon)
     return SimRun(scenario, schedule, costs, result)
 
 
@@ -56,16 +61,3 @@ def unfolded_pipelines(scenario) -> frozenset[tuple[int, int]] | None:
     placement = Placement.of(scenario)
     return frozenset((placement.coords(f.straggler.rank)["dp"], placement.coords(f.straggler.rank)["cp"])
                      for f in scenario.faults if f.straggler)
-
-
-def ranks_replayed(scenario, full_fidelity: bool) -> int:
-    """At most how many ranks the engine replays: one pipeline folded; at full fidelity every
-    rank, less the TP peers folded into their twin (twin pipelines fold further, by how many
-    the transfer times tell apart)."""
-    if not full_fidelity:
-        return scenario.pp
-    unfolded = unfolded_pipelines(scenario)
-    if unfolded is None or scenario.tp == 1:
-        return scenario.num_gpus
-    pipelines = scenario.dp * scenario.cp
-    return scenario.pp * (pipelines + len(unfolded) * (scenario.tp - 1))

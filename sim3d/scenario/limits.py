@@ -51,9 +51,10 @@ ACTIONS = Limit("SIM3D_MAX_ACTIONS", 1_500_000, "schedule actions",
 # The deepest published dense models have ~130 layers (Megatron-Turing NLG 530B: 105; GPT-1T
 # in Narayanan et al. 2021: 128).
 LAYERS = Limit("SIM3D_MAX_LAYERS", 10_000, "layers", "75x the deepest published model")
-# The largest single jobs reported (2024-25) run on ~100k GPUs; building the topology of 65k
-# GPUs takes ~20 s here.
-GPUS = Limit("SIM3D_MAX_GPUS", 65_536, "GPUs", "the topology graph of more takes minutes to build here")
+# The largest single jobs reported (2024-25) run on ~100k GPUs; the topology of 262,144 GPUs
+# builds in ~7 s and ~0.7 GB here (a ring is priced from the groups near it, topology.py), and a
+# straggler run of Llama 3.1 405B on 131,072 H100s takes ~9 s whole (benchmarks/full_fidelity_scale.py).
+GPUS = Limit("SIM3D_MAX_GPUS", 262_144, "GPUs", "the topology graph of more takes tens of seconds and gigabytes here")
 # Each executor rank is a torch process (~300 MB, one core's share of the step).
 LOCAL_PROCESSES = Limit("SIM3D_MAX_LOCAL_PROCESSES", max(16, 4 * (os.cpu_count() or 1)), "local processes",
                         "4 per core of this machine, at least 16")

@@ -180,13 +180,15 @@ def _groups(layouts: list[Layout]) -> dict[tuple, list[Layout]]:
 
 
 def pilot(space: Space, layouts: list[Layout], workers: int,
-          progress: Callable[[int], None] | None = None) -> tuple[list[Layout], list[tuple], float]:
+          progress: Callable[[int], None] | None = None) -> tuple[list[Layout], list[tuple], float | None]:
     """Time tier one here on the first layouts of a few (tp, cp, ep, pp) groups and refuse the
     search when the rest would take longer than PLAN_SECONDS. Within a group most layouts cost
     microseconds (a memory verdict, or an estimate from warm caches); one pays the group's warm-
     up (its process groups placed and linked on this cluster: seconds at tens of thousands of
     GPUs). So the rest costs (groups left) x (a group's warm-up) + (layouts left) x (the median
     layout). Returns (the layouts priced, their rows, layouts a second per worker once warm)."""
+    if not layouts:
+        return [], [], None
     groups = list(_groups(layouts).values())
     chosen = groups[::max(1, len(groups) // PILOT_GROUPS)][:PILOT_GROUPS]
     sample, rows, times, warm_ups = [], [], [], []
