@@ -60,7 +60,8 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
-    from ..report.outputs import start_plotting
+    from ..report.outputs import planned_outputs, start_plotting
+    from ..report.safe_files import refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
@@ -71,6 +72,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         from ..analysis.summary import breakdown_table, summary_table
         s = _load(scenario, set_)
         folder = _writable_folder(out_dir or _default_folder(s.name))
+        refuse_unsafe(planned_outputs(folder, plots, trace, pdf))
         if _PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
             gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -270,7 +272,9 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
-    from ..studies.plan import check_space, estimate_misses, json_row, plan as search, plan_table, write_outputs
+    from ..report.safe_files import refuse_unsafe
+    from ..studies.plan import (check_space, estimate_misses, json_row, plan as search, plan_table, planned_outputs,
+                                write_outputs)
     from ..studies.space import parse_choices
 
     choices = parse_choices(fix, space)
@@ -278,6 +282,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
     check_space(scenario, gpus, choices)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
+    refuse_unsafe(planned_outputs(folder, plots))  # before the search; the writes check again
     with _progress("plan") as progress:
         tasks: dict[str, int] = {}
 
@@ -341,12 +346,14 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """What-if grid over scenario values; results table and plots."""
+    from ..report.safe_files import refuse_unsafe
     from ..studies.runner import check_backend
-    from ..studies.sweep import parse_grid, points, run_sweep
+    from ..studies.sweep import parse_grid, planned_outputs, points, run_sweep
 
     from ..scenario.load import load_scenario
     load_scenario(scenario)  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
+    refuse_unsafe(planned_outputs(out_dir))  # before any work; checked again when each is written
     try:
         check_backend(backend)
     except ValueError as e:

@@ -5,7 +5,8 @@ at any moment leaves whole rows and at most one torn last line, which `--resume`
 recomputes. The header is on disk before the first point starts. `sweep.json` beside the
 table records the grid and the scenario's digest, and `--resume` refuses a table written by
 another grid or scenario. An advisory lock (flock, released by the kernel when the holder
-dies, even by SIGKILL) keeps two sweeps from interleaving in one folder.
+dies, even by SIGKILL) keeps two sweeps from interleaving in one folder. The table is never
+opened through a link (report/safe_files.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 from pathlib import Path
 
 from ..errors import ScenarioError
+from ..report.safe_files import naming, open_for_append, refuse_unsafe, write_bytes
 from .runner import WORKER_DIED
 
 LOCK_NAME = ".sweep.lock"
@@ -44,18 +46,19 @@ class ResultsLog:
         lock_fd = _lock(folder)
         try:
             path = folder / "results.csv"
+            refuse_unsafe([path, folder / META_NAME])  # before anything reads or truncates them
             done = _recover(path, columns, folder / META_NAME, meta) if resume else _refuse_existing(path)
             _write_meta(folder / META_NAME, meta)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = open_for_append(path)
             if os.fstat(fd).st_size == 0:
-                _write_all(fd, _line(columns))
+                _write_all(fd, _line(columns), path)
             return cls(path, columns, fd, lock_fd, done)
         except BaseException:
             os.close(lock_fd)
             raise
 
     def append(self, row: dict) -> None:
-        _write_all(self._fd, _line([row.get(c, "") for c in self.columns]))
+        _write_all(self._fd, _line([row.get(c, "") for c in self.columns]), self.path)
 
     def close(self) -> None:
         os.close(self._fd)
@@ -74,10 +77,11 @@ def _line(values) -> bytes:
     return buffer.getvalue().encode()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        data = data[os.write(fd, data):]
-    os.fsync(fd)
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    with naming(path):
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
 
 
 def _lock(folder: Path) -> int:
@@ -100,18 +104,8 @@ def _refuse_existing(path: Path) -> dict:
     return {}
 
 
-def _replace_durably(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def _write_meta(path: Path, meta: dict) -> None:
-    _replace_durably(path, (json.dumps(meta, indent=2) + "\n").encode())
+    write_bytes(path, (json.dumps(meta, indent=2) + "\n").encode(), durable=True)
 
 
 def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dict[str, dict]:
@@ -154,7 +148,7 @@ def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dic
     died = {label for label, row in done.items() if row.get("error", "").startswith(WORKER_DIED)}
     if died:
         kept = [rows[0]] + [r for r in rows[1:] if r[0] not in died]
-        _replace_durably(path, b"".join(_line(r) for r in kept))
+        write_bytes(path, b"".join(_line(r) for r in kept), durable=True)
     return {label: row for label, row in done.items() if label not in died}
 
 

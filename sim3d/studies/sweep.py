@@ -16,7 +16,8 @@ from .. import __version__
 from ..scenario.safe_yaml import YamlInputError, read_yaml_text
 from ..scenario.load import canonical_key, load_scenario, parse_override
 from ..errors import ScenarioError
-from .results_log import ResultsLog, file_digest
+from ..report.safe_files import write_with
+from .results_log import META_NAME, ResultsLog, file_digest
 from .runner import run_jobs
 
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
@@ -95,6 +96,11 @@ def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: in
     return log.path
 
 
+def planned_outputs(out: Path) -> list[Path]:
+    """The files a sweep writes into `out`, to be checked before it starts."""
+    return [out / "results.csv", out / META_NAME, out / "sweep.png"]
+
+
 # Okabe & Ito (2008, "Color Universal Design"): distinguishable with every common colour-vision
 # deficiency; markers differ too, so lines stay apart in greyscale print.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -143,6 +149,7 @@ def plot_sweep(results: Path, keys: list[str], path: Path, title: str | None = N
     if others:
         axes[1].legend(fontsize=8)
     fig.suptitle(title or f"sweep over {', '.join(keys)}", fontsize=11)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    try:
+        return write_with(path, lambda temp: fig.savefig(temp, dpi=150))
+    finally:
+        plt.close(fig)

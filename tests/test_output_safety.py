@@ -1,0 +1,121 @@
+"""Output folders that cannot be hijacked (issue 35, item 1): links and FIFOs among the outputs
+are refused before any work and never written through."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sim3d.cli.app import app
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny.yaml"
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())  # rich may wrap a long path across lines
+
+
+def run(out, *extra):
+    return invoke("run", TINY, "--out", out, *extra)
+
+
+def sweep(out, *extra):
+    return invoke("sweep", TINY, "--grid", "training.micro_batch=1,2", "--out", out, "--workers", "1", *extra)
+
+
+def plan(out, *extra):
+    return invoke("plan", TINY, "--gpus", "2", "--workers", "1", "--finalists", "2", "--out", out, *extra)
+
+
+# ---- item 1: never through a link, never into a non-regular file -------------------------
+
+@pytest.mark.parametrize("name, dangling, extra", [("trace.json", False, ["--no-plots"]),
+                                                   ("trace.json", True, ["--no-plots"]),
+                                                   ("summary.json", False, ["--no-plots"]),
+                                                   ("gantt.png", True, [])])
+def test_a_link_among_run_outputs_is_refused_and_not_followed(tmp_path, name, dangling, extra):
+    out, outside = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    outside.mkdir()
+    victim = outside / "victim"
+    if not dangling:
+        victim.write_text("precious\n")
+    (out / name).symlink_to(victim)
+    result = run(out, *extra)
+    assert result.exit_code == 2, result.output
+    assert str(out / name) in one_line(result.stderr) and "symbolic link" in result.stderr
+    assert (victim.read_text() == "precious\n") if not dangling else not victim.exists()
+    assert sorted(p.name for p in outside.iterdir()) == ([] if dangling else ["victim"])
+    assert not (out / "summary.json").exists() or name == "summary.json"  # refused before any work
+
+
+def test_a_hard_link_at_an_output_is_replaced_not_written_through(tmp_path):
+    """A link the checks cannot see (a hard link is a regular file) is still safe: the new
+    file is renamed over the folder's entry, so the other name keeps the old bytes."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.csv"
+    victim.write_text("precious\n")
+    os.link(victim, out / "trace.csv")
+    assert run(out, "--no-plots", "--trace", "none").exit_code == 0
+    assert victim.read_text() == "precious\n"
+    assert (out / "trace.csv").read_text().startswith("rank,")
+
+
+def test_a_fifo_named_like_an_output_is_refused_at_once(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "summary.json")
+    # a process of its own: before the fix the run blocked forever opening the FIFO
+    done = subprocess.run([sys.executable, "-m", "sim3d", "run", str(TINY), "--out", str(out), "--no-plots"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stderr
+    assert str(out / "summary.json") in one_line(done.stderr) and "FIFO" in done.stderr
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_link_at_sweeps_results_table_is_refused(tmp_path, dangling):
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.csv"
+    if not dangling:
+        victim.write_text("")  # empty: a table with rows would be refused as another sweep's
+    (out / "results.csv").symlink_to(victim)
+    result = sweep(out)
+    assert result.exit_code == 2 and str(out / "results.csv") in one_line(result.stderr), result.output
+    assert (victim.read_text() == "") if not dangling else not victim.exists()
+
+
+def test_a_fifo_at_sweeps_results_table_is_refused_at_once(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "results.csv")
+    done = subprocess.run([sys.executable, "-m", "sim3d", "sweep", str(TINY), "--grid", "training.micro_batch=1,2",
+                           "--out", str(out), "--workers", "1"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stderr
+    assert str(out / "results.csv") in one_line(done.stderr) and "FIFO" in done.stderr
+
+
+def test_a_link_at_plans_candidates_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.csv"
+    victim.write_text("precious\n")
+    (out / "candidates.csv").symlink_to(victim)
+    result = plan(out, "--no-plots")
+    assert result.exit_code == 2 and str(out / "candidates.csv") in one_line(result.stderr), result.output
+    assert victim.read_text() == "precious\n"
+    assert not (out / "finalists.csv").exists()
