@@ -1,8 +1,9 @@
-"""Output folders that cannot be hijacked (issue 35, item 1): links and FIFOs among the outputs
-are refused before any work and never written through."""
+"""Output folders that cannot be hijacked or mixed (issue 35, items 1 and 2): links and FIFOs
+among the outputs are refused, and one sim3d command writes into a folder at a time."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim3d.cli.app import app
+from sim3d.report.safe_files import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"
@@ -119,3 +121,50 @@ def test_a_link_at_plans_candidates_is_refused(tmp_path):
     assert result.exit_code == 2 and str(out / "candidates.csv") in one_line(result.stderr), result.output
     assert victim.read_text() == "precious\n"
     assert not (out / "finalists.csv").exists()
+
+
+# ---- item 2: one command per folder ------------------------------------------------------
+
+def hold_lock(folder: Path, holder: str = "4242 run") -> int:
+    """The lock as a second sim3d process holds it (flock on the folder's lock file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.pwrite(fd, f"{holder}\n".encode(), 0)
+    return fd
+
+
+def lock_is_free(folder: Path) -> bool:
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("command", [lambda out: run(out, "--no-plots"), sweep, lambda out: plan(out, "--no-plots"),
+                                     lambda out: invoke("execute", TINY, "--out", out, "--steps", "1")],
+                         ids=["run", "sweep", "plan", "execute"])
+def test_a_folder_another_sim3d_writes_into_is_refused(tmp_path, command):
+    out = tmp_path / "out"
+    fd = hold_lock(out)
+    try:
+        result = command(out)
+    finally:
+        os.close(fd)
+    assert result.exit_code == 2, result.output
+    message = one_line(result.stderr)
+    assert str(out) in message and "another sim3d command is writing here" in message and "process 4242" in message
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+
+def test_runs_lock_is_released_after_success_and_after_an_error(tmp_path):
+    out = tmp_path / "out"
+    assert run(out, "--no-plots").exit_code == 0
+    assert lock_is_free(out)
+    late = run(out, "--gantt-window", "1000,2000")  # refused after the step is simulated
+    assert late.exit_code == 2 and "after the step ends" in late.stderr
+    assert lock_is_free(out)

@@ -61,17 +61,19 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
     from ..report.outputs import planned_outputs, start_plotting
-    from ..report.safe_files import refuse_unsafe
+    from ..report.safe_files import folder_lock, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
     # imported there while this process imports the simulator, loads and simulates)
     plotter = start_plotting() if plots else None
+    lock = None
     try:
         from ..api import simulate
         from ..analysis.summary import breakdown_table, summary_table
         s = _load(scenario, set_)
         folder = _writable_folder(out_dir or _default_folder(s.name))
+        lock = folder_lock(folder, "run")  # released in `finally`, after an error too
         refuse_unsafe(planned_outputs(folder, plots, trace, pdf))
         if _PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
             gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
@@ -116,6 +118,8 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
             out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
         return summary
     finally:
+        if lock is not None:
+            lock.release()
         if plotter is not None:
             plotter.close()
 
@@ -272,7 +276,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
-    from ..report.safe_files import refuse_unsafe
+    from ..report.safe_files import folder_lock, refuse_unsafe
     from ..studies.plan import (check_space, estimate_misses, json_row, plan as search, plan_table, planned_outputs,
                                 write_outputs)
     from ..studies.space import parse_choices
@@ -283,7 +287,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     check_space(scenario, gpus, choices)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
     refuse_unsafe(planned_outputs(folder, plots))  # before the search; the writes check again
-    with _progress("plan") as progress:
+    with folder_lock(folder, "plan"), _progress("plan") as progress:
         tasks: dict[str, int] = {}
 
         def advance(phase: str, n: int, total: int) -> None:
@@ -296,7 +300,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                 progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
 
         result = search(scenario, gpus, choices, finalists, workers, advance)
-    written = write_outputs(result, folder, plots)
+        written = write_outputs(result, folder, plots)
     if not result.fitting:
         raise BadInput(result.why_none())
     ranked = result.finalists.head(top)
@@ -353,7 +357,7 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from ..scenario.load import load_scenario
     load_scenario(scenario)  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
-    refuse_unsafe(planned_outputs(out_dir))  # before any work; checked again when each is written
+    refuse_unsafe(planned_outputs(out_dir))  # checked again under the folder's lock, which run_sweep takes
     try:
         check_backend(backend)
     except ValueError as e:
@@ -394,6 +398,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
     from ..executor import ExecutorError, ExecutorRefusal, execute as run_executor
+    from ..report.safe_files import folder_lock, refuse_unsafe
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
@@ -402,8 +407,10 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
     s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
     folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
+    refuse_unsafe([folder / "trace.csv"])  # the executor writes it in place, after the run
     try:
-        result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
+        with folder_lock(folder, "execute"):
+            result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
     except ExecutorRefusal as e:
         raise BadInput(str(e)) from None
     except ExecutorError as e:

@@ -1,15 +1,18 @@
-"""Files in an output folder that cannot be hijacked or torn.
+"""Files in an output folder that cannot be hijacked, torn or mixed with another command's.
 
 Every output is written to a fresh temporary file in its folder and renamed over its target:
 a rename replaces the folder's entry, so a symbolic or hard link planted at the target is
 replaced, never written through, and a writer that fails (a full disk) leaves the old file or
 nothing, not half a file. A target that is not a regular file (a link, dangling or not, a
-FIFO that would block the writer, a folder, a device) is refused with its path.
+FIFO that would block the writer, a folder, a device) is refused with its path. One advisory
+lock per folder (flock: the kernel drops it when its holder dies, even by SIGKILL) keeps two
+sim3d commands from writing into one folder at once.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import secrets
 import stat
@@ -19,6 +22,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..errors import ScenarioError
 
+LOCK_NAME = ".sim3d.lock"
 TEMP_PREFIX = ".sim3d-"
 
 
@@ -135,4 +139,61 @@ def open_for_append(path: Path) -> int:
         refuse_unsafe([path])
         raise ScenarioError(f"{path}: is {_kind(mode)}; sim3d writes its outputs only as regular files")
     return fd
+
+
+# ---- one writer per folder ---------------------------------------------------------------
+
+class FolderLock:
+    """The folder's lock, held from construction until `release()` or the end of a `with`."""
+
+    def __init__(self, folder: Path, command: str):
+        self._fd = _take_lock(Path(folder), command)
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> "FolderLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def folder_lock(folder: Path, command: str) -> FolderLock:
+    """Take `folder`'s lock now; ScenarioError at once, naming the holder, when another live
+    process holds it. `command` ("run", "sweep", ...) is what a refused process is told."""
+    return FolderLock(folder, command)
+
+
+def _take_lock(folder: Path, command: str) -> int:
+    path = folder / LOCK_NAME
+    refuse_unsafe([path])
+    with naming(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ScenarioError(f"{path}: is {_kind(mode)}; the lock sim3d keeps here must be a regular file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ScenarioError(f"{folder}: another sim3d command is writing here ({_holder(fd)}); wait for it "
+                                "or choose another --out") from None
+        with naming(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _holder(fd: int) -> str:
+    try:
+        pid, command = os.pread(fd, 128, 0).decode(errors="replace").split(maxsplit=1)
+    except (OSError, ValueError):  # written by hand, or an older sim3d wrote the pid alone
+        return "holder unknown"
+    return f"sim3d {command.strip()}, process {pid}"
 

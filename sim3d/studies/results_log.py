@@ -4,15 +4,13 @@ Each row reaches the file in one `write` on an O_APPEND descriptor and is fsynce
 at any moment leaves whole rows and at most one torn last line, which `--resume` cuts off and
 recomputes. The header is on disk before the first point starts. `sweep.json` beside the
 table records the grid and the scenario's digest, and `--resume` refuses a table written by
-another grid or scenario. An advisory lock (flock, released by the kernel when the holder
-dies, even by SIGKILL) keeps two sweeps from interleaving in one folder. The table is never
-opened through a link (report/safe_files.py).
+another grid or scenario. The caller holds the folder's lock (report/safe_files.folder_lock),
+so that two sweeps never interleave in one folder; the table is never opened through a link.
 """
 
 from __future__ import annotations
 
 import csv
-import fcntl
 import hashlib
 import io
 import json
@@ -23,7 +21,6 @@ from ..errors import ScenarioError
 from ..report.safe_files import naming, open_for_append, refuse_unsafe, write_bytes
 from .runner import WORKER_DIED
 
-LOCK_NAME = ".sweep.lock"
 META_NAME = "sweep.json"
 
 
@@ -32,37 +29,35 @@ def file_digest(path: Path) -> str:
 
 
 class ResultsLog:
-    """Open with `ResultsLog.open(...)`; `done` holds the labels already in the table; `append`
-    writes one whole row; `close` releases the lock."""
+    """Open with `ResultsLog.open(...)` while holding the folder's lock; `done` holds the labels
+    already in the table; `append` writes one whole row."""
 
-    def __init__(self, path: Path, columns: list[str], fd: int, lock_fd: int, done: dict[str, dict]):
-        self.path, self.columns, self._fd, self._lock_fd, self.done = path, columns, fd, lock_fd, done
+    def __init__(self, path: Path, columns: list[str], fd: int, done: dict[str, dict]):
+        self.path, self.columns, self._fd, self.done = path, columns, fd, done
 
     @classmethod
     def open(cls, folder: Path, columns: list[str], meta: dict, resume: bool) -> "ResultsLog":
         """`meta`: what identifies the study (grid keys, scenario digest, ...); `meta["grid"]`
         may grow on resume (new values of the same keys), everything else must match."""
         folder.mkdir(parents=True, exist_ok=True)
-        lock_fd = _lock(folder)
+        path = folder / "results.csv"
+        refuse_unsafe([path, folder / META_NAME])  # before anything reads or truncates them
+        done = _recover(path, columns, folder / META_NAME, meta) if resume else _refuse_existing(path)
+        _write_meta(folder / META_NAME, meta)
+        fd = open_for_append(path)
         try:
-            path = folder / "results.csv"
-            refuse_unsafe([path, folder / META_NAME])  # before anything reads or truncates them
-            done = _recover(path, columns, folder / META_NAME, meta) if resume else _refuse_existing(path)
-            _write_meta(folder / META_NAME, meta)
-            fd = open_for_append(path)
             if os.fstat(fd).st_size == 0:
                 _write_all(fd, _line(columns), path)
-            return cls(path, columns, fd, lock_fd, done)
         except BaseException:
-            os.close(lock_fd)
+            os.close(fd)
             raise
+        return cls(path, columns, fd, done)
 
     def append(self, row: dict) -> None:
         _write_all(self._fd, _line([row.get(c, "") for c in self.columns]), self.path)
 
     def close(self) -> None:
         os.close(self._fd)
-        os.close(self._lock_fd)
 
     def __enter__(self):
         return self
@@ -82,20 +77,6 @@ def _write_all(fd: int, data: bytes, path: Path) -> None:
         while data:
             data = data[os.write(fd, data):]
         os.fsync(fd)
-
-
-def _lock(folder: Path) -> int:
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise ScenarioError(f"{folder}: another sweep is writing here (process {holder}); "
-                            "wait for it or choose another --out") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
 
 
 def _refuse_existing(path: Path) -> dict:

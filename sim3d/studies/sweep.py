@@ -16,7 +16,7 @@ from .. import __version__
 from ..scenario.safe_yaml import YamlInputError, read_yaml_text
 from ..scenario.load import canonical_key, load_scenario, parse_override
 from ..errors import ScenarioError
-from ..report.safe_files import write_with
+from ..report.safe_files import folder_lock, write_with
 from .results_log import META_NAME, ResultsLog, file_digest
 from .runner import run_jobs
 
@@ -83,16 +83,18 @@ def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: in
     check_inputs(scenario, grid)
     columns = ["label", *grid, *RESULT_KEYS]
     meta = {"scenario_sha256": file_digest(scenario), "grid": grid, "sim3d_version": __version__}
-    with ResultsLog.open(out, columns, meta, resume) as log:
-        todo = [p for p in points(grid) if label(p) not in log.done]
-        jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
-        by_label = {label(p): p for p in todo}
-        for count, (name, summary) in enumerate(run_jobs(jobs, workers, backend), start=1):
-            log.append({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
-            if progress:
-                progress(count, len(jobs))
-    plot_sweep(log.path, list(grid), out / "sweep.png", title=f"{Path(str(scenario)).name}: sweep over "
-               + ", ".join(grid))
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, "sweep"):  # held until the plot is written too: it reads the whole table
+        with ResultsLog.open(out, columns, meta, resume) as log:
+            todo = [p for p in points(grid) if label(p) not in log.done]
+            jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
+            by_label = {label(p): p for p in todo}
+            for count, (name, summary) in enumerate(run_jobs(jobs, workers, backend), start=1):
+                log.append({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
+                if progress:
+                    progress(count, len(jobs))
+        plot_sweep(log.path, list(grid), out / "sweep.png", title=f"{Path(str(scenario)).name}: sweep over "
+                   + ", ".join(grid))
     return log.path
 
 
