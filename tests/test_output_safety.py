@@ -1,9 +1,11 @@
-"""Output folders that cannot be hijacked or mixed (issue 35, items 1 and 2): links and FIFOs
-among the outputs are refused, and one sim3d command writes into a folder at a time."""
+"""Output folders that cannot be hijacked or mixed (issue 35, items 1, 2 and 4): links and FIFOs
+among the outputs are refused, one sim3d command writes into a folder at a time, and a run
+removes what an earlier run left and it did not write."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim3d.cli.app import app
-from sim3d.report.safe_files import LOCK_NAME
+from sim3d.report.safe_files import LOCK_NAME, MANIFEST_NAME, record_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"
@@ -168,3 +170,37 @@ def test_runs_lock_is_released_after_success_and_after_an_error(tmp_path):
     late = run(out, "--gantt-window", "1000,2000")  # refused after the step is simulated
     assert late.exit_code == 2 and "after the step ends" in late.stderr
     assert lock_is_free(out)
+
+
+# ---- item 4: no stale files --------------------------------------------------------------
+
+def test_a_run_removes_what_an_earlier_run_wrote_and_it_did_not(tmp_path):
+    out = tmp_path / "out"
+    assert run(out).exit_code == 0
+    for name in ("trace.json", "gantt.png", "memory.png", "links.png"):
+        assert (out / name).exists()
+    (out / "notes.txt").write_text("mine\n")
+    with (out / "links.png").open("ab") as f:  # edited since: the user's now
+        f.write(b"\0")
+    result = run(out, "--no-plots", "--trace", "none")
+    assert result.exit_code == 0, result.output
+    assert not any((out / name).exists() for name in ("trace.json", "gantt.png", "memory.png"))
+    assert (out / "links.png").exists() and (out / "notes.txt").read_text() == "mine\n"
+    removed = one_line(result.stderr)
+    assert "removed trace.json, gantt.png, memory.png from" in removed and "links.png" not in removed
+    listed = [f["name"] for f in json.loads((out / MANIFEST_NAME).read_text())["files"]]
+    assert "trace.json" not in listed and "summary.json" in listed
+
+
+def test_a_manifest_never_removes_a_file_outside_its_folder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    st = outside.stat()
+    entry = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    (out / MANIFEST_NAME).write_text(json.dumps({"files": [{"name": "../outside.txt", **entry},
+                                                           {"name": str(outside), **entry}]}))
+    (out / "summary.json").write_text("{}\n")
+    assert record_outputs(out, [out / "summary.json"], {"written_by": "test"}) == []
+    assert outside.read_text() == "precious\n"

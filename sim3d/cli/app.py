@@ -61,7 +61,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
     from ..report.outputs import planned_outputs, start_plotting
-    from ..report.safe_files import folder_lock, refuse_unsafe
+    from ..report.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
@@ -74,7 +74,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         s = _load(scenario, set_)
         folder = _writable_folder(out_dir or _default_folder(s.name))
         lock = folder_lock(folder, "run")  # released in `finally`, after an error too
-        refuse_unsafe(planned_outputs(folder, plots, trace, pdf))
+        refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME])
         if _PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
             gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -114,8 +114,13 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                 out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
                                  **gantt)
+        removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),
+                                                   "sets": list(set_)})
         if not as_json:
             out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+        if removed:  # an earlier run's files would otherwise pass for this run's
+            say("removed", f"{', '.join(removed)} from {folder}/: an earlier run wrote them, this one did not",
+                "yellow")
         return summary
     finally:
         if lock is not None:

@@ -1,4 +1,4 @@
-"""Files in an output folder that cannot be hijacked, torn or mixed with another command's.
+"""Files in an output folder that cannot be hijacked, torn or mixed with another run's.
 
 Every output is written to a fresh temporary file in its folder and renamed over its target:
 a rename replaces the folder's entry, so a symbolic or hard link planted at the target is
@@ -6,13 +6,15 @@ replaced, never written through, and a writer that fails (a full disk) leaves th
 nothing, not half a file. A target that is not a regular file (a link, dangling or not, a
 FIFO that would block the writer, a folder, a device) is refused with its path. One advisory
 lock per folder (flock: the kernel drops it when its holder dies, even by SIGKILL) keeps two
-sim3d commands from writing into one folder at once.
+sim3d commands from writing into one folder at once, and a manifest of what a run wrote lets
+the next run remove what it did not write again.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import secrets
 import stat
@@ -23,7 +25,9 @@ from typing import Callable, Iterable, Iterator
 from ..errors import ScenarioError
 
 LOCK_NAME = ".sim3d.lock"
+MANIFEST_NAME = "manifest.json"
 TEMP_PREFIX = ".sim3d-"
+MAX_MANIFEST_BYTES = 1 << 20
 
 
 def _kind(mode: int) -> str:
@@ -197,3 +201,53 @@ def _holder(fd: int) -> str:
         return "holder unknown"
     return f"sim3d {command.strip()}, process {pid}"
 
+
+# ---- what a run wrote, and what an earlier run left --------------------------------------
+
+def record_outputs(folder: Path, written: list[Path], about: dict) -> list[str]:
+    """Remove the files an earlier manifest in `folder` names that this run did not write,
+    then write this run's manifest (`about`, and each written file's size and mtime). A file
+    is removed only if it is still exactly as sim3d left it (same size and mtime, a regular
+    file, a plain name in this folder): a file a user edited, replaced or added stays.
+    Returns the names removed."""
+    folder = Path(folder)
+    manifest = folder / MANIFEST_NAME
+    names = {Path(p).name for p in written}
+    removed = []
+    for entry in _earlier_files(manifest):
+        name = entry.get("name")
+        if not isinstance(name, str) or name in names or not _plain(name):
+            continue
+        path = folder / name
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and (st.st_size, st.st_mtime_ns) == (entry.get("bytes"), entry.get("mtime_ns")):
+            with naming(path):
+                os.unlink(path)
+            removed.append(name)
+    files = []
+    for p in written:
+        st = os.lstat(p)
+        files.append({"name": Path(p).name, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+    write_bytes(manifest, (json.dumps({**about, "files": files}, indent=2) + "\n").encode())
+    return removed
+
+
+def _plain(name: str) -> bool:
+    return (name not in ("", ".", "..") and "/" not in name and "\0" not in name and name != MANIFEST_NAME
+            and name != LOCK_NAME and Path(name).name == name)
+
+
+def _earlier_files(manifest: Path) -> list[dict]:
+    """The earlier manifest's file entries; none when it is missing or unreadable (in doubt,
+    nothing is removed)."""
+    try:
+        st = os.lstat(manifest)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
+            return []
+        files = json.loads(manifest.read_bytes()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
