@@ -1,9 +1,11 @@
-"""Output folders that cannot be hijacked or mixed (issue 35, items 1, 2 and 4): links and FIFOs
-among the outputs are refused, one sim3d command writes into a folder at a time, and a run
-removes what an earlier run left and it did not write."""
+"""Output folders that cannot be hijacked, mixed or left torn (issue 35, items 1, 2, 4 and 7):
+links and FIFOs among the outputs are refused, one sim3d command writes into a folder at a
+time, a run removes what an earlier run left and it did not write, and a full disk names its
+file, exits 3 and leaves no half-written output."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -15,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim3d.cli.app import app
-from sim3d.report.safe_files import LOCK_NAME, MANIFEST_NAME, record_outputs
+from sim3d.report.safe_files import LOCK_NAME, MANIFEST_NAME, TEMP_PREFIX, record_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"
@@ -40,6 +42,10 @@ def sweep(out, *extra):
 
 def plan(out, *extra):
     return invoke("plan", TINY, "--gpus", "2", "--workers", "1", "--finalists", "2", "--out", out, *extra)
+
+
+def temporaries(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.startswith(TEMP_PREFIX)]
 
 
 # ---- item 1: never through a link, never into a non-regular file -------------------------
@@ -204,3 +210,52 @@ def test_a_manifest_never_removes_a_file_outside_its_folder(tmp_path):
     (out / "summary.json").write_text("{}\n")
     assert record_outputs(out, [out / "summary.json"], {"written_by": "test"}) == []
     assert outside.read_text() == "precious\n"
+
+
+# ---- item 7: a full disk -----------------------------------------------------------------
+
+def _disk_fills_while_writing(df, path):
+    with open(path, "w") as f:
+        f.write("rank,start_s,")  # half a file, then the disk is full
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_a_full_disk_names_the_file_exits_3_and_tears_nothing(tmp_path, monkeypatch, earlier):
+    out = tmp_path / "out"
+    if earlier:
+        assert run(out, "--no-plots", "--trace", "none").exit_code == 0
+    before = (out / "trace.csv").read_bytes() if earlier else None
+    import sim3d.trace
+    monkeypatch.setattr(sim3d.trace, "write_trace_csv", _disk_fills_while_writing)
+    result = run(out, "--no-plots", "--trace", "none")
+    assert result.exit_code == 3, result.output
+    assert f"{out / 'trace.csv'}: No space left on device" in one_line(result.stderr)
+    if earlier:
+        assert (out / "trace.csv").read_bytes() == before
+    else:
+        assert not (out / "trace.csv").exists()
+    assert temporaries(out) == []
+
+
+def test_a_full_disk_in_plan_exits_3_naming_the_file(tmp_path, monkeypatch):
+    import pandas as pd
+
+    def full(self, path, *args, **kwargs):
+        Path(path).write_text("half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    out = tmp_path / "out"
+    result = plan(out, "--no-plots")
+    assert result.exit_code == 3, result.output
+    assert f"{out / 'candidates.csv'}: No space left on device" in one_line(result.stderr)
+    assert not (out / "candidates.csv").exists() and temporaries(out) == []
+
+
+def test_a_full_disk_on_a_file_the_user_names_exits_3_naming_it(tmp_path, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(Path, "write_text", full)
+    result = invoke("schedule", "1f1b", "--pp", 2, "-m", 4, "--csv", tmp_path / "s.csv")
+    assert result.exit_code == 3, result.output
+    assert f"{tmp_path / 's.csv'}: No space left on device (ENOSPC)" in one_line(result.stderr)

@@ -1,4 +1,5 @@
-"""The `sim3d` command: parse, call the library, print. Exit codes: 0 ok, 2 bad input, 1 bug."""
+"""The `sim3d` command: parse, call the library, print. Exit codes: 0 ok, 2 bad input, 3 the
+environment failed (a full disk), 1 bug (support.py)."""
 
 from __future__ import annotations
 
@@ -240,7 +241,9 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
                   f"of the step on the worst rank", highlight=False)
     if csv_path:
-        csv_path.write_text(full.to_csv())
+        from ..report.safe_files import naming
+        with naming(csv_path):  # a user's path, written in place: it may be /dev/stdout
+            csv_path.write_text(full.to_csv())
     if gantt:
         from ..report.gantt import plot_gantt, timeline_to_trace
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
