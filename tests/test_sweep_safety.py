@@ -99,13 +99,13 @@ def test_resume_refuses_a_calibration_profile_edited_since_the_sweep_started(tmp
 
 def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
     tmp_path.mkdir(exist_ok=True)
-    fd = os.open(tmp_path / ".sweep.lock", os.O_RDWR | os.O_CREAT)
+    fd = os.open(tmp_path / ".sim3d.lock", os.O_RDWR | os.O_CREAT)  # one lock per folder, for every command
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         result = sweep(tmp_path)
     finally:
         os.close(fd)
-    assert result.exit_code == 2 and "another sweep is writing here" in result.stderr
+    assert result.exit_code == 2 and "another sim3d command is writing here" in result.stderr
     assert not (tmp_path / "results.csv").exists()
 
 

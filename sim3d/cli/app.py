@@ -1,4 +1,5 @@
-"""The `sim3d` command: parse, call the library, print. Exit codes: 0 ok, 2 bad input, 1 bug."""
+"""The `sim3d` command: parse, call the library, print. Exit codes: 0 ok, 2 bad input, 3 the
+environment failed (a full disk), 1 bug (support.py)."""
 
 from __future__ import annotations
 
@@ -60,17 +61,21 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
-    from ..report.outputs import start_plotting
+    from ..report.outputs import planned_outputs, start_plotting
+    from ..report.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
     # imported there while this process imports the simulator, loads and simulates)
     plotter = start_plotting() if plots else None
+    lock = None
     try:
         from ..api import simulate
         from ..analysis.summary import breakdown_table, summary_table
         s = _load(scenario, set_)
         folder = _writable_folder(out_dir or _default_folder(s.name))
+        lock = folder_lock(folder, "run")  # released in `finally`, after an error too
+        refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME])
         if _PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
             gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -110,10 +115,17 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                 out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
                                  **gantt)
+        removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),
+                                                   "sets": list(set_)})
         if not as_json:
             out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+        if removed:  # an earlier run's files would otherwise pass for this run's
+            say("removed", f"{', '.join(removed)} from {folder}/: an earlier run wrote them, this one did not",
+                "yellow")
         return summary
     finally:
+        if lock is not None:
+            lock.release()
         if plotter is not None:
             plotter.close()
 
@@ -229,7 +241,9 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
                   f"of the step on the worst rank", highlight=False)
     if csv_path:
-        csv_path.write_text(full.to_csv())
+        from ..report.safe_files import naming
+        with naming(csv_path):  # a user's path, written in place: it may be /dev/stdout
+            csv_path.write_text(full.to_csv())
     if gantt:
         from ..report.gantt import plot_gantt, timeline_to_trace
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
@@ -266,7 +280,9 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
-    from ..studies.plan import check_space, estimate_misses, json_row, plan as search, plan_table, write_outputs
+    from ..report.safe_files import folder_lock, refuse_unsafe
+    from ..studies.plan import (check_space, estimate_misses, json_row, plan as search, plan_table, planned_outputs,
+                                write_outputs)
     from ..studies.space import parse_choices
 
     choices = parse_choices(fix, space)
@@ -274,7 +290,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
     check_space(scenario, gpus, choices)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
-    with _progress("plan") as progress:
+    refuse_unsafe(planned_outputs(folder, plots))  # before the search; the writes check again
+    with folder_lock(folder, "plan"), _progress("plan") as progress:
         tasks: dict[str, int] = {}
 
         def advance(phase: str, n: int, total: int) -> None:
@@ -287,7 +304,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                 progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
 
         result = search(scenario, gpus, choices, finalists, workers, advance)
-    written = write_outputs(result, folder, plots)
+        written = write_outputs(result, folder, plots)
     if not result.fitting:
         raise BadInput(result.why_none())
     ranked = result.finalists.head(top)
@@ -337,12 +354,14 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """What-if grid over scenario values; results table and plots."""
+    from ..report.safe_files import refuse_unsafe
     from ..studies.runner import check_backend
-    from ..studies.sweep import parse_grid, points, run_sweep
+    from ..studies.sweep import parse_grid, planned_outputs, points, run_sweep
 
     from ..scenario.load import load_scenario
     load_scenario(scenario)  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
+    refuse_unsafe(planned_outputs(out_dir))  # checked again under the folder's lock, which run_sweep takes
     try:
         check_backend(backend)
     except ValueError as e:
@@ -383,6 +402,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
     from ..executor import ExecutorError, ExecutorRefusal, execute as run_executor
+    from ..report.safe_files import folder_lock, refuse_unsafe
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
@@ -391,8 +411,10 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
     s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
     folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
+    refuse_unsafe([folder / "trace.csv"])  # the executor writes it in place, after the run
     try:
-        result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
+        with folder_lock(folder, "execute"):
+            result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
     except ExecutorRefusal as e:
         raise BadInput(str(e)) from None
     except ExecutorError as e:

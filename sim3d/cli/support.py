@@ -1,5 +1,11 @@
-"""What every `sim3d` command shares: the consoles, one-line messages, exit codes for bad
-input, JSON output and checked output paths (cli.py and cli_import.py both use them)."""
+"""What every `sim3d` command shares: the consoles, one-line messages, exit codes, JSON output
+and checked output paths (cli.py and cli_import.py both use them).
+
+Exit codes (the README's table): 0 success; 1 a bug of sim3d's; 2 bad input, which the user
+fixes by changing the command or its files (found before any work where it can be); 3 the
+environment failed work the input allowed (a full disk, a quota, an I/O error): an OSError
+that reaches the command, which names its file.
+"""
 
 from __future__ import annotations
 
@@ -36,12 +42,25 @@ def _bad_input_types():
     from ..scenario.limits import WorkLimitExceeded
     from ..errors import ScenarioError
     from ..schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
-    # OSError: an unreadable input or unwritable output named by the OS (permission, full disk)
-    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded, OSError)
+    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded)
+
+
+EXIT_BUG, EXIT_BAD_INPUT, EXIT_ENVIRONMENT = 1, 2, 3
+
+
+def environment_message(e: OSError) -> str:
+    """The file first: a full disk's `write` says only "[Errno 28] No space left on device"."""
+    import errno
+    what = e.strerror or str(e) or type(e).__name__
+    code = f" ({errno.errorcode.get(e.errno, e.errno)})" if isinstance(e.errno, int) else ""
+    if e.filename is None:
+        return f"{what}{code}"
+    return f"{e.filename}{' -> ' + str(e.filename2) if e.filename2 else ''}: {what}{code}"
 
 
 def guarded(fn):
-    """Readable messages instead of tracebacks: exit 2 for bad input, 1 for our own bugs."""
+    """Readable messages instead of tracebacks: exit 2 for bad input, 3 for the environment
+    failing (OSError), 1 for our own bugs."""
     @wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -50,17 +69,20 @@ def guarded(fn):
             raise
         except _bad_input_types() as e:
             say("error:", e)
-            raise typer.Exit(2)
+            raise typer.Exit(EXIT_BAD_INPUT)
+        except OSError as e:
+            say("error:", environment_message(e))
+            raise typer.Exit(EXIT_ENVIRONMENT)
         except Exception as e:  # noqa: BLE001 - last line of defence for users
             if isinstance(e, ModuleNotFoundError) and e.name == "torch":
                 say("error:", "this command runs torch, which is not installed: pip install 'sim3d[executor]' "
                     "(the simulator itself does not need it)")
-                raise typer.Exit(2)
+                raise typer.Exit(EXIT_BAD_INPUT)
             if os.environ.get("SIM3D_DEBUG"):
                 raise
             say("internal error:", f"{type(e).__name__}: {e}\n"
                 "(set SIM3D_DEBUG=1 for the traceback, and please report it)")
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_BUG)
     return wrapper
 
 

@@ -10,6 +10,7 @@ from ..cluster.placement import Placement
 from ..trace import trace_columns
 from .beside import Beside
 from .memory_plot import plain_rows
+from .safe_files import refuse_unsafe, replacing, write_bytes, write_with
 
 
 def folder_name(name: str) -> str:
@@ -36,6 +37,17 @@ PLOT_MODULES = ("sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.
 ROWS_SENT_AS_ROWS = 100_000
 
 
+def planned_outputs(folder: Path, plots: bool = True, trace_format: str = "json", pdf: bool = False) -> list[Path]:
+    """Every file `write_run_outputs` will write with these options, to be checked before
+    any work (a link or a FIFO among them is refused then, not after the simulation)."""
+    from ..trace import parquet_available
+    names = ["summary.json", "links.csv", "trace.csv", "schedule.csv"]
+    names += ["trace.parquet"] if parquet_available() else []
+    names += [TRACE_FORMATS[trace_format]] if TRACE_FORMATS.get(trace_format) else []
+    names += (["gantt.png"] + (["gantt.pdf"] if pdf else []) + ["memory.png", "links.png"]) if plots else []
+    return [Path(folder) / name for name in names]
+
+
 def start_plotting() -> Beside:
     """The process that will draw the plots, started now so that matplotlib's import (a
     fifth of a second) overlaps the simulation; pass it to `write_run_outputs`."""
@@ -53,9 +65,11 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     memory plot and the link traffic plot of a `sim3d.Result`; `gantt_size`, `gantt_window`
     and `gantt_ranks` as `plot_gantt`'s size, window and ranks. The plots are drawn by
     `plotter` (`start_plotting()`, started here when not given), each handed over as soon as
-    its data is ready, while this process builds and writes the rest."""
+    its data is ready, while this process builds and writes the rest. Each file is written
+    beside its target and renamed over it (safe_files): never through a link, never torn."""
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"--trace {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
+    refuse_unsafe(planned_outputs(folder, plots, trace_format, pdf))
     s, summary = result.scenario, result.summary
     plotted = []
     if plots:
@@ -92,15 +106,15 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         # the file also names the busiest link directions (all of them are in links.csv)
         busiest = [{"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes),
                     "busy_fraction": float(r.busy_fraction)} for r in links.head(8).itertuples()]
-        write_summary({**summary, "busiest_links": busiest}, written[0])
-        links.to_csv(written[1], index=False, float_format="%.6g")
-        write_trace_csv(trace, written[2])
-        written[3].write_text(result.schedule.to_csv())
+        write_with(written[0], lambda path: write_summary({**summary, "busiest_links": busiest}, path))
+        write_with(written[1], lambda path: links.to_csv(path, index=False, float_format="%.6g"))
+        write_with(written[2], lambda path: write_trace_csv(trace, path))
+        write_bytes(written[3], result.schedule.to_csv().encode())
         if parquet_available():  # the same table, typed and compressed, for pandas / Arrow users
-            written.append(write_trace_parquet(trace, folder / "trace.parquet"))
+            written.append(write_with(folder / "trace.parquet", lambda path: write_trace_parquet(trace, path)))
         if TRACE_FORMATS[trace_format]:
-            written.append(write_chrome_trace(trace, folder / TRACE_FORMATS[trace_format], rank_labels=labels,
-                                              link_timelines=result.link_timelines()))
+            written.append(write_with(folder / TRACE_FORMATS[trace_format], lambda path: write_chrome_trace(
+                trace, path, rank_labels=labels, link_timelines=result.link_timelines())))
     except BaseException:
         if plots:
             plotter.close()
@@ -114,15 +128,16 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
 # there, never here).
 def draw_memory(path: Path, bars, hbm_gib: float, title: str) -> None:
     from .memory_plot import plot_memory
-    plot_memory(bars, path, title=title, hbm_gib=hbm_gib)
+    write_with(path, lambda temp: plot_memory(bars, temp, title=title, hbm_gib=hbm_gib))
 
 
 def draw_gantt(paths: list[Path], trace, labels, title: str, options: dict) -> None:
     """The Gantt chart (PNG, and PDF when asked) of the engine's rows or the trace's columns."""
     from .gantt import plot_gantt
-    plot_gantt(trace, paths, title=title, rank_labels=labels, **options)
+    with replacing(*paths) as temps:
+        plot_gantt(trace, temps, title=title, rank_labels=labels, **options)
 
 
 def draw_links(path: Path, links, title: str) -> None:
     from .links_plot import plot_links
-    plot_links(links, path, title=title)
+    write_with(path, lambda temp: plot_links(links, temp, title=title))

@@ -195,10 +195,10 @@ def write_chrome_trace(df: pd.DataFrame, path: str | Path, rank_labels: Mapping[
     text = b'{"traceEvents":[' + body + b'],"displayTimeUnit":"ms"}'
     if path.suffix == ".gz":  # Perfetto opens trace.json.gz as it is
         import gzip
-        with gzip.open(path, "wb", compresslevel=6) as f:
-            f.write(text)
-    else:
-        path.write_bytes(text)
+        # not gzip.open: its header would carry the file's name, a temporary one when written
+        # safely (report/safe_files.py)
+        text = gzip.compress(text, compresslevel=6)
+    path.write_bytes(text)
     return path
 
 

@@ -351,16 +351,24 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
 
 
 def write_outputs(result: Plan, folder: Path, plots: bool = True) -> list[Path]:
-    """candidates.csv (every layout, its verdict and estimate), finalists.csv and plan.png."""
+    """candidates.csv (every layout, its verdict and estimate), finalists.csv and plan.png,
+    each renamed over its target once whole (report/safe_files.py)."""
+    from ..report.safe_files import write_with
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / "candidates.csv", folder / "finalists.csv"]
-    result.candidates.to_csv(written[0], index=False)
-    result.finalists.to_csv(written[1], index=False)
+    write_with(written[0], lambda path: result.candidates.to_csv(path, index=False))
+    write_with(written[1], lambda path: result.finalists.to_csv(path, index=False))
     if plots and result.fitting:
         from ..report.plan_plot import plot_plan
-        written.append(plot_plan(result.candidates, result.finalists, result.space.base.gpu.hbm_gib,
-                                 folder / "plan.png"))
+        hbm = result.space.base.gpu.hbm_gib
+        written.append(write_with(folder / "plan.png",
+                                  lambda path: plot_plan(result.candidates, result.finalists, hbm, path)))
     return written
+
+
+def planned_outputs(folder: Path, plots: bool = True) -> list[Path]:
+    """The files `write_outputs` may write, to be checked before the search starts."""
+    return [folder / "candidates.csv", folder / "finalists.csv"] + ([folder / "plan.png"] if plots else [])
 
 
 def plan_table(result: Plan, top: int):
@@ -398,4 +406,5 @@ def check_space(path: Path, gpus: int, choices: dict | None = None) -> None:
     Space(load_scenario(path), gpus, choices or {}).check_size()
 
 
-__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "json_row", "write_outputs", "check_space", "ScenarioError"]
+__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "json_row", "write_outputs", "planned_outputs",
+           "check_space", "ScenarioError"]

@@ -4,14 +4,13 @@ Each row reaches the file in one `write` on an O_APPEND descriptor and is fsynce
 at any moment leaves whole rows and at most one torn last line, which `--resume` cuts off and
 recomputes. The header is on disk before the first point starts. `sweep.json` beside the
 table records the grid and the scenario's digest, and `--resume` refuses a table written by
-another grid or scenario. An advisory lock (flock, released by the kernel when the holder
-dies, even by SIGKILL) keeps two sweeps from interleaving in one folder.
+another grid or scenario. The caller holds the folder's lock (report/safe_files.folder_lock),
+so that two sweeps never interleave in one folder; the table is never opened through a link.
 """
 
 from __future__ import annotations
 
 import csv
-import fcntl
 import hashlib
 import io
 import json
@@ -19,9 +18,9 @@ import os
 from pathlib import Path
 
 from ..errors import ScenarioError
+from ..report.safe_files import naming, open_for_append, refuse_unsafe, write_bytes
 from .runner import WORKER_DIED
 
-LOCK_NAME = ".sweep.lock"
 META_NAME = "sweep.json"
 
 
@@ -30,36 +29,35 @@ def file_digest(path: Path) -> str:
 
 
 class ResultsLog:
-    """Open with `ResultsLog.open(...)`; `done` holds the labels already in the table; `append`
-    writes one whole row; `close` releases the lock."""
+    """Open with `ResultsLog.open(...)` while holding the folder's lock; `done` holds the labels
+    already in the table; `append` writes one whole row."""
 
-    def __init__(self, path: Path, columns: list[str], fd: int, lock_fd: int, done: dict[str, dict]):
-        self.path, self.columns, self._fd, self._lock_fd, self.done = path, columns, fd, lock_fd, done
+    def __init__(self, path: Path, columns: list[str], fd: int, done: dict[str, dict]):
+        self.path, self.columns, self._fd, self.done = path, columns, fd, done
 
     @classmethod
     def open(cls, folder: Path, columns: list[str], meta: dict, resume: bool) -> "ResultsLog":
         """`meta`: what identifies the study (grid keys, scenario digest, ...); `meta["grid"]`
         may grow on resume (new values of the same keys), everything else must match."""
         folder.mkdir(parents=True, exist_ok=True)
-        lock_fd = _lock(folder)
+        path = folder / "results.csv"
+        refuse_unsafe([path, folder / META_NAME])  # before anything reads or truncates them
+        done = _recover(path, columns, folder / META_NAME, meta) if resume else _refuse_existing(path)
+        _write_meta(folder / META_NAME, meta)
+        fd = open_for_append(path)
         try:
-            path = folder / "results.csv"
-            done = _recover(path, columns, folder / META_NAME, meta) if resume else _refuse_existing(path)
-            _write_meta(folder / META_NAME, meta)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             if os.fstat(fd).st_size == 0:
-                _write_all(fd, _line(columns))
-            return cls(path, columns, fd, lock_fd, done)
+                _write_all(fd, _line(columns), path)
         except BaseException:
-            os.close(lock_fd)
+            os.close(fd)
             raise
+        return cls(path, columns, fd, done)
 
     def append(self, row: dict) -> None:
-        _write_all(self._fd, _line([row.get(c, "") for c in self.columns]))
+        _write_all(self._fd, _line([row.get(c, "") for c in self.columns]), self.path)
 
     def close(self) -> None:
         os.close(self._fd)
-        os.close(self._lock_fd)
 
     def __enter__(self):
         return self
@@ -74,24 +72,11 @@ def _line(values) -> bytes:
     return buffer.getvalue().encode()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        data = data[os.write(fd, data):]
-    os.fsync(fd)
-
-
-def _lock(folder: Path) -> int:
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise ScenarioError(f"{folder}: another sweep is writing here (process {holder}); "
-                            "wait for it or choose another --out") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    with naming(path):
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
 
 
 def _refuse_existing(path: Path) -> dict:
@@ -100,18 +85,8 @@ def _refuse_existing(path: Path) -> dict:
     return {}
 
 
-def _replace_durably(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def _write_meta(path: Path, meta: dict) -> None:
-    _replace_durably(path, (json.dumps(meta, indent=2) + "\n").encode())
+    write_bytes(path, (json.dumps(meta, indent=2) + "\n").encode(), durable=True)
 
 
 def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dict[str, dict]:
@@ -154,7 +129,7 @@ def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dic
     died = {label for label, row in done.items() if row.get("error", "").startswith(WORKER_DIED)}
     if died:
         kept = [rows[0]] + [r for r in rows[1:] if r[0] not in died]
-        _replace_durably(path, b"".join(_line(r) for r in kept))
+        write_bytes(path, b"".join(_line(r) for r in kept), durable=True)
     return {label: row for label, row in done.items() if label not in died}
 
 

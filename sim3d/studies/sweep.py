@@ -16,7 +16,8 @@ from .. import __version__
 from ..scenario.safe_yaml import YamlInputError, read_yaml_text
 from ..scenario.load import canonical_key, load_scenario, parse_override
 from ..errors import ScenarioError
-from .results_log import ResultsLog, file_digest
+from ..report.safe_files import folder_lock, write_with
+from .results_log import META_NAME, ResultsLog, file_digest
 from .runner import run_jobs
 
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
@@ -100,17 +101,24 @@ def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: in
     columns = ["label", *grid, *RESULT_KEYS]
     meta = {"scenario_sha256": file_digest(scenario), "inputs_sha256": input_digests(scenario, grid),
             "grid": grid, "sim3d_version": __version__}
-    with ResultsLog.open(out, columns, meta, resume) as log:
-        todo = [p for p in points(grid) if label(p) not in log.done]
-        jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
-        by_label = {label(p): p for p in todo}
-        for count, (name, summary) in enumerate(run_jobs(jobs, workers, backend), start=1):
-            log.append({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
-            if progress:
-                progress(count, len(jobs))
-    plot_sweep(log.path, list(grid), out / "sweep.png", title=f"{Path(str(scenario)).name}: sweep over "
-               + ", ".join(grid))
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, "sweep"):  # held until the plot is written too: it reads the whole table
+        with ResultsLog.open(out, columns, meta, resume) as log:
+            todo = [p for p in points(grid) if label(p) not in log.done]
+            jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
+            by_label = {label(p): p for p in todo}
+            for count, (name, summary) in enumerate(run_jobs(jobs, workers, backend), start=1):
+                log.append({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
+                if progress:
+                    progress(count, len(jobs))
+        plot_sweep(log.path, list(grid), out / "sweep.png", title=f"{Path(str(scenario)).name}: sweep over "
+                   + ", ".join(grid))
     return log.path
+
+
+def planned_outputs(out: Path) -> list[Path]:
+    """The files a sweep writes into `out`, to be checked before it starts."""
+    return [out / "results.csv", out / META_NAME, out / "sweep.png"]
 
 
 # Okabe & Ito (2008, "Color Universal Design"): distinguishable with every common colour-vision
@@ -161,6 +169,7 @@ def plot_sweep(results: Path, keys: list[str], path: Path, title: str | None = N
     if others:
         axes[1].legend(fontsize=8)
     fig.suptitle(title or f"sweep over {', '.join(keys)}", fontsize=11)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    try:
+        return write_with(path, lambda temp: fig.savefig(temp, dpi=150))
+    finally:
+        plt.close(fig)
