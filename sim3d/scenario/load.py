@@ -14,6 +14,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 
 from ..cluster.gpus import suggest
 from .safe_yaml import UnboundedYaml, YamlInputError, read_yaml_text
+from .bounds import shown
 from .checks import consistency_problems
 from .schema import SHARDING_SPELLINGS, Scenario
 from ..errors import ScenarioError
@@ -79,7 +80,7 @@ def _explain(err: ValidationError) -> list[str]:
         elif isinstance(e.get("input"), dict):  # a section-level check: its message names the key
             problems.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
         else:
-            problems.append(f"{path}: {e['msg']} (got {e.get('input')!r})")
+            problems.append(f"{path}: {e['msg'].removeprefix('Value error, ')} (got {shown(e.get('input'))})")
     return problems
 
 

@@ -1,0 +1,120 @@
+"""Hostile and careless input, round three (issue 35, items 6, 8 and 12): every size has an
+upper bound that says why, arithmetic never prints inf, messages name what was wrong, and
+what was accepted silently is refused with its reason."""
+
+from __future__ import annotations
+
+import math
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+import sim3d
+from sim3d.cli.app import app
+from sim3d import errors
+from sim3d.errors import ScenarioError
+from sim3d.scenario.load import scenario_from_dict
+from sim3d.scenario.schema import Scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny.yaml"
+GPT3 = ROOT / "scenarios" / "gpt3.yaml"
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def tiny() -> dict:
+    return yaml.safe_load(TINY.read_text())
+
+
+# ---- item 6: an upper bound for every size, finite arithmetic --------------------------------
+
+HUGE = [("model.hidden", 10**155), ("model.hidden", 10**60), ("model.seq_len", 2**320), ("model.vocab", 10**300)]
+
+
+@pytest.mark.parametrize("field, value", HUGE, ids=lambda x: str(x)[:12])
+def test_sizes_past_their_bound_exit_2_naming_the_field(tmp_path, field, value):
+    result = invoke("run", TINY, "--set", f"{field}={value}", "--json", "--no-plots", "--trace", "none",
+                    "--out", tmp_path)
+    assert result.exit_code == 2, result.output[:300]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{field}: at most" in lines[0], result.stderr
+    assert str(value) not in result.stderr  # 10^155 in full is no message
+    assert not (tmp_path / "summary.json").exists()
+    with pytest.raises(ScenarioError, match=f"{field}: at most"):
+        sim3d.simulate(TINY, **{field: value})
+
+
+def _bare(annotation):
+    if typing.get_origin(annotation) is typing.Annotated:
+        return typing.get_args(annotation)[0]
+    return annotation
+
+
+def _number_fields(cls: type[BaseModel], prefix: str = ""):
+    """(dotted path, the class holding it, int or float) of every number in the scenario schema."""
+    for name, field in cls.model_fields.items():
+        if typing.get_origin(field.annotation) is list:
+            yield from _number_fields(typing.get_args(field.annotation)[0], f"{prefix}{name}.0.")
+            continue
+        for kind in typing.get_args(field.annotation) or (field.annotation,):
+            kind = _bare(kind)
+            if kind in (int, float):
+                yield prefix + name, cls, kind
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                yield from _number_fields(kind, f"{prefix}{name}.")
+
+
+NUMBER_FIELDS = list(_number_fields(Scenario))
+
+
+def test_the_schema_has_the_sizes_it_is_meant_to_bound():
+    paths = {path for path, _, _ in NUMBER_FIELDS}
+    assert {"model.layers", "model.hidden", "model.heads", "model.ffn_hidden", "model.vocab", "model.seq_len",
+            "model.moe.experts", "training.micro_batch", "training.global_batch", "cluster.nodes",
+            "cluster.gpus_per_node", "cluster.inter_node.nics_per_node", "cluster.inter_node.nic_gbps",
+            "faults.0.straggler.rank"} <= paths
+
+
+@pytest.mark.parametrize("path, holder, kind", NUMBER_FIELDS, ids=[p for p, _, _ in NUMBER_FIELDS])
+def test_every_number_of_the_schema_has_an_upper_bound(path, holder, kind):
+    huge = 10**400 if kind is int else 1e300
+    raw = tiny()
+    if path.startswith("faults."):
+        section, name = path.split(".")[2:]
+        required = {n: 1 for n, f in holder.model_fields.items() if f.is_required()}
+        raw["faults"] = [{section: {**required, name: huge}}]
+        values = {}
+    else:
+        values = {path: huge}
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(raw, values=values)
+    parent, _, name = path.rpartition(".")
+    named = (f"{path}:", f"{parent}: {name}:")  # a section's own check names the key after the section
+    line = next((p for p in info.value.problems if p.startswith(named)), None)
+    assert line is not None, info.value.problems
+    assert "0" * 20 not in line and len(line) < 300, line  # a huge number shown by its magnitude
+
+
+def test_the_largest_model_the_bounds_allow_still_predicts_a_finite_step():
+    r = sim3d.simulate(TINY, **{"model.hidden": 2**18, "model.heads": 2**13, "model.seq_len": 2**27,
+                                "model.vocab": 2**22, "model.ffn_hidden": 2**20, "training.global_batch": 2**24,
+                                "training.micro_batch": 2**24})
+    assert math.isfinite(r.step_time) and math.isfinite(r.memory.peak_gib)
+
+
+def test_a_prediction_that_is_not_finite_is_an_internal_error_never_a_number(tmp_path, monkeypatch):
+    import sim3d.analysis.summary as summary
+    monkeypatch.setattr(summary, "model_flops_per_step", lambda s: math.inf)
+    with pytest.raises(errors.NonFiniteResult, match="model_tflops_per_gpu = inf"):
+        sim3d.simulate(TINY)
+    result = invoke("run", TINY, "--json", "--no-plots", "--trace", "none", "--out", tmp_path)
+    assert result.exit_code == 1 and "internal error" in result.stderr and "non-finite" in result.stderr
+    assert result.stdout == "" and not (tmp_path / "summary.json").exists()
