@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import math
 import typing
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from pydantic import BaseModel
@@ -118,3 +121,48 @@ def test_a_prediction_that_is_not_finite_is_an_internal_error_never_a_number(tmp
     result = invoke("run", TINY, "--json", "--no-plots", "--trace", "none", "--out", tmp_path)
     assert result.exit_code == 1 and "internal error" in result.stderr and "non-finite" in result.stderr
     assert result.stdout == "" and not (tmp_path / "summary.json").exists()
+
+
+# ---- item 8: messages ------------------------------------------------------------------------
+
+def test_a_grid_item_without_equals_names_grid_and_its_form(tmp_path):
+    result = invoke("sweep", TINY, "--grid", "model.layers", "--out", tmp_path / "sweep")
+    assert result.exit_code == 2
+    assert "--grid 'model.layers': expected KEY=V1,V2,..." in result.stderr and "--set" not in result.stderr
+
+
+def test_integer_fields_take_integers_of_any_kind_and_only_integers():
+    s = scenario_from_dict(tiny(), values={"model.layers": np.int64(4), "parallel.tp": np.uint8(1),
+                                           "model.hidden": np.int32(64)})
+    assert (s.model.layers, s.tp, s.model.hidden) == (4, 1, 64) and type(s.model.layers) is int
+    for value in (Decimal("4.5"), Fraction(9, 2), 4.5, np.float64(4.5), Decimal("4"), 4.0):
+        with pytest.raises(ScenarioError, match="model.layers: Input should be a valid integer"):
+            scenario_from_dict(tiny(), values={"model.layers": value})
+    for value in (np.float32(100), Decimal("100"), Fraction(100), np.int64(100), 100):
+        s = scenario_from_dict(tiny(), values={"cluster.inter_node.nic_gbps": value})
+        assert s.cluster.inter_node.nic_gbps == 100.0
+    for value in (Decimal("Infinity"), Decimal("NaN"), np.float64("nan"), Decimal("1e400")):
+        with pytest.raises(ScenarioError, match="cluster.inter_node.nic_gbps"):
+            scenario_from_dict(tiny(), values={"cluster.inter_node.nic_gbps": value})
+
+
+def test_a_dict_nested_too_deep_is_said_to_be_nested_too_deep():
+    deep = inner = {}
+    for _ in range(100_000):
+        inner["x"] = {}
+        inner = inner["x"]
+    with pytest.raises(ScenarioError, match="nested more than 32 levels deep") as info:
+        sim3d.simulate({"model": deep})
+    assert "contains itself" not in str(info.value)
+    with pytest.raises(ScenarioError, match="nested more than 32 levels deep"):
+        sim3d.simulate(TINY, **{"model.layers": deep})
+    loop = [1]
+    loop.append(loop)
+    with pytest.raises(ScenarioError, match="contains itself"):
+        sim3d.simulate(TINY, **{"model.layers": loop})
+
+
+def test_sets_given_as_one_string_is_refused_not_read_per_character():
+    with pytest.raises(ScenarioError, match=r"expected a list of KEY=VALUE texts, got the string 'model.layers=2'"):
+        sim3d.simulate(TINY, sets="model.layers=2")
+    assert sim3d.simulate(TINY, sets=["model.layers=2"]).scenario.model.layers == 2

@@ -100,7 +100,7 @@ class ExecuteResult:
 def _load(scenario, overrides=()):
     if isinstance(scenario, (str, Path)):
         from ..scenario.load import load_scenario
-        return load_scenario(scenario, overrides=list(overrides))
+        return load_scenario(scenario, overrides=overrides)  # a str is refused there, not split into characters
     if overrides:
         raise ValueError("overrides apply to a scenario path, not to a loaded Scenario")
     return scenario
