@@ -166,3 +166,27 @@ def test_sets_given_as_one_string_is_refused_not_read_per_character():
     with pytest.raises(ScenarioError, match=r"expected a list of KEY=VALUE texts, got the string 'model.layers=2'"):
         sim3d.simulate(TINY, sets="model.layers=2")
     assert sim3d.simulate(TINY, sets=["model.layers=2"]).scenario.model.layers == 2
+
+
+NEMO = {"trainer": {"num_nodes": 1, "devices": 8},
+        "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "encoder_seq_length": 32,
+                  "global_batch_size": 8, "max_position_embeddings": "${.encoder_seq_length}"}}
+
+
+@pytest.mark.parametrize("section, key", [("model", "num_layers"), ("trainer", "num_nodes"),
+                                          ("model", "virtual_pipeline_model_parallel_size")])
+def test_nemo_interpolation_is_named_as_such(tmp_path, section, key):
+    config = yaml.safe_load(yaml.safe_dump(NEMO))
+    config[section][key] = "${model.something}"
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = invoke("import", "nemo", path)
+    assert result.exit_code == 2
+    assert f"{section}.{key}: '${{model.something}}': interpolation is not supported: resolve it first" \
+        in result.stderr
+
+
+def test_nemo_interpolation_in_a_key_the_import_ignores_is_no_problem(tmp_path):
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(NEMO))  # max_position_embeddings: ${.encoder_seq_length}
+    assert invoke("import", "nemo", path).exit_code == 0
