@@ -5,6 +5,11 @@ what was accepted silently is refused with its reason."""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 import typing
 from decimal import Decimal
 from fractions import Fraction
@@ -190,3 +195,35 @@ def test_nemo_interpolation_in_a_key_the_import_ignores_is_no_problem(tmp_path):
     path = tmp_path / "nemo.yaml"
     path.write_text(yaml.safe_dump(NEMO))  # max_position_embeddings: ${.encoder_seq_length}
     assert invoke("import", "nemo", path).exit_code == 0
+
+
+def _grandchildren(pid: int) -> set[int]:
+    def children(of: int) -> set[int]:
+        found = set()
+        for task in Path(f"/proc/{of}/task").glob("*"):
+            try:
+                found |= {int(c) for c in (task / "children").read_text().split()}
+            except OSError:
+                pass
+        return found
+    return {g for c in children(pid) for g in children(c)}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_rank_killed_from_outside_is_an_environment_failure_naming_rank_and_signal(tmp_path):
+    pytest.importorskip("torch")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-m", "sim3d.cli", "execute", str(TINY), "--steps", "1000",
+                               "--set", "parallel.pp=2", "--set", "parallel.dp=2", "--out", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    ranks: set[int] = set()  # the forkserver's children: one process per rank
+    deadline = time.monotonic() + 90
+    while len(ranks) < 4 and time.monotonic() < deadline and parent.poll() is None:
+        ranks = _grandchildren(parent.pid)
+        time.sleep(0.2)
+    assert len(ranks) == 4, "the ranks never started"
+    time.sleep(1.0)  # into the steps
+    os.kill(min(ranks), signal.SIGKILL)
+    _, stderr = parent.communicate(timeout=90)
+    assert parent.returncode == 3, stderr
+    assert "rank " in stderr and "killed by signal 9 (SIGKILL)" in stderr and "from outside" in stderr
