@@ -227,3 +227,33 @@ def test_a_rank_killed_from_outside_is_an_environment_failure_naming_rank_and_si
     _, stderr = parent.communicate(timeout=90)
     assert parent.returncode == 3, stderr
     assert "rank " in stderr and "killed by signal 9 (SIGKILL)" in stderr and "from outside" in stderr
+
+
+# ---- item 12: accepted without a word --------------------------------------------------------
+
+def test_a_straggler_faster_than_its_preset_is_refused_with_the_reason():
+    with pytest.raises(ScenarioError, match=r"faults.0.straggler.slowdown: 0.001 would make this GPU 1,000x "
+                                            r"faster than its preset"):
+        scenario_from_dict({**tiny(), "faults": [{"straggler": {"rank": 0, "slowdown": 0.001}}]})
+    s = scenario_from_dict({**tiny(), "faults": [{"straggler": {"rank": 0, "slowdown": 1}}]})
+    assert s.faults[0].straggler.slowdown == 1
+
+
+def test_more_nics_than_a_node_can_hold_are_refused(tmp_path):
+    result = invoke("validate", GPT3, "--set", "cluster.inter_node.nics_per_node=1000")
+    assert result.exit_code == 2
+    assert "cluster.inter_node.nics_per_node: 1000 NICs on a node of 8 GPUs" in result.stderr
+    assert invoke("validate", GPT3, "--set", "cluster.inter_node.nics_per_node=16").exit_code == 0
+
+
+def test_nemo_sequence_lengths_that_disagree_are_refused_naming_both(tmp_path):
+    config = yaml.safe_load(yaml.safe_dump(NEMO))
+    config["model"]["seq_length"] = 64
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = invoke("import", "nemo", path)
+    assert result.exit_code == 2
+    assert "model.seq_length: 64 and model.encoder_seq_length: 32 disagree" in result.stderr
+    config["model"]["seq_length"] = 32
+    path.write_text(yaml.safe_dump(config))
+    assert invoke("import", "nemo", path).exit_code == 0

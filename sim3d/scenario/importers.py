@@ -193,6 +193,10 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
         if not isinstance(body, dict):
             raise ValueError(f"{section}: expected a section (a mapping), got {type(body).__name__}")
     _refuse_interpolation(model, trainer)
+    given = {key: model[key] for key in ("seq_length", "encoder_seq_length") if model.get(key) is not None}
+    if len(set(map(str, given.values()))) > 1:
+        raise ValueError(f"model.seq_length: {given['seq_length']!r} and model.encoder_seq_length: "
+                         f"{given['encoder_seq_length']!r} disagree; both name the sequence length: give one")
     for section, body, key in (("trainer", trainer, "num_nodes"), ("trainer", trainer, "devices"),
                                ("model", model, "virtual_pipeline_model_parallel_size")):
         value = body.get(key)

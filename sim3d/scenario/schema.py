@@ -284,7 +284,15 @@ class Costs(_Strict):
 
 class Straggler(_Strict):
     rank: Rank
-    slowdown: Factor
+    slowdown: Factor  # the rank's compute takes this many times as long
+
+    @field_validator("slowdown")
+    @classmethod
+    def _slower_only(cls, value):
+        if value < 1:
+            raise ValueError(f"{value:g} would make this GPU {1 / value:,.4g}x faster than its preset; a straggler's "
+                             "slowdown is at least 1 (a faster GPU is cluster.bf16_tflops or another preset)")
+        return value
 
 
 class SlowLink(_Strict):
