@@ -69,7 +69,7 @@ class Result:
         return self.costs.explain()
 
 
-def _scenario(scenario, sets: tuple[str, ...], values: dict[str, Any]) -> Scenario:
+def _scenario(scenario, sets: tuple[str, ...] | list[str], values: dict[str, Any]) -> Scenario:
     if isinstance(scenario, Scenario):
         if not sets and not values:
             return scenario
@@ -85,10 +85,12 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
              full_fidelity: bool = False, progress: Callable[[float], None] | None = None,
              **overrides: Any) -> Result:
     """One training step of `scenario` (a Scenario, a dict in the scenario format, or a YAML
-    path), with `sets` ("parallel.tp=4" texts, as `--set`) and `overrides` ({"parallel.tp": 4},
-    typed) applied. The scenario's calibration profile is loaded here; stragglers imply full
-    fidelity. Raises ScenarioError (bad input, missing profile) and ScheduleError."""
-    s = _scenario(scenario, tuple(sets), overrides)
+    path), with `sets` (a list of "parallel.tp=4" texts, as `--set`; a str alone is refused, not
+    read as one override per character) and `overrides` ({"parallel.tp": 4}, typed: an integer
+    field takes any integer, numpy's included, a float field any finite real number) applied.
+    The scenario's calibration profile is loaded here; stragglers imply full fidelity. Raises
+    ScenarioError (bad input, missing profile) and ScheduleError; NonFiniteResult is a bug."""
+    s = _scenario(scenario, sets, overrides)
     full_fidelity = full_fidelity or any(f.straggler for f in s.faults)
     try:
         run = replay_step(s, full_fidelity=full_fidelity, progress=progress)

@@ -192,9 +192,9 @@ def test_execute_refuses_more_memory_than_the_machine_has(tmp_path, monkeypatch)
 # ---- work limits (class 5) --------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, expected", [
-    (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "model.layers=1000000"], "SIM3D_MAX_LAYERS"),
+    (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "model.layers=100000"], "SIM3D_MAX_LAYERS"),
     (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "training.global_batch=8000000"], "SIM3D_MAX_ACTIONS"),
-    (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "cluster.nodes=125000000000",
+    (["validate", ROOT / "scenarios" / "gpt3.yaml", "--set", "cluster.nodes=1000000",
       "--set", "parallel.dp=null"], "SIM3D_MAX_GPUS"),
     (["schedule", "1f1b", "--pp", 1000, "-m", 100000], "700,003,000 schedule actions"),
 ])

@@ -55,14 +55,14 @@ def summarize(run, memory=None) -> dict:
 
 
 def _require_finite(summary: dict) -> None:
-    """A prediction of inf or nan is never an answer (and is not valid JSON): refuse it as input
-    that drove a cost out of range, naming the values."""
-    bad = [k for k, v in summary.items() if isinstance(v, float) and not math.isfinite(v)]
-    bad += [f"breakdown.{k}" for k, v in summary["breakdown"].items() if not math.isfinite(v)]
+    """A prediction of inf or nan is never an answer (and is not valid JSON). Inputs are bounded
+    far below overflow, so it is a bug: raised as one, naming the values, never printed."""
+    bad = [f"{k} = {v}" for k, v in summary.items() if isinstance(v, float) and not math.isfinite(v)]
+    bad += [f"breakdown.{k} = {v}" for k, v in summary["breakdown"].items() if not math.isfinite(v)]
     if bad:
-        from ..errors import ScenarioError
-        raise ScenarioError(f"(prediction): {', '.join(bad)} came out non-finite; a bandwidth, TFLOP/s or "
-                            "size in the scenario is outside any physical range")
+        from ..errors import NonFiniteResult
+        raise NonFiniteResult(f"the prediction for {summary['name']!r} came out non-finite ({', '.join(bad)}) "
+                              "although every input is within its bounds; please report it with the scenario")
 
 
 def write_summary(summary: dict, path: Path) -> None:

@@ -401,7 +401,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
-    from ..executor import ExecutorError, ExecutorRefusal, execute as run_executor
+    from ..executor import ExecutorError, ExecutorRefusal, RankKilled, execute as run_executor
     from ..report.safe_files import folder_lock, refuse_unsafe
 
     if backend not in ("gloo", "nccl"):
@@ -419,7 +419,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
         raise BadInput(str(e)) from None
     except ExecutorError as e:
         say("execution failed:", e)
-        raise typer.Exit(1)
+        raise typer.Exit(3 if isinstance(e, RankKilled) else 1)  # 3: the environment failed, not sim3d
     if as_json:
         _print_json({"name": result.name, "schedule": result.schedule, "world_size": result.world_size,
                      "losses": result.losses, "step_times_s": result.step_times_s,

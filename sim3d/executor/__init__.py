@@ -8,10 +8,10 @@ of its names, so `lifetime` serves the plotting process and the sweep pool cheap
 
 from typing import TYPE_CHECKING
 
-__all__ = ["execute", "ExecuteResult", "ExecutorError", "ExecutorRefusal", "run_torchrun"]
+__all__ = ["execute", "ExecuteResult", "ExecutorError", "ExecutorRefusal", "RankKilled", "run_torchrun"]
 
 if TYPE_CHECKING:
-    from .launch import ExecuteResult, ExecutorError, ExecutorRefusal, execute, run_torchrun
+    from .launch import ExecuteResult, ExecutorError, ExecutorRefusal, RankKilled, execute, run_torchrun
 
 
 def __getattr__(name: str):

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
 
     from ..scenario.load import load_scenario
     from ..errors import ScenarioError
-    from .launch import ExecutorError, execute, run_torchrun
+    from .launch import ExecutorError, RankKilled, execute, run_torchrun
     from .sizing import launcher_cluster
 
     try:
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         return 2
     except ExecutorError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 3 if isinstance(exc, RankKilled) else 1  # 3: the environment failed, not sim3d
     if result is None:  # a non-zero rank under torchrun
         return 0
     print(result.summary())

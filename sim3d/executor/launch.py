@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import queue as queue_mod
+import signal
 import socket
 import statistics
 import time
@@ -50,6 +51,22 @@ class ExecutorError(RuntimeError):
         if self.others:
             text += f"\n(then {len(self.others)} other rank(s) stopped: ranks {sorted(self.others)})"
         super().__init__(text)
+
+
+class RankKilled(ExecutorError):
+    """A rank died of a signal it did not raise itself (SIGKILL from the OOM killer or a user,
+    SIGTERM from a job scheduler): the machine failed the run, not sim3d nor the input."""
+
+
+# Signals a process raises on itself when it crashes; any other came from outside.
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL}
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 @dataclass
@@ -100,7 +117,7 @@ class ExecuteResult:
 def _load(scenario, overrides=()):
     if isinstance(scenario, (str, Path)):
         from ..scenario.load import load_scenario
-        return load_scenario(scenario, overrides=list(overrides))
+        return load_scenario(scenario, overrides=overrides)  # a str is refused there, not split into characters
     if overrides:
         raise ValueError("overrides apply to a scenario path, not to a loaded Scenario")
     return scenario
@@ -209,9 +226,10 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     float64 and is compared with `reference.run_reference`; the result's `check` holds the
     errors and `passed`. The trace (and `out_dir/trace.csv`) holds the last step only.
     Scripts calling this need the `if __name__ == "__main__":` guard (children are started
-    by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails,
-    ExecutorRefusal (a ValueError) on a request it will not start (cp > 1, MoE, more processes
-    or memory than this machine has)."""
+    by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails
+    (RankKilled, a subclass, when a signal from outside killed it), ExecutorRefusal (a
+    ValueError) on a request it will not start (cp > 1, MoE, more processes or memory than
+    this machine has)."""
     import multiprocessing as mp
 
     s = _load(scenario, overrides)
@@ -233,20 +251,29 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     deadline = time.monotonic() + (deadline_s or 600 + 60 * steps)
     payloads: dict[int, dict] = {}
     failures: dict[int, str] = {}
+    killed: set[int] = set()  # ranks that died of a signal sent from outside
     try:
         while len(payloads) < world:
             _drain(results_q, payloads, failures, 0.1)
             for rank, p in enumerate(procs):
                 if rank not in payloads and rank not in failures and p.exitcode not in (None, 0):
                     code = p.exitcode
-                    failures[rank] = f"process exited with code {code}" if code > 0 else f"process killed by signal {-code}"
+                    if code > 0:
+                        failures[rank] = f"process exited with code {code}"
+                    else:
+                        failures[rank] = f"process killed by signal {-code} ({_signal_name(-code)})"
+                        if -code not in CRASH_SIGNALS:
+                            killed.add(rank)
+                            failures[rank] += (", sent from outside sim3d (the OOM killer, a job scheduler or "
+                                               "a user)")
             if failures:
                 grace = time.monotonic() + 1.5  # collect the tracebacks that are on their way
                 while time.monotonic() < grace:
                     _drain(results_q, payloads, failures, 0.1)
                 rank, error = _root_cause(failures, {r: p for r, p in enumerate(procs)
                                                      if r not in payloads and r not in failures})
-                raise ExecutorError(rank, error, {r: e for r, e in failures.items() if r != rank})
+                raise (RankKilled if rank in killed else ExecutorError)(
+                    rank, error, {r: e for r, e in failures.items() if r != rank})
             if time.monotonic() > deadline:
                 raise ExecutorError(None, f"no result after {deadline_s or 600 + 60 * steps:.0f} s; "
                                     f"ranks still running: {[r for r in range(world) if r not in payloads]}")

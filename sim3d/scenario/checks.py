@@ -4,6 +4,7 @@ numbers involved (DESIGN.md section 3)."""
 from __future__ import annotations
 
 from ..cluster.gpus import PRESETS, suggest
+from .bounds import NICS_PER_GPU, SERVER_NICS
 from .limits import GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
 from ..cluster.placement import Placement
@@ -149,6 +150,12 @@ def _size_problems(s) -> list[str]:
 
 def _fabric_problems(s) -> list[str]:
     inter, p = s.cluster.inter_node, []
+    # a what-if that shrinks a DGX's GPU count keeps its cabling: a server's 10 NICs stay allowed
+    most = max(NICS_PER_GPU * s.gpus_per_node, SERVER_NICS)
+    if inter.nics_per_node is not None and inter.nics_per_node > most:
+        p.append(f"cluster.inter_node.nics_per_node: {inter.nics_per_node} NICs on a node of {s.gpus_per_node} GPUs; "
+                 f"servers cable one or two NICs per GPU (a DGX H100 10 on 8), and sim3d takes at most "
+                 f"{NICS_PER_GPU} per GPU or {SERVER_NICS} a server ({most} here)")
     if inter.nodes_per_pod is None:
         if inter.pod_oversubscription != 1.0:
             p.append("cluster.inter_node.pod_oversubscription: needs pods (cluster.inter_node.nodes_per_pod)")

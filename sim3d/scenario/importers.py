@@ -192,6 +192,11 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
     for section, body in (("model", model), ("trainer", trainer)):
         if not isinstance(body, dict):
             raise ValueError(f"{section}: expected a section (a mapping), got {type(body).__name__}")
+    _refuse_interpolation(model, trainer)
+    given = {key: model[key] for key in ("seq_length", "encoder_seq_length") if model.get(key) is not None}
+    if len(set(map(str, given.values()))) > 1:
+        raise ValueError(f"model.seq_length: {given['seq_length']!r} and model.encoder_seq_length: "
+                         f"{given['encoder_seq_length']!r} disagree; both name the sequence length: give one")
     for section, body, key in (("trainer", trainer, "num_nodes"), ("trainer", trainer, "devices"),
                                ("model", model, "virtual_pipeline_model_parallel_size")):
         value = body.get(key)
@@ -199,11 +204,8 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
             raise ValueError(f"{section}.{key}: expected a whole number >= 1, got {value!r}")
     args: list[str] = []
     unmapped = []
-    nemo_names = {"encoder_seq_length": "seq_length",
-                  "activations_checkpoint_granularity": "recompute_granularity",
-                  "activations_checkpoint_method": "recompute_method", "ub_tp_comm_overlap": "tp_comm_overlap"}
     for key, value in _flatten(model):
-        flag = nemo_names.get(key, key)
+        flag = NEMO_NAMES.get(key, key)
         if key == "virtual_pipeline_model_parallel_size" or (key == "use_flash_attention" and value is True):
             continue
         if key == "activation":
@@ -254,6 +256,30 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
         out.scenario["schedule"] = "interleaved-1f1b"
     out.unmapped = unmapped + out.unmapped
     return out
+
+
+# NeMo's names of Megatron-LM arguments.
+NEMO_NAMES = {"encoder_seq_length": "seq_length", "activations_checkpoint_granularity": "recompute_granularity",
+              "activations_checkpoint_method": "recompute_method", "ub_tp_comm_overlap": "tp_comm_overlap"}
+# Model keys from_nemo reads besides the Megatron arguments.
+NEMO_READS = {"activation", "recompute_method", "virtual_pipeline_model_parallel_size", "make_vocab_size_divisible_by",
+              "fp8", "fp8_hybrid", "fp8_e4m3"}
+
+
+def _refuse_interpolation(model: dict, trainer: dict) -> None:
+    """NeMo configs are OmegaConf documents, where `${model.encoder_seq_length}` refers to
+    another value; read as plain YAML it is text, which no number field takes. Refused where
+    the import reads it (a key it ignores may hold anything)."""
+    tokenizer = model.get("tokenizer") if isinstance(model.get("tokenizer"), dict) else {}
+    spots = [(f"trainer.{key}", trainer.get(key)) for key in ("num_nodes", "devices", "precision")]
+    spots += [(f"model.tokenizer.{key}", tokenizer.get(key)) for key in ("type", "model")]
+    spots += [(f"model.{key}", value) for key, value in _flatten(model)
+              if NEMO_NAMES.get(key, key) in VALUE_FLAGS or NEMO_NAMES.get(key, key) in SWITCH_FLAGS
+              or key in NEMO_READS or key.startswith("optim.")]
+    for where, value in spots:
+        if isinstance(value, str) and "${" in value:
+            raise ValueError(f"{where}: {value!r}: interpolation is not supported: resolve it first "
+                             "(OmegaConf.to_yaml(cfg, resolve=True)) or write the value")
 
 
 def _flatten(tree: dict, prefix: str = ""):

@@ -7,6 +7,7 @@ lines each name the field path and the numbers involved.
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pydantic import AliasChoices, BaseModel, ValidationError
 
 from ..cluster.gpus import suggest
 from .safe_yaml import UnboundedYaml, YamlInputError, read_yaml_text
+from .bounds import shown
 from .checks import consistency_problems
 from .schema import SHARDING_SPELLINGS, Scenario
 from ..errors import ScenarioError
@@ -79,7 +81,7 @@ def _explain(err: ValidationError) -> list[str]:
         elif isinstance(e.get("input"), dict):  # a section-level check: its message names the key
             problems.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
         else:
-            problems.append(f"{path}: {e['msg']} (got {e.get('input')!r})")
+            problems.append(f"{path}: {e['msg'].removeprefix('Value error, ')} (got {shown(e.get('input'))})")
     return problems
 
 
@@ -96,15 +98,16 @@ def _set_path(raw: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """`a.b=value` -> ("a.b", typed value); the value is read as YAML (1, 2.5, true, null, [1,2])."""
+def parse_override(text: str, option: str = "--set", form: str = "KEY=VALUE, e.g. parallel.tp=4") -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", typed value); the value is read as YAML (1, 2.5, true, null, [1,2]).
+    `option` and `form` are what a refusal names: the option the text came from, and its form."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or any(not part.strip() for part in key.split(".")):
-        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. parallel.tp=4")
+        raise ScenarioError(f"{option} {text!r}: expected {form}")
     try:
         typed = read_yaml_text(value) if value.strip() else ""
     except UnboundedYaml as err:
-        raise ScenarioError(f"--set {key.strip()}: {err}") from None
+        raise ScenarioError(f"{option} {key.strip()}: {err}") from None
     except YamlInputError:
         typed = value  # not YAML: the text itself (e.g. a path with a colon)
     return key.strip(), typed
@@ -112,15 +115,17 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
                        values: dict[str, Any] | None = None) -> Scenario:
-    """`overrides`: "a.b=value" texts (the value read as YAML); `values`: {"a.b": value}
-    already typed (the library API)."""
+    """`overrides`: a list of "a.b=value" texts (the value read as YAML; one str alone is refused,
+    since it would read as one override per character); `values`: {"a.b": value} already typed
+    (the library API)."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"(top level): a scenario is a mapping of sections, got {type(raw).__name__}")
-    try:
-        raw = _canonical(_flat_megatron(_deep_copy(raw)), Scenario, "")
-    except RecursionError:
-        raise ScenarioError("(top level): the scenario contains itself (a self-referential dict or list)") from None
-    for key, value in [parse_override(text) for text in overrides] + list((values or {}).items()):
+    if isinstance(overrides, str):
+        raise ScenarioError(f"overrides: expected a list of KEY=VALUE texts, got the string {overrides!r} "
+                            f"(write [{overrides!r}])")
+    raw = _canonical(_flat_megatron(_plain(raw)), Scenario, "")
+    typed = [(key, _plain(value, key.count(".") + 1)) for key, value in (values or {}).items()]
+    for key, value in [parse_override(text) for text in overrides] + typed:
         key = canonical_key(key)
         _replace_sharding(raw, key)
         _set_path(raw, key, value)
@@ -228,11 +233,28 @@ def canonical_key(dotted: str) -> str:
     return ".".join(parts)
 
 
-def _deep_copy(obj):
-    if isinstance(obj, dict):
-        return {k: _deep_copy(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_deep_copy(v) for v in obj]
+# A scenario nests four levels (faults.0.nic.gbps); a few more leave room for a value that is
+# itself a list of lists. Deeper input is refused before any recursion could overflow.
+MAX_DEPTH = 32
+
+
+def _plain(obj, depth: int = 0, enclosing: frozenset = frozenset()):
+    """A copy of the dicts and lists, refused past MAX_DEPTH levels or where one contains
+    itself, with numpy's and other `numbers.Integral` integers as int: the strict fields take
+    only int for an integer, refusing 4.0, Decimal("4") or Fraction(4) as they refuse `4.0` in
+    YAML, and any finite real number (numpy floats, Decimal, Fraction) for a float."""
+    if isinstance(obj, (dict, list)):
+        if id(obj) in enclosing:
+            raise ScenarioError("(top level): the scenario contains itself (a self-referential dict or list)")
+        if depth >= MAX_DEPTH:
+            raise ScenarioError(f"(top level): nested more than {MAX_DEPTH} levels deep (the limit; a scenario "
+                                "nests four, as in faults.0.nic.gbps)")
+        inner = enclosing | {id(obj)}
+        if isinstance(obj, dict):
+            return {k: _plain(v, depth + 1, inner) for k, v in obj.items()}
+        return [_plain(v, depth + 1, inner) for v in obj]
+    if isinstance(obj, numbers.Integral) and not isinstance(obj, (bool, int)):
+        return int(obj)
     return obj
 
 
@@ -240,7 +262,7 @@ def local_world_size(path: str | Path, overrides: list[str] | tuple[str, ...] = 
     """tp*pp*dp*cp as written in the file and overrides (dp defaults to 1 here: a local run
     has no cluster to derive it from)."""
     raw = read_scenario_yaml(Path(path))
-    raw = _canonical(_deep_copy(raw), Scenario, "") if isinstance(raw, dict) else {}
+    raw = _canonical(_plain(raw), Scenario, "") if isinstance(raw, dict) else {}
     for text in overrides:
         key, value = parse_override(text)
         _set_path(raw, canonical_key(key), value)

@@ -1,29 +1,21 @@
 """The scenario as typed data (DESIGN.md section 3): one pydantic model per section, the
-derived layout values, and the physical range of every number. Reading files and applying
-overrides is scenario.py's job."""
+derived layout values; the physical range of every number is bounds.py's, reading files and
+applying overrides load.py's."""
 
 from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..cluster.gpus import GPU_FIELDS, GpuSpec, gpu_preset
 from ..cluster.placement import Placement
 from ..errors import ScenarioError
+from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib, GpusPerNode, HeadDim, Heads,
+                     Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, shown)
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
-
-
-# Physical ranges, wide enough for any what-if (a 1 Mb/s link, a 10 Pb/s one) and narrow enough
-# that no divisor drives a prediction to 1e300 s or to infinity.
-Gbps = Annotated[float, Field(ge=1e-3, le=1e12)]  # 1e9+ reads as "a free network"
-Tflops = Annotated[float, Field(ge=1e-3, le=1e12)]
-Gib = Annotated[float, Field(ge=1e-3, le=1e7)]
-Tbps = Annotated[float, Field(ge=1e-4, le=1e9)]
-LatencyUs = Annotated[float, Field(ge=0, le=1e6)]
-Factor = Annotated[float, Field(ge=1e-3, le=1e3)]
 
 
 
@@ -38,27 +30,27 @@ class _Strict(BaseModel):
 
 
 class MoE(_Strict):
-    experts: PositiveInt = _alias("experts", "num_experts")
-    top_k: PositiveInt = Field(2, validation_alias=AliasChoices("top_k", "moe_router_topk"))
-    expert_ffn_hidden: PositiveInt | None = Field(
+    experts: Experts = _alias("experts", "num_experts")
+    top_k: Experts = Field(2, validation_alias=AliasChoices("top_k", "moe_router_topk"))
+    expert_ffn_hidden: Ffn | None = Field(
         None, validation_alias=AliasChoices("expert_ffn_hidden", "moe_ffn_hidden_size"))
-    every: PositiveInt = 1  # an MoE layer every `every` layers (1 = all layers)
+    every: Layers = 1  # an MoE layer every `every` layers (1 = all layers)
     capacity_factor: Factor | None = Field(
         None, validation_alias=AliasChoices("capacity_factor", "moe_expert_capacity_factor"))
 
 
 class Model(_Strict):
-    layers: PositiveInt = _alias("layers", "num_layers")
-    hidden: PositiveInt = _alias("hidden", "hidden_size")
-    heads: PositiveInt = _alias("heads", "num_attention_heads")
-    kv_heads: PositiveInt | None = Field(None, validation_alias=AliasChoices("kv_heads", "num_query_groups"))
-    ffn_hidden: PositiveInt | None = Field(None, validation_alias=AliasChoices("ffn_hidden", "ffn_hidden_size"))
-    vocab: PositiveInt = _alias("vocab", "padded_vocab_size", "vocab_size")
-    seq_len: PositiveInt = _alias("seq_len", "seq_length")
+    layers: Layers = _alias("layers", "num_layers")
+    hidden: Hidden = _alias("hidden", "hidden_size")
+    heads: Heads = _alias("heads", "num_attention_heads")
+    kv_heads: Heads | None = Field(None, validation_alias=AliasChoices("kv_heads", "num_query_groups"))
+    ffn_hidden: Ffn | None = Field(None, validation_alias=AliasChoices("ffn_hidden", "ffn_hidden_size"))
+    vocab: Vocab = _alias("vocab", "padded_vocab_size", "vocab_size")
+    seq_len: SeqLen = _alias("seq_len", "seq_length")
     # gelu: GPT (biases, LayerNorm); swiglu: LLaMA (gated, RMSNorm, no biases);
     # squared-relu: Nemotron-4 (non-gated relu(x)^2, LayerNorm, no biases; arXiv:2402.16819 sec. 2)
     activation: Literal["gelu", "swiglu", "squared-relu"] = "gelu"
-    kv_channels: PositiveInt | None = None  # head dim when it is not hidden/heads (Megatron --kv-channels)
+    kv_channels: HeadDim | None = None  # head dim when it is not hidden/heads (Megatron --kv-channels)
     # Megatron's defaults (megatron/training/arguments.py: --hidden-dropout 0.1, --attention-dropout 0.1);
     # 0 removes the dropout kernels and their masks from time and memory.
     hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0)
@@ -120,16 +112,16 @@ def _zero_stages_of(key: str, value) -> set[int]:
 
 
 class Parallel(_Strict):
-    tp: PositiveInt = Field(1, validation_alias=AliasChoices("tp", "tensor_model_parallel_size"))
-    pp: PositiveInt = Field(1, validation_alias=AliasChoices("pp", "pipeline_model_parallel_size"))
-    dp: PositiveInt | None = Field(None, validation_alias=AliasChoices("dp", "data_parallel_size"))
-    cp: PositiveInt = Field(1, validation_alias=AliasChoices("cp", "context_parallel_size"))
-    ep: PositiveInt = Field(1, validation_alias=AliasChoices("ep", "expert_model_parallel_size"))
+    tp: Degree = Field(1, validation_alias=AliasChoices("tp", "tensor_model_parallel_size"))
+    pp: Degree = Field(1, validation_alias=AliasChoices("pp", "pipeline_model_parallel_size"))
+    dp: Degree | None = Field(None, validation_alias=AliasChoices("dp", "data_parallel_size"))
+    cp: Degree = Field(1, validation_alias=AliasChoices("cp", "context_parallel_size"))
+    ep: Degree = Field(1, validation_alias=AliasChoices("ep", "expert_model_parallel_size"))
     # expert tensor parallelism; None follows tp (Megatron's default). With MoE parallel folding
     # (arXiv:2504.14960) the experts take their own grid etp x ep x edp over the tp*cp*dp ranks
     # of a stage, so ep may span tensor-parallel ranks.
-    etp: PositiveInt | None = Field(None, validation_alias=AliasChoices("etp", "expert_tensor_parallel_size"))
-    vpp: PositiveInt = Field(1, validation_alias=AliasChoices("vpp", "virtual_pipeline_model_parallel_size"))
+    etp: Degree | None = Field(None, validation_alias=AliasChoices("etp", "expert_tensor_parallel_size"))
+    vpp: Layers = Field(1, validation_alias=AliasChoices("vpp", "virtual_pipeline_model_parallel_size"))
     sequence_parallel: bool = False
     # What data parallelism shards, as ZeRO's stages (Rajbhandari et al. 2020, arXiv:1910.02054):
     # 0 replicas (DDP: all-reduce), 1 optimizer state (Megatron's distributed optimizer),
@@ -139,9 +131,9 @@ class Parallel(_Strict):
     # Ranks of the dp x cp grid that one shard group spans (default all: FSDP's FULL_SHARD);
     # fewer is HSDP: groups of dp_shard ranks shard, their replicas all-reduce across groups.
     # `dp_replicate` (torchtitan's data_parallel_replicate_degree) says the same from the other side.
-    dp_shard: PositiveInt | None = None
-    dp_replicate: PositiveInt | None = Field(None, validation_alias=AliasChoices("dp_replicate",
-                                                                                "data_parallel_replicate_degree"))
+    dp_shard: Degree | None = None
+    dp_replicate: Degree | None = Field(None, validation_alias=AliasChoices("dp_replicate",
+                                                                           "data_parallel_replicate_degree"))
     # ZeRO-3: free a unit's gathered parameters after its forward and gather them again for its
     # backward (FSDP2's reshard_after_forward). Unset: torchtitan's default, true without
     # pipeline parallelism and false with it (torchtitan/models/llama3/infra/parallelize.py).
@@ -149,9 +141,9 @@ class Parallel(_Strict):
     order: str = "tp-cp-ep-dp-pp"
     # Megatron's uneven pipeline splits (megatron/core/transformer/transformer_block.py,
     # get_num_layers_to_build): layers of the first / last pipeline rank, the rest even.
-    decoder_first_pipeline_num_layers: PositiveInt | None = Field(
+    decoder_first_pipeline_num_layers: Layers | None = Field(
         None, validation_alias=AliasChoices("decoder_first_pipeline_num_layers", "num_layers_in_first_pipeline_stage"))
-    decoder_last_pipeline_num_layers: PositiveInt | None = Field(
+    decoder_last_pipeline_num_layers: Layers | None = Field(
         None, validation_alias=AliasChoices("decoder_last_pipeline_num_layers", "num_layers_in_last_pipeline_stage"))
     # count the embedding / the loss as one layer when splitting (the first / last stage builds one layer fewer)
     account_for_embedding_in_pipeline_split: bool = False
@@ -175,7 +167,7 @@ class Parallel(_Strict):
         for key, value in given.items():
             allowed = _zero_stages_of(key, value)
             if not allowed:
-                raise ValueError(f"{key}: {value!r} is not a sharding setting ({SHARDING_SPELLINGS[key]})")
+                raise ValueError(f"{key}: {shown(value)} is not a sharding setting ({SHARDING_SPELLINGS[key]})")
             stages &= allowed
         if not stages:
             said = ", ".join(f"{key}: {value!r}" for key, value in given.items())
@@ -186,8 +178,8 @@ class Parallel(_Strict):
 
 
 class Training(_Strict):
-    micro_batch: PositiveInt = Field(1, validation_alias=AliasChoices("micro_batch", "micro_batch_size"))
-    global_batch: PositiveInt = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
+    micro_batch: Batch = Field(1, validation_alias=AliasChoices("micro_batch", "micro_batch_size"))
+    global_batch: Batch = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
     recompute: Literal["none", "selective", "full"] = "none"
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's
@@ -242,20 +234,20 @@ class IntraNode(_Strict):
     latency_us: LatencyUs = 2.0
     # Nodes whose GPUs share one NVLink switch domain: 1 for a server; a GB200 NVL72 rack is
     # 18 compute trays of 4 GPUs behind its NVLink switch trays (domain_nodes: 18).
-    domain_nodes: PositiveInt = 1
+    domain_nodes: DomainNodes = 1
 
 
 class InterNode(_Strict):
     fabric: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
     nic_gbps: Gbps | None = None  # None: the GPU preset's NIC speed
-    nics_per_node: PositiveInt | None = None
+    nics_per_node: Nics | None = None
     oversubscription: float = Field(1.0, ge=1.0, le=1e3)  # of a leaf's ports: down / up
     latency_us: LatencyUs = 5.0
     # servers under one leaf (None: 16 on a fat tree; every server on its rail's leaf on a
     # rail-optimized fabric); with nodes_per_pod, a third tier: pods of that many servers
     # joined by a core at pod_oversubscription (fabric.py)
-    nodes_per_leaf: PositiveInt | None = None
-    nodes_per_pod: PositiveInt | None = None
+    nodes_per_leaf: Nodes | None = None
+    nodes_per_pod: Nodes | None = None
     pod_oversubscription: float = Field(1.0, ge=1.0, le=1e3)
     # how a leaf spreads traffic over its uplinks: evenly (adaptive routing, packet spraying),
     # or per flow by a hash of its endpoints onto one uplink (ECMP), where flows can collide
@@ -264,8 +256,8 @@ class InterNode(_Strict):
 
 class Cluster(_Strict):
     gpu: str = "a100-80gb"
-    nodes: PositiveInt = 1
-    gpus_per_node: PositiveInt | None = None
+    nodes: Nodes = 1
+    gpus_per_node: GpusPerNode | None = None
     intra_node: IntraNode = IntraNode()
     inter_node: InterNode = InterNode()
     # Any GpuSpec field may be overridden here (e.g. hbm_gib: 96 for a what-if).
@@ -291,12 +283,20 @@ class Costs(_Strict):
 
 
 class Straggler(_Strict):
-    rank: int = Field(ge=0)
-    slowdown: Factor
+    rank: Rank
+    slowdown: Factor  # the rank's compute takes this many times as long
+
+    @field_validator("slowdown")
+    @classmethod
+    def _slower_only(cls, value):
+        if value < 1:
+            raise ValueError(f"{value:g} would make this GPU {1 / value:,.4g}x faster than its preset; a straggler's "
+                             "slowdown is at least 1 (a faster GPU is cluster.bf16_tflops or another preset)")
+        return value
 
 
 class SlowLink(_Strict):
-    node: int = Field(ge=0)
+    node: Rank
     nic_gbps: Gbps
 
 
@@ -304,8 +304,8 @@ class NicFault(_Strict):
     """One NIC of a node (counted as the node's `nics_per_node` are) degraded to `gbps`, or
     failed at 0: its GPUs then reach the network through another NIC of the node over NVLink
     (NCCL's PXN)."""
-    node: int = Field(ge=0)
-    nic: int = Field(ge=0)
+    node: Rank
+    nic: Nic
     gbps: float = Field(ge=0.0, le=1e12)
 
     @field_validator("gbps")
@@ -318,14 +318,14 @@ class NicFault(_Strict):
 
 class UplinkFault(_Strict):
     """A leaf's uplinks to the spine degraded to `gbps` in all (some of its spine links down)."""
-    leaf: int = Field(ge=0)
+    leaf: Rank
     gbps: Gbps
 
 
 class LeafFault(_Strict):
     """A leaf switch down: the NICs cabled to it are cut off, and their GPUs reach the
     network through the node's other NICs over NVLink (NCCL's PXN), if it has any left."""
-    leaf: int = Field(ge=0)
+    leaf: Rank
 
 
 class Fault(_Strict):

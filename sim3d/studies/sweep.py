@@ -24,15 +24,18 @@ RESULT_KEYS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "comm_ex
                "fits_in_memory", "model_tflops_per_gpu", "error")
 
 
+GRID_FORM = "KEY=V1,V2,... e.g. cluster.inter_node.nic_gbps=100,200"
+
+
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
     """KEY=V1,V2,... per item; a value list in brackets is read as YAML, so values may hold
     commas: KEY=["a,b", c] or KEY=[[1, 2], [3, 4]]."""
     grid = {}
     for item in items:
-        key, values = canonical_key(parse_override(item)[0]), item.partition("=")[2]
+        key, values = canonical_key(parse_override(item, "--grid", GRID_FORM)[0]), item.partition("=")[2]
         choices = _choices(item, values)
         if not choices:
-            raise ScenarioError(f"--grid {item!r}: expected KEY=V1,V2,... e.g. cluster.inter_node.nic_gbps=100,200")
+            raise ScenarioError(f"--grid {item!r}: expected {GRID_FORM}")
         if key in grid:
             raise ScenarioError(f"--grid: {key} given twice")
         if len(set(choices)) != len(choices):

@@ -1,0 +1,259 @@
+"""Hostile and careless input, round three (issue 35, items 6, 8 and 12): every size has an
+upper bound that says why, arithmetic never prints inf, messages name what was wrong, and
+what was accepted silently is refused with its reason."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import typing
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+import sim3d
+from sim3d.cli.app import app
+from sim3d import errors
+from sim3d.errors import ScenarioError
+from sim3d.scenario.load import scenario_from_dict
+from sim3d.scenario.schema import Scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny.yaml"
+GPT3 = ROOT / "scenarios" / "gpt3.yaml"
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def tiny() -> dict:
+    return yaml.safe_load(TINY.read_text())
+
+
+# ---- item 6: an upper bound for every size, finite arithmetic --------------------------------
+
+HUGE = [("model.hidden", 10**155), ("model.hidden", 10**60), ("model.seq_len", 2**320), ("model.vocab", 10**300)]
+
+
+@pytest.mark.parametrize("field, value", HUGE, ids=lambda x: str(x)[:12])
+def test_sizes_past_their_bound_exit_2_naming_the_field(tmp_path, field, value):
+    result = invoke("run", TINY, "--set", f"{field}={value}", "--json", "--no-plots", "--trace", "none",
+                    "--out", tmp_path)
+    assert result.exit_code == 2, result.output[:300]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{field}: at most" in lines[0], result.stderr
+    assert str(value) not in result.stderr  # 10^155 in full is no message
+    assert not (tmp_path / "summary.json").exists()
+    with pytest.raises(ScenarioError, match=f"{field}: at most"):
+        sim3d.simulate(TINY, **{field: value})
+
+
+def _bare(annotation):
+    if typing.get_origin(annotation) is typing.Annotated:
+        return typing.get_args(annotation)[0]
+    return annotation
+
+
+def _number_fields(cls: type[BaseModel], prefix: str = ""):
+    """(dotted path, the class holding it, int or float) of every number in the scenario schema."""
+    for name, field in cls.model_fields.items():
+        if typing.get_origin(field.annotation) is list:
+            yield from _number_fields(typing.get_args(field.annotation)[0], f"{prefix}{name}.0.")
+            continue
+        for kind in typing.get_args(field.annotation) or (field.annotation,):
+            kind = _bare(kind)
+            if kind in (int, float):
+                yield prefix + name, cls, kind
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                yield from _number_fields(kind, f"{prefix}{name}.")
+
+
+NUMBER_FIELDS = list(_number_fields(Scenario))
+
+
+def test_the_schema_has_the_sizes_it_is_meant_to_bound():
+    paths = {path for path, _, _ in NUMBER_FIELDS}
+    assert {"model.layers", "model.hidden", "model.heads", "model.ffn_hidden", "model.vocab", "model.seq_len",
+            "model.moe.experts", "training.micro_batch", "training.global_batch", "cluster.nodes",
+            "cluster.gpus_per_node", "cluster.inter_node.nics_per_node", "cluster.inter_node.nic_gbps",
+            "faults.0.straggler.rank"} <= paths
+
+
+@pytest.mark.parametrize("path, holder, kind", NUMBER_FIELDS, ids=[p for p, _, _ in NUMBER_FIELDS])
+def test_every_number_of_the_schema_has_an_upper_bound(path, holder, kind):
+    huge = 10**400 if kind is int else 1e300
+    raw = tiny()
+    if path.startswith("faults."):
+        section, name = path.split(".")[2:]
+        required = {n: 1 for n, f in holder.model_fields.items() if f.is_required()}
+        raw["faults"] = [{section: {**required, name: huge}}]
+        values = {}
+    else:
+        values = {path: huge}
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(raw, values=values)
+    parent, _, name = path.rpartition(".")
+    named = (f"{path}:", f"{parent}: {name}:")  # a section's own check names the key after the section
+    line = next((p for p in info.value.problems if p.startswith(named)), None)
+    assert line is not None, info.value.problems
+    assert "0" * 20 not in line and len(line) < 300, line  # a huge number shown by its magnitude
+
+
+def test_the_largest_model_the_bounds_allow_still_predicts_a_finite_step():
+    r = sim3d.simulate(TINY, **{"model.hidden": 2**18, "model.heads": 2**13, "model.seq_len": 2**27,
+                                "model.vocab": 2**22, "model.ffn_hidden": 2**20, "training.global_batch": 2**24,
+                                "training.micro_batch": 2**24})
+    assert math.isfinite(r.step_time) and math.isfinite(r.memory.peak_gib)
+
+
+def test_a_prediction_that_is_not_finite_is_an_internal_error_never_a_number(tmp_path, monkeypatch):
+    import sim3d.analysis.summary as summary
+    monkeypatch.setattr(summary, "model_flops_per_step", lambda s: math.inf)
+    with pytest.raises(errors.NonFiniteResult, match="model_tflops_per_gpu = inf"):
+        sim3d.simulate(TINY)
+    result = invoke("run", TINY, "--json", "--no-plots", "--trace", "none", "--out", tmp_path)
+    assert result.exit_code == 1 and "internal error" in result.stderr and "non-finite" in result.stderr
+    assert result.stdout == "" and not (tmp_path / "summary.json").exists()
+
+
+# ---- item 8: messages ------------------------------------------------------------------------
+
+def test_a_grid_item_without_equals_names_grid_and_its_form(tmp_path):
+    result = invoke("sweep", TINY, "--grid", "model.layers", "--out", tmp_path / "sweep")
+    assert result.exit_code == 2
+    assert "--grid 'model.layers': expected KEY=V1,V2,..." in result.stderr and "--set" not in result.stderr
+
+
+def test_integer_fields_take_integers_of_any_kind_and_only_integers():
+    s = scenario_from_dict(tiny(), values={"model.layers": np.int64(4), "parallel.tp": np.uint8(1),
+                                           "model.hidden": np.int32(64)})
+    assert (s.model.layers, s.tp, s.model.hidden) == (4, 1, 64) and type(s.model.layers) is int
+    for value in (Decimal("4.5"), Fraction(9, 2), 4.5, np.float64(4.5), Decimal("4"), 4.0):
+        with pytest.raises(ScenarioError, match="model.layers: Input should be a valid integer"):
+            scenario_from_dict(tiny(), values={"model.layers": value})
+    for value in (np.float32(100), Decimal("100"), Fraction(100), np.int64(100), 100):
+        s = scenario_from_dict(tiny(), values={"cluster.inter_node.nic_gbps": value})
+        assert s.cluster.inter_node.nic_gbps == 100.0
+    for value in (Decimal("Infinity"), Decimal("NaN"), np.float64("nan"), Decimal("1e400")):
+        with pytest.raises(ScenarioError, match="cluster.inter_node.nic_gbps"):
+            scenario_from_dict(tiny(), values={"cluster.inter_node.nic_gbps": value})
+
+
+def test_a_dict_nested_too_deep_is_said_to_be_nested_too_deep():
+    deep = inner = {}
+    for _ in range(100_000):
+        inner["x"] = {}
+        inner = inner["x"]
+    with pytest.raises(ScenarioError, match="nested more than 32 levels deep") as info:
+        sim3d.simulate({"model": deep})
+    assert "contains itself" not in str(info.value)
+    with pytest.raises(ScenarioError, match="nested more than 32 levels deep"):
+        sim3d.simulate(TINY, **{"model.layers": deep})
+    loop = [1]
+    loop.append(loop)
+    with pytest.raises(ScenarioError, match="contains itself"):
+        sim3d.simulate(TINY, **{"model.layers": loop})
+
+
+def test_sets_given_as_one_string_is_refused_not_read_per_character():
+    with pytest.raises(ScenarioError, match=r"expected a list of KEY=VALUE texts, got the string 'model.layers=2'"):
+        sim3d.simulate(TINY, sets="model.layers=2")
+    assert sim3d.simulate(TINY, sets=["model.layers=2"]).scenario.model.layers == 2
+
+
+NEMO = {"trainer": {"num_nodes": 1, "devices": 8},
+        "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "encoder_seq_length": 32,
+                  "global_batch_size": 8, "max_position_embeddings": "${.encoder_seq_length}"}}
+
+
+@pytest.mark.parametrize("section, key", [("model", "num_layers"), ("trainer", "num_nodes"),
+                                          ("model", "virtual_pipeline_model_parallel_size")])
+def test_nemo_interpolation_is_named_as_such(tmp_path, section, key):
+    config = yaml.safe_load(yaml.safe_dump(NEMO))
+    config[section][key] = "${model.something}"
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = invoke("import", "nemo", path)
+    assert result.exit_code == 2
+    assert f"{section}.{key}: '${{model.something}}': interpolation is not supported: resolve it first" \
+        in result.stderr
+
+
+def test_nemo_interpolation_in_a_key_the_import_ignores_is_no_problem(tmp_path):
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(NEMO))  # max_position_embeddings: ${.encoder_seq_length}
+    assert invoke("import", "nemo", path).exit_code == 0
+
+
+def _grandchildren(pid: int) -> set[int]:
+    def children(of: int) -> set[int]:
+        found = set()
+        for task in Path(f"/proc/{of}/task").glob("*"):
+            try:
+                found |= {int(c) for c in (task / "children").read_text().split()}
+            except OSError:
+                pass
+        return found
+    return {g for c in children(pid) for g in children(c)}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_rank_killed_from_outside_is_an_environment_failure_naming_rank_and_signal(tmp_path):
+    pytest.importorskip("torch")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-m", "sim3d.cli", "execute", str(TINY), "--steps", "1000",
+                               "--set", "parallel.pp=2", "--set", "parallel.dp=2", "--out", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    ranks: set[int] = set()  # the forkserver's children: one process per rank
+    deadline = time.monotonic() + 90
+    while len(ranks) < 4 and time.monotonic() < deadline and parent.poll() is None:
+        ranks = _grandchildren(parent.pid)
+        time.sleep(0.2)
+    assert len(ranks) == 4, "the ranks never started"
+    time.sleep(1.0)  # into the steps
+    os.kill(min(ranks), signal.SIGKILL)
+    _, stderr = parent.communicate(timeout=90)
+    assert parent.returncode == 3, stderr
+    assert "rank " in stderr and "killed by signal 9 (SIGKILL)" in stderr and "from outside" in stderr
+
+
+# ---- item 12: accepted without a word --------------------------------------------------------
+
+def test_a_straggler_faster_than_its_preset_is_refused_with_the_reason():
+    with pytest.raises(ScenarioError, match=r"faults.0.straggler.slowdown: 0.001 would make this GPU 1,000x "
+                                            r"faster than its preset"):
+        scenario_from_dict({**tiny(), "faults": [{"straggler": {"rank": 0, "slowdown": 0.001}}]})
+    s = scenario_from_dict({**tiny(), "faults": [{"straggler": {"rank": 0, "slowdown": 1}}]})
+    assert s.faults[0].straggler.slowdown == 1
+
+
+def test_more_nics_than_a_node_can_hold_are_refused(tmp_path):
+    result = invoke("validate", GPT3, "--set", "cluster.inter_node.nics_per_node=1000")
+    assert result.exit_code == 2
+    assert "cluster.inter_node.nics_per_node: 1000 NICs on a node of 8 GPUs" in result.stderr
+    assert invoke("validate", GPT3, "--set", "cluster.inter_node.nics_per_node=16").exit_code == 0
+
+
+def test_nemo_sequence_lengths_that_disagree_are_refused_naming_both(tmp_path):
+    config = yaml.safe_load(yaml.safe_dump(NEMO))
+    config["model"]["seq_length"] = 64
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = invoke("import", "nemo", path)
+    assert result.exit_code == 2
+    assert "model.seq_length: 64 and model.encoder_seq_length: 32 disagree" in result.stderr
+    config["model"]["seq_length"] = 32
+    path.write_text(yaml.safe_dump(config))
+    assert invoke("import", "nemo", path).exit_code == 0
