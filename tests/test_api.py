@@ -64,6 +64,31 @@ def test_breakdown_adds_up_to_the_step_on_the_critical_rank(case):
     assert (parts["recompute"] > 0) == (recompute != "none")
 
 
+
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_the_tied_embedding_all_reduce_is_communication_not_optimizer(activation):
+    """A GPT-style model (tied LM head) with pp 2 all-reduces its word embedding's gradients
+    between the two stages before the optimizer step. On 1 Mb/s NICs that takes minutes: the
+    breakdown books them as the all-reduce, and the optimizer part keeps only its kernels.
+    An untied (Llama-style) head has nothing to exchange."""
+    from sim3d.analysis.summary import breakdown_table
+    from sim3d.costs.cost_model import CostModel
+    raw = {**MESH, "model": {**MESH["model"], "activation": activation}, "parallel": dict(tp=1, pp=2, dp=1),
+           "cluster": dict(gpu="h100-sxm", nodes=2, gpus_per_node=1, inter_node=dict(nic_gbps=0.001))}
+    r = sim3d.simulate(raw)
+    parts, rank = r.breakdown, r.sim.critical_rank
+    costs = CostModel(r.scenario)
+    stage = costs.placement.coords(rank)["pp"]  # pp 2, vpp 1: the pipeline rank is the stage
+    assert sum(parts.values()) == pytest.approx(r.step_time, rel=1e-9)
+    assert parts["optimizer"] == pytest.approx(costs.optimizer(rank, (stage,)), rel=1e-9)
+    assert parts["optimizer"] < 0.1
+    assert parts["embedding_sync"] == pytest.approx(costs.embedding_sync(rank, (stage,)), rel=1e-9)
+    if activation == "gelu":
+        assert parts["embedding_sync"] > 100  # 32000 x 1024 gradients at 1 Mb/s
+        assert any("embedding gradient all-reduce" in cell for cell in breakdown_table(r.summary).columns[0].cells)
+    else:
+        assert parts["embedding_sync"] == 0.0
+
 def test_a_sweep_predicts_what_run_predicts_with_a_profile(tmp_path):
     grid = {"costs.profile": [str(CPU_PROFILE)], "training.micro_batch": ["1", "2"]}
     results = run_sweep(TINY, grid, tmp_path / "sweep", workers=1)

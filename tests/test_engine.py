@@ -38,6 +38,8 @@ class UnitCosts:
     def optimizer(self, *args):
         return 0.0
 
+    embedding_sync = optimizer
+
 
 def tiny_scenario(pp=4, m=8, schedule="1f1b", vpp=1, **training):
     return scenario_from_dict({

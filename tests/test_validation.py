@@ -1,5 +1,6 @@
 """The validation command: CSV rows become scenarios, predictions and errors."""
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -7,7 +8,8 @@ import pytest
 
 from sim3d.scenario.load import ScenarioError
 from sim3d.validation.published_row import note_settings, scenario_of
-from sim3d.validation.published import DEFAULT_CSV, REPO_ROOT, Row, main, mape, mape_by_family, validate_rows
+from sim3d.validation.published import (DEFAULT_CSV, REPO_ROOT, Row, main, mape, mape_by_family, percent,
+                                        validate_rows)
 
 HEADER = ("id,source,model,params_b,layers,hidden,heads,ffn_hidden,vocab,seq_len,gpu,num_gpus,tp,pp,dp,cp,ep,vp,"
           "micro_batch,global_batch,sequence_parallel,recompute,distributed_optimizer,metric,value,notes")
@@ -155,3 +157,61 @@ def test_bad_cells_cost_their_row_not_the_run(tmp_path, capsys):
         assert main([str(path)]) == 2
         assert "error:" in capsys.readouterr().out
     assert main([str(no_columns), "--write-scenarios", str(tmp_path / "out"), "--row", "a"]) == 2
+
+
+def test_published_values_no_run_can_have_are_shown_but_never_scored(tmp_path, capsys):
+    """-1, 0, an MFU of 1e-300 or of 1.5: each row says it is invalid and which column; no mean
+    counts it, and no printed number runs to hundreds of digits."""
+    def row(rid, metric, value, like=ROWS[0]):
+        cells = like.split(",")
+        return ",".join([rid, *cells[1:23], metric, value, *cells[25:]])
+
+    csv = tmp_path / "runs.csv"
+    tiny_mfu = row("kor22_tiny", "mfu", "1e-300", like=ROWS[1])  # a whole run: sim3d predicts its MFU
+    csv.write_text("\n".join([HEADER, ROWS[0], row("kor22_neg", "layer_fwd_bwd_ms", "-1"),
+                              row("kor22_zero", "layer_fwd_bwd_ms", "0"), tiny_mfu,
+                              row("kor22_over", "mfu", "1.5"), row("kor22_slow", "step_time_s", "1e9")]) + "\n")
+    rows = {r.id: r for r in validate_rows(csv)}
+    for rid in ("kor22_neg", "kor22_zero", "kor22_tiny", "kor22_over", "kor22_slow"):
+        assert rows[rid].invalid and rows[rid].error is None, rid
+        assert "invalid" in rows[rid].note and "column value" in rows[rid].note, rows[rid].note
+    assert "not positive" in rows["kor22_neg"].note and "mfu's range [0.0001, 1]" in rows["kor22_tiny"].note
+    assert not rows["kor22_layer"].invalid
+    assert mape(list(rows.values()), "layer_fwd_bwd_ms") == pytest.approx(abs(rows["kor22_layer"].error))
+    assert main([str(csv)]) == 0
+    out = capsys.readouterr().out
+    assert "5 rows invalid, left out of every mean" in out and "kor22_neg" in out
+    assert "layer_fwd_bwd_ms: " in out and " over 1 rows" in out
+    assert not re.search(r"\d{20}", out)
+
+
+def test_errors_past_ten_thousand_percent_print_in_powers_of_ten():
+    assert percent(0.123) == "+12.3%" and percent(-0.5, sign=False) == "-50.0%"
+    assert percent(5e297) == "+5.00e+299%" and percent(float("inf")) == "+inf%"
+
+
+def test_repeated_row_ids_are_refused_by_name(tmp_path, capsys):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("\n".join([HEADER, ROWS[0], ROWS[1], ROWS[0]]) + "\n")
+    with pytest.raises(ScenarioError, match=r"'kor22_layer' on lines 2, 4"):
+        validate_rows(csv)
+    assert main([str(csv)]) == 2
+    assert "row ids must be unique" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lines", [
+    [ROWS[0].replace(",src,", ",Narayanan, et al.,", 1)],  # one row: pandas would take column 1 for an index
+    [ROWS[0], ROWS[1].replace(",src,", ",Narayanan, et al.,", 1)],
+    [ROWS[0], ROWS[1].rsplit(",", 1)[0]],  # a cell short: pandas would leave notes empty
+], ids=["alone", "second", "short"])
+def test_rows_whose_fields_do_not_match_the_header_are_refused_by_line(tmp_path, capsys, lines):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("\n".join([HEADER, *lines]) + "\n")
+    line = len(lines) + 1
+    with pytest.raises(ScenarioError, match=rf"line {line} has 2[57] fields where the header has 26"):
+        validate_rows(csv)
+    assert main([str(csv)]) == 2
+    assert f"line {line}" in capsys.readouterr().out
+    if "Narayanan, et al." in lines[-1]:  # quoted, the comma is the cell's
+        csv.write_text("\n".join([HEADER, *(x.replace("Narayanan, et al.", '"Narayanan, et al."') for x in lines)]))
+        assert {r.id for r in validate_rows(csv)} == {line.split(",")[0] for line in lines}

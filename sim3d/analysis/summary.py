@@ -106,7 +106,7 @@ BREAKDOWN_LABELS = {"compute": "compute", "recompute": "recompute", "tp": "expos
                     "cp": "exposed CP communication", "ep": "exposed EP communication",
                     "tp_sync": "waiting for TP peers", "pipeline_wait": "pipeline bubble (waiting for a stage)",
                     "pipeline_p2p": "pipeline transfers", "dp": "exposed DP communication",
-                    "optimizer": "optimizer step"}
+                    "embedding_sync": "embedding gradient all-reduce", "optimizer": "optimizer step"}
 
 
 def breakdown_table(summary: dict):

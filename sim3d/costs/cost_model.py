@@ -426,7 +426,8 @@ class CostModel:
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
         """The optimizer step of a rank holding `stages`, from the bytes each of its kernels
-        moves (optimizer_step.py): memory-bound, so priced at the HBM roofline."""
+        moves (optimizer_step.py): memory-bound, so priced at the HBM roofline. The tied
+        embedding's all-reduce before it is `embedding_sync`, network time booked apart."""
         held = [stage_params(self.s, (stage,)) for stage in stages]
         count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
         if self.s.parallel.distributed_optimizer:
@@ -436,7 +437,7 @@ class CostModel:
         for nbytes, per in step_bytes(self.s.training).values():
             moved[per] += nbytes * count[per]
         seconds = sum(self.compute_model.memory_time(moved[per]) for per in ("shard", "local"))
-        return seconds * self.slowdown(rank) + self.embedding_sync(rank, stages)
+        return seconds * self.slowdown(rank)
 
     def embedding_sync(self, rank: int, stages: tuple[int, ...]) -> float:
         """Seconds of the tied word embedding's gradient all-reduce before the optimizer step,

@@ -32,8 +32,11 @@ class RankCosts(Protocol):
         """(seconds, bytes) of gathering one bucket of updated parameters."""
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
-        """Seconds of the optimizer step of a rank holding these stages (the tied embedding's
-        gradient all-reduce before it included)."""
+        """Seconds of the optimizer step's kernels on a rank holding these stages."""
+
+    def embedding_sync(self, rank: int, stages: tuple[int, ...]) -> float:
+        """Seconds of the tied word embedding's gradient all-reduce that precedes the optimizer
+        step on a rank holding these stages (network time, zero on most ranks)."""
 
     # asked only on the flow network (ReplayOptions.flows)
     def link_capacity(self, edge: tuple) -> float:

@@ -46,9 +46,10 @@ from .transport import AnalyticalTransport, FlowTransport
 # tp / cp / ep: collective time on the compute stream's path; tp_sync: waiting at a TP
 # rendezvous for a slower peer (full fidelity); pipeline_wait: waiting for a producing stage
 # (the bubble); pipeline_p2p: waiting for the transfer itself; dp: waiting for gradient
-# reductions or parameter gathers; optimizer: the optimizer step.
+# reductions or parameter gathers; embedding_sync: the tied word embedding's gradient
+# all-reduce between the first and last stage; optimizer: the optimizer step's kernels.
 BREAKDOWN_PARTS = ("compute", "recompute", "tp", "cp", "ep", "tp_sync", "pipeline_wait", "pipeline_p2p",
-                   "dp", "optimizer")
+                   "dp", "embedding_sync", "optimizer")
 
 
 class DeadlockError(RuntimeError):

@@ -39,7 +39,7 @@ class Estimate:
     pipeline_s: float  # compute, TP/CP/EP collectives and bubble of the busiest rank
     p2p_s: float  # pipeline transfers on the fill and drain path
     dp_s: float  # data-parallel communication not hidden behind compute
-    optimizer_s: float
+    optimizer_s: float  # the optimizer step, the tied embedding's all-reduce before it included
 
 
 @lru_cache(maxsize=4096)
@@ -236,7 +236,8 @@ class Estimator:
     @staticmethod
     def _optimizer(costs: CostModel, layout: Layout) -> float:
         stage_map, pipe = _stage_map(layout), costs.placement.pipeline()
-        return max(costs.optimizer(pipe[r], tuple(stage_map.stage(r, c) for c in range(layout.vpp)))
+        held = [tuple(stage_map.stage(r, c) for c in range(layout.vpp)) for r in range(layout.pp)]
+        return max(costs.optimizer(pipe[r], held[r]) + costs.embedding_sync(pipe[r], held[r])
                    for r in range(layout.pp))
 
 

@@ -294,9 +294,9 @@ def simulate_finalists(path: Path, space: Space, candidates: pd.DataFrame, count
 
 # the simulation's critical-path breakdown (DESIGN.md summary keys) grouped as the estimate's parts
 PARTS = {"pipeline": ("compute", "recompute", "tp", "cp", "ep", "tp_sync", "pipeline_wait"),
-         "p2p": ("pipeline_p2p",), "dp": ("dp",), "optimizer": ("optimizer",)}
+         "p2p": ("pipeline_p2p",), "dp": ("dp",), "optimizer": ("embedding_sync", "optimizer")}
 PART_NAMES = {"pipeline": "compute and bubble", "p2p": "pipeline transfers", "dp": "data-parallel tail",
-              "optimizer": "optimizer step"}
+              "optimizer": "optimizer step and embedding all-reduce"}
 
 
 def _off_by(estimate, breakdown: dict | None) -> str:

@@ -128,6 +128,16 @@ def planned_outputs(out: Path) -> list[Path]:
 # deficiency; markers differ too, so lines stay apart in greyscale print.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def series_style(i: int) -> dict:
+    """Colour, marker and line style of the i-th series. The marker steps one further each time
+    the colours wrap, so no (colour, marker) pair repeats within len(PALETTE) x len(MARKERS) = 64
+    series, and the first eight still differ in both; past 64 the line style tells them apart."""
+    colours, markers = len(PALETTE), len(MARKERS)
+    return {"color": PALETTE[i % colours], "marker": MARKERS[(i + i // colours) % markers],
+            "linestyle": LINESTYLES[i // (colours * markers) % len(LINESTYLES)]}
 
 
 def _numbers_first(values):
@@ -138,6 +148,22 @@ def _numbers_first(values):
     return numbers if numbers.notna().any() else values
 
 
+def _in_order(column) -> list[str]:
+    import pandas as pd
+    return pd.Series(column.unique()).sort_values(key=_numbers_first, na_position="last", kind="stable").tolist()
+
+
+def _series(table, others: list[str]) -> list[tuple[tuple, object]]:
+    """(values of the other keys, rows) per series, in the order of those values (numbers as
+    numbers: 128 before 1024), first key first; groupby alone would order them as text."""
+    if not others:
+        return [((), table)]
+    rank = {k: {v: i for i, v in enumerate(_in_order(table[k]))} for k in others}
+    groups = [(name if isinstance(name, tuple) else (name,), group)
+              for name, group in table.groupby(others, sort=False)]
+    return sorted(groups, key=lambda item: tuple(rank[k][v] for k, v in zip(others, item[0])))
+
+
 def plot_sweep(results: Path, keys: list[str], path: Path, title: str | None = None) -> Path | None:
     import pandas as pd
     table = pd.read_csv(results, dtype={key: str for key in keys})
@@ -145,34 +171,48 @@ def plot_sweep(results: Path, keys: list[str], path: Path, title: str | None = N
     table = table[table["error"].isna() | (table["error"] == "")]
     if table.empty:
         return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    fig = sweep_figure(table, keys, title)
+    return write_with(path, lambda temp: fig.savefig(temp, dpi=150))
+
+
+def sweep_figure(table, keys: list[str], title: str | None = None):
+    """Step time and MFU against the first key, one series per combination of the others.
+    Numeric x values are joined by lines in numeric order; text values (schedule names) are
+    categories with nothing between them to interpolate, so their points stand alone, each
+    series nudged sideways so that equal values do not hide one another."""
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     x, others = keys[0], keys[1:]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    groups = table.groupby(others) if others else [((), table)]
-    for i, (name, group) in enumerate(groups):
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    FigureCanvasAgg(fig)  # no pyplot: nothing left in a global registry of figures
+    axes = fig.subplots(1, 2)
+    categories = _in_order(table[x])
+    position = {value: i for i, value in enumerate(categories)}
+    categorical = not pd.to_numeric(table[x], errors="coerce").notna().any()
+    series = _series(table, others)
+    width = 0.6 / len(series) if categorical else 0.0
+    for i, (name, group) in enumerate(series):
         group = group.sort_values(x, key=_numbers_first, na_position="last", kind="stable")
-        tag = ", ".join(f"{k}={v}" for k, v in zip(others, name if isinstance(name, tuple) else (name,)))
-        style = dict(color=PALETTE[i % len(PALETTE)], marker=MARKERS[i % len(MARKERS)], label=tag or None)
-        axes[0].plot(group[x].astype(str), group["step_time_s"], **style)
-        axes[1].plot(group[x].astype(str), 100 * group["mfu"], **style)
+        at = group[x].map(position) + (i - (len(series) - 1) / 2) * width
+        tag = ", ".join(f"{k}={v}" for k, v in zip(others, name))
+        style = {**series_style(i), "label": tag or None}
+        if categorical:
+            style["linestyle"] = "none"
+        axes[0].plot(at, group["step_time_s"], **style)
+        axes[1].plot(at, 100 * group["mfu"], **style)
     axes[0].set_ylabel("step time (s)")
     axes[1].set_ylabel("MFU (%)")
-    for ax, column in zip(axes, (table["step_time_s"], 100 * table["mfu"])):
+    for ax in axes:
         ax.set_xlabel(x)
+        ax.set_xticks(range(len(categories)), labels=categories)
         ax.grid(alpha=0.3)
-        # plain numbers, and at least +-1% around the data: a 35 us change of a 27.8 s step
-        # must not fill the axis as if it mattered
+        # from zero and in plain numbers: a 35 us change of a 27.8 s step must not fill the
+        # axis as if it mattered
         ax.ticklabel_format(axis="y", useOffset=False, style="plain")
-        low, high, middle = column.min(), column.max(), column.mean()
-        if high - low < 0.02 * abs(middle):
-            ax.set_ylim(middle * 0.99 - (high - low), middle * 1.01 + (high - low))
+        ax.set_ylim(bottom=0)
     if others:
-        axes[1].legend(fontsize=8)
+        axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), ncols=1 + (len(series) - 1) // 20)
     fig.suptitle(title or f"sweep over {', '.join(keys)}", fontsize=11)
-    try:
-        return write_with(path, lambda temp: fig.savefig(temp, dpi=150))
-    finally:
-        plt.close(fig)
+    return fig

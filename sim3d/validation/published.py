@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .csv_checks import check_structure, value_problem
 from .published_row import family_of, note_settings, read_row, scenario_dict_of
 from ..scenario.load import scenario_from_dict
 from ..errors import ScenarioError
@@ -38,6 +39,8 @@ class Row:
     # a row with a whole-run metric is a run that trained, so it must fit
     fits: bool | None = None
     peak_gib: float | None = None
+    # the published value is one no run can have (see csv_checks): shown, never scored
+    invalid: bool = False
 
     @property
     def ran(self) -> bool:
@@ -141,6 +144,7 @@ COLUMNS = ("id", "metric", "value")  # the least a row needs to be compared
 
 def read_rows(csv_path: Path) -> pd.DataFrame:
     """The CSV's rows, or ScenarioError saying why it cannot be read."""
+    check_structure(csv_path)
     try:
         table = pd.read_csv(csv_path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -163,9 +167,10 @@ def validate_rows(csv_path: Path = DEFAULT_CSV, progress=None) -> list[Row]:
             published = float(record["value"])
         except (TypeError, ValueError):
             published = math.nan
-        if not math.isfinite(published) or published == 0:
-            why = "zero: no relative error" if published == 0 else "not a finite number"
-            rows.append(Row(rid, metric, published, None, f"published value {record['value']!r} is {why}"))
+        problem = value_problem(metric, published)
+        if problem:
+            rows.append(Row(rid, metric, published, None, f"{INVALID}: column value, {record['value']!r} {problem}",
+                            invalid=True))
             continue
         if not metric:
             rows.append(Row(rid, metric, published, None, "no metric named"))
@@ -176,6 +181,17 @@ def validate_rows(csv_path: Path = DEFAULT_CSV, progress=None) -> list[Row]:
             predicted, note, fits, peak = None, f"not expressible: {str(e).splitlines()[0]}", None, None
         rows.append(Row(rid, metric, published, predicted, note, fits, peak))
     return rows
+
+
+INVALID = "invalid, left out of every mean"
+
+
+def percent(fraction: float, sign: bool = True) -> str:
+    """A relative error as a percentage; past 10,000% in powers of ten, since a 300-digit
+    error says no more than its exponent."""
+    if math.isfinite(fraction) and abs(fraction) < 100:
+        return f"{fraction:{'+' if sign else ''}.1%}"
+    return f"{100 * fraction:{'+' if sign else ''}.2e}%"
 
 
 def mape(rows: list[Row], metric: str) -> float | None:
@@ -201,32 +217,36 @@ def render(rows: list[Row]):
                          ("error", "right"), ("fits", "left"), ("note", "left")):
         table.add_column(col, justify=justify)
     for r in rows:
-        predicted = "-" if r.predicted is None else f"{r.predicted:.4g}"
-        error = "-" if r.error is None else f"{r.error:+.1%}"
+        predicted, error = _cells(r)
         table.add_row(r.id, r.metric, f"{r.published:.4g}", predicted, error, _fits_cell(r), r.note)
     return table
+
+
+def _cells(r: Row) -> tuple[str, str]:
+    """The sim3d and error cells of a row."""
+    if r.invalid:
+        return "-", "invalid"
+    return ("-" if r.predicted is None else f"{r.predicted:.4g}"), ("-" if r.error is None else percent(r.error))
 
 
 def _fits_cell(r: Row) -> str:
     if r.fits is None:
         return "-"
-    return f"{'yes' if r.fits else 'NO'} {r.peak_gib:.0f} GiB"
+    peak = f"{r.peak_gib:.0f}" if r.peak_gib < 1e6 else f"{r.peak_gib:.3g}"
+    return f"{'yes' if r.fits else 'NO'} {peak} GiB"
 
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| row | metric | published | sim3d | error |", "|---|---|---:|---:|---:|"]
     for r in rows:
-        predicted = "-" if r.predicted is None else f"{r.predicted:.4g}"
-        error = "-" if r.error is None else f"{r.error:+.1%}"
+        predicted, error = _cells(r)
         lines.append(f"| {r.id} | {r.metric} | {r.published:.4g} | {predicted} | {error} |")
     return "\n".join(lines)
 
 
 def _write_scenarios(csv_path: Path, ids: list[str], out: Path, console) -> int:
     import yaml
-    by_id: dict[str, dict] = {}
-    for record in read_rows(csv_path).to_dict("records"):
-        by_id.setdefault(str(record["id"]), record)  # a repeated id: its first row
+    by_id = {str(record["id"]): record for record in read_rows(csv_path).to_dict("records")}
     missing = [i for i in ids if i not in by_id]
     if missing or not ids:
         console.print(f"error: unknown row ids: {missing}" if missing else "error: name rows with --row", markup=False)
@@ -268,11 +288,14 @@ def main(argv: list[str] | None = None) -> int:
         value = mape(rows, metric)
         n = sum(1 for r in rows if r.metric == metric and r.error is not None)
         if value is not None:
-            console.print(f"mean absolute percentage error, {metric}: {value:.1%} over {n} rows")
+            console.print(f"mean absolute percentage error, {metric}: {percent(value, sign=False)} over {n} rows")
     for family, by_metric in mape_by_family(rows).items():
         for metric, (value, n) in by_metric.items():
-            console.print(f"mean absolute percentage error, {family}_*, {metric}: {value:.1%} over {n} rows",
-                          highlight=False)
+            console.print(f"mean absolute percentage error, {family}_*, {metric}: {percent(value, sign=False)} "
+                          f"over {n} rows", highlight=False)
+    invalid = [r.id for r in rows if r.invalid]
+    if invalid:
+        console.print(f"{len(invalid)} rows {INVALID} (their notes say why): {', '.join(invalid)}", highlight=False)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame([{**r.__dict__, "error": r.error, "ran": r.ran} for r in rows]).to_csv(args.out, index=False)
