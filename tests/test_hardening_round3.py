@@ -257,3 +257,16 @@ def test_nemo_sequence_lengths_that_disagree_are_refused_naming_both(tmp_path):
     config["model"]["seq_length"] = 32
     path.write_text(yaml.safe_dump(config))
     assert invoke("import", "nemo", path).exit_code == 0
+
+
+def test_the_flow_network_has_a_work_limit_of_its_own(monkeypatch):
+    """Max-min fair shares over every group's flows grow with the GPUs (65,536 GPUs of an MoE
+    took minutes unrefused): the flow network is refused above its own limit, with the way out."""
+    args = ["validate", str(ROOT / "scenarios" / "mesh-32.yaml"), "--set", "costs.network=flow"]
+    monkeypatch.setenv("SIM3D_MAX_FLOW_GPUS", "16")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "costs.network" in result.stderr and "SIM3D_MAX_FLOW_GPUS=32" in result.stderr
+    monkeypatch.setenv("SIM3D_MAX_FLOW_GPUS", "32")
+    assert CliRunner().invoke(app, args).exit_code == 0
+    monkeypatch.delenv("SIM3D_MAX_FLOW_GPUS")
+    assert CliRunner().invoke(app, [*args[:-2], "--set", "costs.network=analytical"]).exit_code == 0

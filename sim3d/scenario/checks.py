@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..cluster.gpus import PRESETS, suggest
 from .bounds import NICS_PER_GPU, SERVER_NICS
-from .limits import GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
+from .limits import FLOW_GPUS, GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
 from ..cluster.placement import Placement
 from ..schedule.specs import SCHEDULES
@@ -136,6 +136,8 @@ def _size_problems(s) -> list[str]:
     """Work limits (sim3d/limits.py), checked before anything is built from the sizes."""
     checks = [("cluster", lambda: GPUS.check(s.num_gpus, f"{s.cluster.nodes:,} nodes x {s.gpus_per_node} GPUs")),
               ("model.layers", lambda: LAYERS.check(s.model.layers)),
+              ("costs.network", lambda: FLOW_GPUS.check(s.num_gpus)
+               if s.costs.network == "flow" else None),
               ("training.global_batch", lambda: check_schedule_size(s.pp, s.num_microbatches, s.vpp))]
     problems = []
     for field, check in checks:

@@ -55,6 +55,11 @@ LAYERS = Limit("SIM3D_MAX_LAYERS", 10_000, "layers", "75x the deepest published 
 # builds in ~7 s and ~0.7 GB here (a ring is priced from the groups near it, topology.py), and a
 # straggler run of Llama 3.1 405B on 131,072 H100s takes ~9 s whole (benchmarks/full_fidelity_scale.py).
 GPUS = Limit("SIM3D_MAX_GPUS", 262_144, "GPUs", "the topology graph of more takes tens of seconds and gigabytes here")
+# The flow network re-solves max-min fair shares over every group's flows at each collective:
+# an MoE step (moe-1024.yaml's model on a fat tree) takes ~19 s and 0.4 GB here on 16,384 GPUs,
+# ~90 s and 1.4 GB on 65,536, growing with the GPUs; the analytical network prices them in seconds.
+FLOW_GPUS = Limit("SIM3D_MAX_FLOW_GPUS", 16_384, "GPUs",
+                  "about 20 s here; beyond, about 1.4 ms a GPU, or use costs.network: analytical")
 # Each executor rank is a torch process (~300 MB, one core's share of the step).
 LOCAL_PROCESSES = Limit("SIM3D_MAX_LOCAL_PROCESSES", max(16, 4 * (os.cpu_count() or 1)), "local processes",
                         "4 per core of this machine, at least 16")
