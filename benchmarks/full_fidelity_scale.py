@@ -46,8 +46,24 @@ def run(path: str, extra: list[str], full: bool) -> tuple[float, float, dict]:
     return wall, peak_kb / 2**20, json.loads(done.stdout)
 
 
+def simulate_only(path: str, sets: list[str]) -> tuple[float, float, float]:
+    """Wall seconds and peak GB of a process that imports sim3d and calls sim3d.simulate (no
+    output files: at 131,072 GPUs the CLI's links.csv, one row per direction of ~600,000 links,
+    costs more than the simulation), and the step."""
+    code = ("import sys, sim3d; r = sim3d.simulate(sys.argv[1], sets=sys.argv[2:], full_fidelity=True); "
+            "print(r.summary['step_time_s'])")
+    args = ["/usr/bin/time", "-f", "%M", sys.executable, "-c", code, path] + [v for v in sets if v != "--set"]
+    start = time.perf_counter()
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    return wall, int(done.stderr.strip().splitlines()[-1]) / 2**20, float(done.stdout)
+
+
 def main() -> None:
     print(f"{'case':50} {'wall s':>7} {'peak GB':>8} {'step s':>9} {'healthy folded':>14} {'actions':>9}")
+    name = "Llama 3.1 405B, 131,072 GPUs, straggler, API only"
+    wall, peak, step = simulate_only("scenarios/llama3.1-405b.yaml", LLAMA_131K + STRAGGLER)
+    print(f"{name:50} {wall:>7.1f} {peak:>8.2f} {step:>9.3f}")
     for name, path, sets, faults, flags in CASES:
         wall, peak, summary = run(path, sets + faults + flags, True)
         _, _, folded = run(path, sets + QUIET, False)  # healthy, one pipeline
