@@ -192,3 +192,44 @@ def test_one_virtual_chunk_per_stage_is_plain_1f1b():
                          gpus=16).scenario
     assert tree["schedule"] == "1f1b" and tree["parallel"]["vpp"] == 1
     scenario_from_dict(tree)
+
+
+# A Llama 3 70B launch in Megatron-Core's current spelling (its examples/llama scripts write
+# the interleaved depth as virtual stages per rank and the vocabulary as a Hugging Face tokenizer).
+LLAMA3_70B = ("--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "
+              "--group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 "
+              "--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
+              "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+              "--num-virtual-stages-per-pipeline-rank 5 --sequence-parallel --use-distributed-optimizer "
+              "--micro-batch-size 1 --global-batch-size 512 --bf16 "
+              "--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-70B")
+
+
+def test_megatron_cores_current_llama3_launch_keeps_its_interleaving_and_vocabulary():
+    imported = from_megatron(LLAMA3_70B, name="llama3-70b", gpu="h100-sxm", gpus=256)
+    s = scenario_from_dict(imported.scenario)
+    assert s.parallel.vpp == 5 and s.schedule == "interleaved-1f1b"  # was silently plain 1F1B
+    # Meta-Llama-3's 128,256 tokens, padded as Megatron pads them: a multiple of 128 x tp 8
+    assert s.model.vocab == 129_024 and 129_024 - 1024 < 128_256 <= 129_024
+    assert any("128,256 tokens" in note for note in imported.assumed)
+    assert not any("virtual" in item or "tokenizer" in item for item in imported.unmapped)
+    with pytest.raises(ValueError, match="virtual-stages-per-pipeline-rank says 5"):
+        from_megatron(LLAMA3_70B + " --num-layers-per-virtual-pipeline-stage 2", name="x", gpu="h100-sxm", gpus=256)
+
+
+def test_an_unknown_tokenizer_is_named_not_silently_gpt2():
+    imported = from_megatron(LLAMA3_70B.replace("meta-llama/Meta-Llama-3-70B", "acme/secret-tok"),
+                             name="x", gpu="h100-sxm", gpus=256)
+    assert any("acme/secret-tok" in item and "--vocab-size" in item for item in imported.unmapped)
+
+
+def test_a_flat_megatron_namespace_with_recompute_method_and_padded_vocab_validates():
+    flat = {"name": "ns", "num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16, "seq_length": 2048,
+            "vocab_size": 128256, "padded_vocab_size": 129024, "recompute_granularity": "full",
+            "recompute_method": "uniform", "recompute_num_layers": 1, "lr": 3e-4, "tokenizer_model": "x",
+            "tensor_model_parallel_size": 8, "micro_batch_size": 1, "global_batch_size": 8,
+            "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}}
+    s = scenario_from_dict(flat)
+    assert s.model.vocab == 129_024 and s.training.recompute == "full"
+    with pytest.raises(sim3d.ScenarioError, match="recompute_method"):  # not a Megatron dict: still refused
+        scenario_from_dict({"name": "yaml", "recompute_method": "uniform", "model": {"layers": 2}})

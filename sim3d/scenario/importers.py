@@ -31,6 +31,10 @@ VALUE_FLAGS = {
     "num_layers_in_first_pipeline_stage": "parallel.decoder_first_pipeline_num_layers",
     "num_layers_in_last_pipeline_stage": "parallel.decoder_last_pipeline_num_layers",
     "micro_batch_size": "training.micro_batch", "global_batch_size": "training.global_batch",
+    # Megatron-Core's newer spelling of the interleaved schedule's depth (model chunks per rank)
+    "num_virtual_stages_per_pipeline_rank": "parallel.vpp",
+    # the vocabulary Megatron really builds (its args namespace: vocab_size padded for tp)
+    "padded_vocab_size": "model.vocab",
     "attention_backend": "training.attention_backend", "recompute_granularity": "training.recompute",
 }
 SWITCH_FLAGS = {  # flags without a value
@@ -60,7 +64,7 @@ IRRELEVANT = {
     "lr_warmup_iters", "lr_warmup_samples", "weight_decay", "clip_grad", "adam_beta1", "adam_beta2", "adam_eps",
     "init_method_std", "train_iters", "train_samples", "log_interval", "eval_iters", "eval_interval",
     "save_interval", "save", "load", "data_path", "split", "vocab_file", "merge_file", "tokenizer_type",
-    "tokenizer_model", "seed", "tensorboard_dir", "wandb_project", "exit_interval", "distributed_backend",
+    "seed", "tensorboard_dir", "wandb_project", "exit_interval", "distributed_backend",
     "max_position_embeddings", "position_embedding_type", "normalization", "untie_embeddings_and_output_weights",
     "disable_bias_linear", "no_masked_softmax_fusion", "no_bias_gelu_fusion", "no_bias_dropout_fusion",
     "use_mcore_models", "transformer_impl", "rotary_base", "rotary_percent", "use_rotary_position_embeddings",
@@ -81,6 +85,9 @@ IRRELEVANT = {
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "batch_p2p_comm",
 }
+# Arguments sim3d reads on the command line (importers) but that a flat argument dict may hold
+# without changing a step: sim3d recomputes every layer of a stage under full recomputation.
+WITHOUT_EFFECT = {"recompute_method", "tokenizer_model", "make_vocab_size_divisible_by"}
 # Vocabulary of well-known tokenizers, by a name fragment of NeMo's `tokenizer.type` / `.model`:
 # Llama 3 / 3.1: 128,256 (arXiv:2407.21783 sec. 3.1.1 "128K tokens"; the HF config's vocab_size),
 # Llama 2: 32,000 (arXiv:2307.09288), Nemotron-4: 256,000 (arXiv:2402.16819), GPT-2 BPE: 50,257.
@@ -154,6 +161,7 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     tree = out.scenario
     out.unmapped += [f"{token} (not an argument)" for token in stray if not token.endswith(".py")]
     switched: dict[str, str] = {}  # scenario path -> the switch that set it
+    tokenizer: dict[str, str] = {}  # --tokenizer-model, --make-vocab-size-divisible-by
     for flag, value in flags.items():
         option = "--" + flag.replace("_", "-")
         if flag in VALUE_FLAGS or flag == "num_layers_per_virtual_pipeline_stage":
@@ -176,12 +184,16 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             if not isinstance(virtual, int) or virtual < 1:
                 raise ValueError(f"{option} {value}: expected a positive whole number of layers")
             out.scenario.setdefault("_virtual_layers", virtual)
+        elif flag in ("tokenizer_model", "make_vocab_size_divisible_by"):
+            if value is True or isinstance(value, list):
+                raise ValueError(f"{option} needs one value, got {value!r}")
+            tokenizer[flag] = value
         elif flag == "recompute_method":
             out.assumed.append(f"--recompute-method {value}: every layer of a stage recomputed (sim3d has no "
                                "per-layer recompute count)")
         elif flag not in IRRELEVANT:
             out.unmapped.append(f"--{flag.replace('_', '-')}" + ("" if value is True else f" {value}"))
-    return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags)
+    return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags, tokenizer=tokenizer)
 
 
 def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> Imported:
@@ -258,6 +270,27 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
     return out
 
 
+def _tokenizer_vocab(out: Imported, tokenizer: dict, tp: int) -> None:
+    """model.vocab from --tokenizer-model where no vocabulary size was given: a tokenizer sim3d
+    knows (TOKENIZER_VOCAB), padded as Megatron pads it (--make-vocab-size-divisible-by, 128 by
+    default, x tp: megatron/training/tokenizer _vocab_size_with_padding)."""
+    name = str(tokenizer.get("tokenizer_model") or "")
+    if not name or _get(out.scenario, "model.vocab") is not None:
+        return
+    text = name.lower().replace("_", "-")
+    known = next((v for k, v in TOKENIZER_VOCAB.items() if k in text), None)
+    if known is None:
+        out.unmapped.append(f"--tokenizer-model {name} (a tokenizer sim3d does not know: give --vocab-size)")
+        return
+    divisible = _number(tokenizer.get("make_vocab_size_divisible_by", 128))
+    if not isinstance(divisible, int) or divisible < 1:
+        raise ValueError(f"--make-vocab-size-divisible-by {divisible}: expected a positive whole number")
+    pad = divisible * tp
+    _set(out.scenario, "model.vocab", -(-known // pad) * pad)
+    out.assumed.append(f"model.vocab {out.scenario['model']['vocab']}: --tokenizer-model {name} ({known:,} tokens) "
+                       f"padded to a multiple of {pad}, as Megatron pads it")
+
+
 # NeMo's names of Megatron-LM arguments.
 NEMO_NAMES = {"encoder_seq_length": "seq_length", "activations_checkpoint_granularity": "recompute_granularity",
               "activations_checkpoint_method": "recompute_method", "ub_tp_comm_overlap": "tp_comm_overlap"}
@@ -293,7 +326,8 @@ def _flatten(tree: dict, prefix: str = ""):
         yield prefix + key, value
 
 
-def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab_from_gpt2: bool) -> Imported:
+def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab_from_gpt2: bool,
+            tokenizer: dict | None = None) -> Imported:
     tree = out.scenario
     parallel = tree.setdefault("parallel", {})
     tp, pp, cp = parallel.get("tp", 1), parallel.get("pp", 1), parallel.get("cp", 1)
@@ -305,8 +339,14 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
         if (layers + accounted) % (pp * virtual):  # Megatron asserts it
             raise ValueError(f"--num-layers-per-virtual-pipeline-stage {virtual}: {layers + accounted} layers do not "
                              f"split into pp={pp} stages of whole {virtual}-layer chunks")
-        parallel["vpp"] = (layers + accounted) // (pp * virtual)
+        chunks = (layers + accounted) // (pp * virtual)
+        if parallel.get("vpp", chunks) != chunks:
+            raise ValueError(f"--num-layers-per-virtual-pipeline-stage {virtual} makes {chunks} chunks a rank, "
+                             f"--num-virtual-stages-per-pipeline-rank says {parallel['vpp']}")
+        parallel["vpp"] = chunks
+    if isinstance(parallel.get("vpp"), int) and parallel["vpp"] > 1:
         tree["schedule"] = megatron_schedule(parallel["vpp"])
+    _tokenizer_vocab(out, tokenizer or {}, tp)
     if _get(tree, "model.vocab") is None:
         tp_pad = 128 * tp
         vocab = -(-GPT2_VOCAB // tp_pad) * tp_pad

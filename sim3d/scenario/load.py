@@ -178,8 +178,15 @@ def _flat_megatron(raw: dict) -> dict:
     inside a section they do not belong to (NeMo puts `num_experts`, `bf16`, `swiglu`,
     `recompute_granularity` under `model:`). `tensor_model_parallel_size: 8` is `parallel.tp: 8`,
     `swiglu: true` is `model.activation: swiglu` (sim3d.scenario.importers holds the table)."""
-    from .importers import SWITCH_FLAGS, VALUE_FLAGS
+    from .importers import IRRELEVANT, SWITCH_FLAGS, VALUE_FLAGS, WITHOUT_EFFECT
     megatron = set(VALUE_FLAGS) | set(SWITCH_FLAGS)
+    if any(key in VALUE_FLAGS and key not in Scenario.model_fields for key in raw):
+        # a Megatron argument dict: what its namespace holds beside the layout (learning rates,
+        # paths, recompute_method) does not change a step here; the padded vocabulary is the one
+        # Megatron builds, so it wins over the unpadded vocab_size
+        raw = {key: value for key, value in raw.items()
+               if key not in IRRELEVANT and key not in WITHOUT_EFFECT
+               and not (key == "vocab_size" and raw.get("padded_vocab_size") is not None)}
     out = {key: value for key, value in raw.items() if key in Scenario.model_fields or key not in megatron}
     moves = [(key, value) for key, value in raw.items() if key not in out]
     for section in ("model", "parallel", "training"):
