@@ -124,7 +124,10 @@ class Estimator:
         links = self._placed(layout, scenario)[1]
         compute_key = (layout.tp, layout.cp, layout.ep, layout.micro_batch, layout.recompute,
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
-        per_rank = self._memo(("work", compute_key, layout.pp, layout.vpp, v_shape),
+        # ZeRO-2/3 price each unit's gathers and reduce-scatters inside the compute actions, on
+        # the shard group the placement gives
+        sharded = (layout.zero, layout.dp, layout.order) if layout.zero >= 2 else ()
+        per_rank = self._memo(("work", compute_key, layout.pp, layout.vpp, v_shape) + sharded,
                               lambda: self._rank_work(layout, scenario, cost_model(), compute_key))
         transfers = self._memo(("p2p", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
                                 layout.micro_batch, layout.sequence_parallel),
@@ -151,9 +154,12 @@ class Estimator:
         held = np.array([[stage_map.stage(r, c) for c in range(layout.vpp)] for r in range(layout.pp)])
         work = {}
         for kind in KINDS:
-            per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)
-            per_stage[0] += blocks[("embedding", kind)]
-            per_stage[-1] += blocks[("head", kind)]
+            if costs.sharded_in_compute:  # the stage's action: its blocks and its units' collectives
+                per_stage = np.array([costs.action(stage, kind).seconds for stage in range(len(dense))])
+            else:
+                per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)
+                per_stage[0] += blocks[("embedding", kind)]
+                per_stage[-1] += blocks[("head", kind)]
             work[kind] = per_stage[held].sum(axis=1).tolist()
         return [{kind: work[kind][r] for kind in KINDS} for r in range(layout.pp)]
 
