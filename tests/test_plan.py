@@ -263,3 +263,28 @@ def test_tier_one_prices_zero3s_per_unit_gathers_as_the_simulation_does(tmp_path
     done = result.finalists.dropna(subset=["est_error"])
     assert len(done) == 8
     assert done["est_error"].abs().max() < 0.05, done[["est_error", "est_off_by"]]
+
+
+def test_plan_baseline_and_headroom_and_its_table_survive_a_pipe(tmp_path):
+    """`plan --baseline --headroom 30` with no --gpus: the scenario's own 8 GPUs; every pick
+    leaves 30% of the card free; each pick's speed-up over the scenario's own layout is shown;
+    and the table keeps its columns whole off a terminal (CliRunner is not one)."""
+    path = tmp_path / "small.yaml"
+    model = {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 32768, "seq_len": 2048}
+    path.write_text(json.dumps({**SMALL, "model": model, "parallel": {"tp": 2, "pp": 2, "dp": 2},
+                                "cluster": {**SMALL["cluster"], "hbm_gib": 4}}))
+    args = ["plan", str(path), "--workers", "1", "--finalists", "6", "--fix", "training.recompute=none",
+            "--baseline", "--headroom", "30", "--no-plots", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "your layout, tp2 pp2 dp2 cp1 mb1 1f1b" in result.stdout
+    header = next(line for line in result.stdout.splitlines() if "layout" in line and "vs yours" in line)
+    assert "…" not in result.stdout and all(col in header for col in ("step s", "MFU", "GiB"))
+    report = json.loads(CliRunner().invoke(app, args + ["--json"]).stdout)
+    assert report["gpus"] == 8 and report["headroom"] == pytest.approx(0.30)
+    assert all(row["peak_gib"] <= 0.7 * 4 + 1e-9 for row in report["ranked"])
+    baseline = report["baseline"]["step_time_s"]
+    assert baseline == pytest.approx(simulate(path).step_time, rel=1e-12)
+    candidates = pd.read_csv(tmp_path / "out" / "candidates.csv")
+    assert candidates.loc[candidates["fits"], "peak_gib"].max() <= 0.7 * 4 + 1e-9
+    assert (candidates["peak_gib"] > 0.7 * 4).any()  # the headroom did rule layouts out

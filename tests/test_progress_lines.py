@@ -32,3 +32,18 @@ def test_plan_into_a_pipe_prints_its_phases_as_lines(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     phases = [line for line in result.stderr.splitlines() if line.startswith(("estimating layouts:", "simulating"))]
     assert len(phases) >= 3 and phases[-1].endswith(" s")
+
+
+def test_a_table_piped_into_a_file_keeps_every_column_whole():
+    from rich.table import Table
+
+    from sim3d.cli.support import print_whole
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=False, width=120)
+    table = Table()
+    for name in ("layout", "schedule", "step s", "MFU", "GiB", "vs yours"):
+        table.add_column(name, no_wrap=True)
+    table.add_row("tp4 pp2 dp4 cp2 vpp20 mb1 " * 3, "interleaved-1f1b", "14.51", "54.9%", "71.2", "+3.0%")
+    print_whole(console, table)
+    text = sink.getvalue()
+    assert "…" not in text and "interleaved-1f1b" in text and "vs yours" in text and "+3.0%" in text

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .imports import import_app
 from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _gantt_options, _load, _print_json,
-                          _writable_file, _writable_folder, err, guarded, out, say)
+                          _writable_file, _writable_folder, err, guarded, out, print_whole, say)
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
@@ -258,10 +258,22 @@ def _progress(description: str):
     return progress_bars(description, err)
 
 
+# Of the 104 published runs in validation/ that ran, sim3d predicts 95% with more than 5% of the
+# card's memory free (5th percentile 6.4%, median 31%; python benchmarks/memory_headroom.py): a
+# pick that needs more than 95% of the card is beyond what people run.
+HEADROOM_PERCENT = 5.0
+
+
 @app.command()
 @guarded
 def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model, batch and cluster kind are kept)."),
-         gpus: int = typer.Option(..., "--gpus", min=1, help="GPUs to lay the run out on."),
+         gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs to lay the run out on (default: "
+                                            "the scenario's)."),
+         headroom: float = typer.Option(HEADROOM_PERCENT, "--headroom", min=0.0, max=99.0, help="Percent of each "
+                                        "card's memory every layout must leave free (the default is what 95% of "
+                                        "the published runs sim3d holds keep; 0 allows a full card)."),
+         baseline: bool = typer.Option(False, "--baseline", help="Also simulate the scenario's own layout and show "
+                                       "each pick's speed-up over it."),
          top: int = typer.Option(10, "--top", min=1, help="Rows of the ranked table."),
          finalists: int = typer.Option(100, "--finalists", min=1, help="Best estimates simulated on the event "
                                        "engine and ranked by the simulated step."),
@@ -277,18 +289,20 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
     from ..scenario.limits import GPUS, LOCAL_PROCESSES
-    GPUS.check(gpus, "--gpus")
+    if gpus is not None:
+        GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
     from ..report.safe_files import folder_lock, refuse_unsafe
-    from ..studies.plan import (check_space, estimate_misses, json_row, plan as search, plan_table, planned_outputs,
-                                write_outputs)
+    from ..studies.plan import (baseline_of, check_space, estimate_misses, json_row, plan as search, plan_table,
+                                planned_outputs, write_outputs)
     from ..studies.space import parse_choices
 
     choices = parse_choices(fix, space)
     from ..scenario.load import load_scenario
     base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
-    check_space(scenario, gpus, choices)
+    gpus = gpus or base.num_gpus
+    check_space(scenario, gpus, choices, headroom / 100)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
     refuse_unsafe(planned_outputs(folder, plots))  # before the search; the writes check again
     with folder_lock(folder, "plan"), _progress("plan") as progress:
@@ -303,20 +317,26 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
             if task.elapsed:
                 progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
 
-        result = search(scenario, gpus, choices, finalists, workers, advance)
+        result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100)
         written = write_outputs(result, folder, plots)
     if not result.fitting:
         raise BadInput(result.why_none())
     ranked = result.finalists.head(top)
     flags = [_plan_megatron_line(scenario, row["overrides"]) for _, row in ranked.iterrows()]
+    yours = baseline_of(scenario) if baseline else None
     if as_json:
-        _print_json({"considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
+        _print_json({"gpus": gpus, "headroom": headroom / 100, "baseline": yours,
+                     "considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
                      "simulated": len(result.finalists), "estimate_error": result.estimate_error(),
                      "estimate_misses": estimate_misses(result),
                      "ranked": [{**json_row(row), "megatron_args": f} for (_, row), f in zip(ranked.iterrows(), flags)],
                      "files": [str(p) for p in written]})
         return
-    out.print(plan_table(result, top))
+    if yours:
+        out.print(f"your layout, {yours['layout']}: step {yours['step_time_s']:.2f} s, MFU {yours['mfu']:.1%}, "
+                  f"{yours['peak_memory_gib']:.1f} GiB" + ("" if yours["fits_in_memory"] else " (does not fit)"),
+                  highlight=False)
+    print_whole(out, plan_table(result, top, yours and yours["step_time_s"]))
     err = result.estimate_error()
     if err["median"] is not None:
         out.print(f"estimate vs simulation over {len(result.finalists)} finalists: median |error| {err['median']:.1%}, "

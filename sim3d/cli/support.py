@@ -29,6 +29,18 @@ err = Console(stderr=True, soft_wrap=True, markup=False)  # messages stay one li
 SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
 
 
+def print_whole(console: Console, renderable) -> None:
+    """A table printed with every column whole: on a terminal as wide as the terminal; piped
+    into a file or a pager (where `out` is 120 wide to suit logs) as wide as it needs, since
+    rich caps a print's width at its console's."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    from rich.measure import Measurement
+    wide = Console(file=console.file, width=1000, markup=False, soft_wrap=True, color_system=None)
+    wide.print(renderable, width=max(console.width, Measurement.get(wide, wide.options, renderable).maximum))
+
+
 def say(label: str, message: object, style: str = "bold red") -> None:
     """One line on stderr: a styled label, then the message exactly as written."""
     err.print(Text.assemble((label, style), " ", str(message)), highlight=False)

@@ -67,7 +67,7 @@ class Plan:
         bound = "at least " if best["why_not"].startswith("model states") else ""
         return (f"none of {len(self.candidates):,} layouts of this model on {gpus} GPUs fits in memory; the "
                 f"closest, {describe(best)}, needs {bound}{best['peak_gib']:.1f} GiB of "
-                f"{self.space.base.gpu.hbm_gib:g} ({best['why_not']})")
+                f"{self.space.base.gpu.hbm_gib:.4g} usable ({best['why_not']}; --headroom lowers what is usable)")
 
 
 def describe(row) -> str:
@@ -322,11 +322,23 @@ def _plain(value):
 
 # ---- the whole search ------------------------------------------------------------------------
 
+def headroom_sets(path: Path, headroom: float) -> list[str]:
+    """The override that leaves `headroom` (a fraction) of the card's memory free: the search
+    judges every layout against the card less that room."""
+    if not 0 <= headroom < 1:
+        raise ScenarioError(f"--headroom {headroom:.0%}: expected a share of the card's memory from 0% to under 100%")
+    if headroom == 0:
+        return []
+    return [f"cluster.hbm_gib={load_scenario(path).gpu.hbm_gib * (1 - headroom)!r}"]
+
+
 def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FINALISTS,
-         workers: int | None = None, progress: Callable[[str, int, int], None] | None = None) -> Plan:
-    """Search the layout space of `path`'s model on `gpus` GPUs. `progress(phase, advance,
-    total)` with phase "price" or "simulate"."""
-    base = load_scenario(path)
+         workers: int | None = None, progress: Callable[[str, int, int], None] | None = None,
+         headroom: float = 0.0) -> Plan:
+    """Search the layout space of `path`'s model on `gpus` GPUs, leaving `headroom` (a share)
+    of each card's memory free. `progress(phase, advance, total)` with phase "price" or
+    "simulate"."""
+    base = load_scenario(path, headroom_sets(path, headroom))
     base.gpu  # derived once; every layout's scenario is copied from this one
     space = Space(base, gpus, choices or {})
     layouts, dropped = space.layouts()
@@ -371,26 +383,44 @@ def planned_outputs(folder: Path, plots: bool = True) -> list[Path]:
     return [folder / "candidates.csv", folder / "finalists.csv"] + ([folder / "plan.png"] if plots else [])
 
 
-def plan_table(result: Plan, top: int):
+def plan_table(result: Plan, top: int, baseline_step: float | None = None):
+    """The ranked finalists; with `baseline_step` (the user's own layout, simulated), a column
+    with each pick's speed-up over it."""
     from rich.table import Table
     ranked = result.finalists.head(top)
     title = (f"best layouts: {len(result.candidates):,} candidates, {result.fitting:,} fit in memory, "
              f"{len(result.finalists)} simulated")
     table = Table(title=title, title_justify="left")
-    for col in ("#", "layout", "schedule", "recompute", "switches", "step s", "est.", "MFU", "bubble", "GiB"):
+    columns = ["#", "layout", "schedule", "recompute", "switches", "step s", "est.", "MFU", "bubble", "GiB"]
+    columns += ["vs yours"] if baseline_step else []
+    for col in columns:
         table.add_column(col, justify="left" if col in ("layout", "schedule", "recompute", "switches") else "right",
                          no_wrap=True)
     for i, row in ranked.iterrows():
         if row["error"]:
-            table.add_row(str(i + 1), describe(row), row["schedule"], row["recompute"], "", "error", "", "", "", "")
+            table.add_row(str(i + 1), describe(row), row["schedule"], row["recompute"], "", "error",
+                          *[""] * (len(columns) - 6))
             continue
         switches = [name for name, on in (("SP", row["sequence_parallel"]), (f"Z{row['zero']}", row["zero"]),
                                           ("TPO", row["tp_comm_overlap"]),
                                           ("pp-dp", row["order"].endswith("pp-dp"))) if on]
+        gain = [f"{baseline_step / row['step_time_s'] - 1:+.1%}"] if baseline_step else []
         table.add_row(str(i + 1), describe(row).rsplit(" ", 2)[0], row["schedule"], row["recompute"],
                       " ".join(switches), f"{row['step_time_s']:.2f}", f"{row['est_error']:+.1%}",
-                      f"{row['mfu']:.1%}", f"{row['bubble_fraction']:.1%}", f"{row['peak_gib']:.1f}")
+                      f"{row['mfu']:.1%}", f"{row['bubble_fraction']:.1%}", f"{row['peak_gib']:.1f}", *gain)
     return table
+
+
+def baseline_of(path: Path) -> dict:
+    """The scenario's own layout, simulated as `sim3d run` would: what each pick is measured
+    against (`plan --baseline`)."""
+    from ..api import simulate
+    result = simulate(path)
+    s, summary = result.scenario, result.summary
+    layout = (f"tp{s.tp} pp{s.pp} dp{s.dp} cp{s.cp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
+              + f" mb{s.training.micro_batch} {s.schedule} {s.training.recompute}")
+    return {"layout": layout, "step_time_s": summary["step_time_s"], "mfu": summary["mfu"],
+            "peak_memory_gib": summary["peak_memory_gib"], "fits_in_memory": summary["fits_in_memory"]}
 
 
 def estimate_misses(result: Plan, threshold: float = 0.10) -> list[str]:
@@ -400,11 +430,11 @@ def estimate_misses(result: Plan, threshold: float = 0.10) -> list[str]:
             for i, row in done.iterrows() if abs(row["est_error"]) > threshold]
 
 
-def check_space(path: Path, gpus: int, choices: dict | None = None) -> None:
-    """ScenarioError now if `gpus` cannot hold the scenario's nodes or NVLink domains, and
-    WorkLimitExceeded if the dimensions are too many to walk."""
-    Space(load_scenario(path), gpus, choices or {}).check_size()
+def check_space(path: Path, gpus: int, choices: dict | None = None, headroom: float = 0.0) -> None:
+    """ScenarioError now if `gpus` cannot hold the scenario's nodes or NVLink domains, or the
+    headroom is not a share, and WorkLimitExceeded if the dimensions are too many to walk."""
+    Space(load_scenario(path, headroom_sets(path, headroom)), gpus, choices or {}).check_size()
 
 
-__all__ = ["Plan", "plan", "plan_table", "estimate_misses", "json_row", "write_outputs", "planned_outputs",
+__all__ = ["Plan", "plan", "plan_table", "baseline_of", "headroom_sets", "estimate_misses", "json_row", "write_outputs", "planned_outputs",
            "check_space", "ScenarioError"]
