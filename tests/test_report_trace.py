@@ -482,3 +482,18 @@ def test_the_memory_plot_of_plain_rows_is_the_reports(tmp_path):
     a = plot_memory(report, tmp_path / "report.png", "t")
     b = plot_memory(rows, tmp_path / "plain.png", "t", hbm_gib=hbm_gib)
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_the_link_counters_live_in_a_process_of_their_own(tmp_path):
+    """Perfetto's JSON importer folds a negative pid into pid 0: the link counters would land on
+    rank 0's process. Their process has a pid no rank has, and sorts above the ranks."""
+    df = unit_trace(pp=2, m=2, tf=1e-3, tb=2e-3)
+    path = write_chrome_trace(df, tmp_path / "t.json", link_timelines={"gpu0>switch": [(0.0, 0.5), (1.0, 0.0)]})
+    events = json.loads(path.read_text())["traceEvents"]
+    rank_pids = {e["pid"] for e in events if e.get("ph") == "X"}
+    counters = {e["pid"] for e in events if e.get("ph") == "C"}
+    assert len(counters) == 1 and min(counters) >= 0 and counters.isdisjoint(rank_pids)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names[next(iter(counters))] == "links (busy %)"
+    sort = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    assert sort[next(iter(counters))] < min(sort[p] for p in rank_pids)

@@ -165,7 +165,10 @@ _SLICE = ('{"name":%s,"cat":%s,"ph":"X","ts":%r,"dur":%r,"pid":%d,"tid":%d,'
           '"args":{"stage":%d,"chunk":%d,"microbatch":%d,"bytes":%d,"peer":%d}},')
 
 
-LINKS_PID = -1  # the process that holds the link counter tracks, sorted above the ranks
+# The process that holds the link counter tracks (sorted above the ranks by its sort index):
+# a pid no rank has (scenario/bounds.py caps GPUs at 2^22) and not negative, which Perfetto's
+# JSON importer would fold into pid 0, rank 0's process.
+LINKS_PID = 2**30
 
 
 def link_counter_events(timelines: Mapping[str, list[tuple[float, float]]]) -> list[dict]:
