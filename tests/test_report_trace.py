@@ -497,3 +497,39 @@ def test_the_link_counters_live_in_a_process_of_their_own(tmp_path):
     assert names[next(iter(counters))] == "links (busy %)"
     sort = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
     assert sort[next(iter(counters))] < min(sort[p] for p in rank_pids)
+
+
+def test_gantt_ranks_draws_exactly_the_ranks_asked_for_even_when_folded(tmp_path):
+    """At full fidelity TP peers fold into TP rank 0 (`represented`); `--gantt-ranks 1,8,65`
+    drew ranks 0 and 64 under their own names. A folded rank ran exactly as its twin, so it is
+    drawn under its own name with its twin's rows."""
+    import sim3d
+    from sim3d.report.outputs import write_run_outputs
+
+    class Capture:
+        def __init__(self):
+            self.calls = []
+
+        def submit(self, work, *args):
+            self.calls.append((work.__name__, args))
+
+        def wait(self, *args, **kwargs):
+            return []
+
+        def close(self):
+            pass
+
+    result = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", full_fidelity=True)
+    asked = [1, 3, 9]
+    assert set(asked) & set(result.sim.represented)  # some of them were folded, not replayed
+    capture = Capture()
+    try:
+        write_run_outputs(result, tmp_path, plots=True, trace_format="none", gantt_ranks=asked, plotter=capture)
+    except Exception:  # the capture draws nothing; only what was handed to the Gantt matters here
+        pass
+    (_, (paths, rows, labels, title, options)), = [c for c in capture.calls if c[0] == "draw_gantt"]
+    assert options["ranks"] == asked and all(r in labels for r in asked)
+    drawn = {r: [row[1:] for row in rows if row[0] == r] for r in asked}
+    for r in asked:
+        twin = result.sim.represented.get(r, r)
+        assert drawn[r] and drawn[r] == [row[1:] for row in result.sim.rows if row[0] == twin]

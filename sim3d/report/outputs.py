@@ -76,21 +76,24 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         plotter = plotter or start_plotting()
         plotted = [folder / "gantt.png"] + ([folder / "gantt.pdf"] if pdf else []) + [folder / "memory.png",
                                                                                         folder / "links.png"]
-        if gantt_ranks and result.sim.represented:  # a folded rank is drawn as its replayed twin
-            gantt_ranks = list(dict.fromkeys(result.sim.represented.get(r, r) for r in gantt_ranks))
     elif plotter is not None:
         plotter.close()
     written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
     try:
-        labels = rank_labels(s, sorted(set(result.sim.ranks)))
+        # a rank folded into its twin ran exactly as the twin did (same work, same times): asked
+        # for by name, it is drawn under its own name with its twin's rows
+        twins = {r: result.sim.represented[r] for r in (gantt_ranks or ()) if r in result.sim.represented}
+        labels = rank_labels(s, sorted(set(result.sim.ranks) | set(twins)))
         if plots:
             bars, hbm_gib = plain_rows(result.memory)
             plotter.submit(draw_memory, plotted[-2], bars, hbm_gib, f"{s.name}: memory per pipeline stage")
             # a folded trace goes as its rows, so that the plots need not wait for this process
             # to build the table; a large one as the table's columns (rows pickle slowly)
             rows = result.sim.rows
+            if twins:
+                rows = list(rows) + [row._replace(rank=r) for r, twin in twins.items() for row in rows if row[0] == twin]
             plotter.submit(draw_gantt, plotted[:-2], rows if len(rows) <= ROWS_SENT_AS_ROWS else
-                           trace_columns(result.trace), labels,
+                           trace_columns(rows if twins else result.trace), labels,
                            f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                            f"step {summary['step_time_s']:.2f} s",
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
