@@ -270,3 +270,40 @@ def test_the_flow_network_has_a_work_limit_of_its_own(monkeypatch):
     assert CliRunner().invoke(app, args).exit_code == 0
     monkeypatch.delenv("SIM3D_MAX_FLOW_GPUS")
     assert CliRunner().invoke(app, [*args[:-2], "--set", "costs.network=analytical"]).exit_code == 0
+
+
+def test_the_flow_network_refuses_zero_stages_whose_folded_and_full_replays_disagree():
+    """Second hostile pass: with per-unit gathers and reduce-scatters inside the compute actions,
+    the flow network's folded and full-fidelity replays of one symmetric layout disagreed by up
+    to 26% (gpt-13b, tp 8, dp 2, cp 2, zero 2: 1.119 s against 1.406 s). Refused, not answered."""
+    args = ["validate", str(ROOT / "scenarios" / "gpt-13b.yaml"), "--set", "parallel.tp=8", "--set", "parallel.pp=1",
+            "--set", "parallel.dp=2", "--set", "parallel.cp=2", "--set", "cluster.nodes=4",
+            "--set", "training.global_batch=16", "--set", "costs.network=flow"]
+    for zero in (2, 3):
+        result = CliRunner().invoke(app, [*args, "--set", f"parallel.zero={zero}"])
+        assert result.exit_code == 2 and "costs.network: flow with parallel.zero" in result.stderr
+    assert CliRunner().invoke(app, [*args, "--set", "parallel.zero=1"]).exit_code == 0
+
+
+def test_import_torchtitan_refuses_a_fifo_and_a_device_at_once(tmp_path):
+    """Second hostile pass: a FIFO hung the import and /dev/zero grew its memory 250 MB/s."""
+    fifo = tmp_path / "f.toml"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        done = subprocess.run([sys.executable, "-m", "sim3d", "import", "torchtitan", str(path)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "not a regular file" in done.stderr
+
+
+def test_megatron_pads_the_default_vocabulary_as_its_divisor_says_and_refuses_tp_zero():
+    from sim3d.scenario.importers import from_megatron
+    args = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 "
+            "--global-batch-size 64 --tensor-model-parallel-size 2")
+    imported = from_megatron(args + " --make-vocab-size-divisible-by 1024", name="x", gpu="a100-80gb", gpus=8)
+    assert imported.scenario["model"]["vocab"] == 51_200  # 50,257 padded to a multiple of 1024 x 2
+    for bad in (" --make-vocab-size-divisible-by 0", " --make-vocab-size-divisible-by abc"):
+        with pytest.raises(ValueError, match="make-vocab-size-divisible-by"):
+            from_megatron(args + bad, name="x", gpu="a100-80gb", gpus=8)
+    with pytest.raises(ValueError, match="tensor-model-parallel-size 0"):
+        from_megatron(args.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 0"),
+                      name="x", gpu="a100-80gb", gpus=8)

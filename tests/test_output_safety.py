@@ -208,7 +208,7 @@ def test_a_manifest_never_removes_a_file_outside_its_folder(tmp_path):
     (out / MANIFEST_NAME).write_text(json.dumps({"files": [{"name": "../outside.txt", **entry},
                                                            {"name": str(outside), **entry}]}))
     (out / "summary.json").write_text("{}\n")
-    assert record_outputs(out, [out / "summary.json"], {"written_by": "test"}) == []
+    assert record_outputs(out, [out / "summary.json"], {"written_by": "test"}, {"../outside.txt", str(outside)}) == []
     assert outside.read_text() == "precious\n"
 
 
@@ -259,3 +259,53 @@ def test_a_full_disk_on_a_file_the_user_names_exits_3_naming_it(tmp_path, monkey
     result = invoke("schedule", "1f1b", "--pp", 2, "-m", 4, "--csv", tmp_path / "s.csv")
     assert result.exit_code == 3, result.output
     assert f"{tmp_path / 's.csv'}: No space left on device (ENOSPC)" in one_line(result.stderr)
+
+
+# ---- the second hostile pass -------------------------------------------------------------
+
+def test_a_forged_manifest_cannot_remove_what_sim3d_does_not_write(tmp_path):
+    """A manifest names the scenario being run and a user's notes with their exact size and
+    mtime: neither is a name `run` writes, so neither is removed."""
+    out = tmp_path / "m"
+    out.mkdir()
+    scenario = out / "exp.yaml"
+    scenario.write_bytes(TINY.read_bytes())
+    notes = out / "notes.txt"
+    notes.write_text("mine\n")
+    entries = [{"name": p.name, "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns} for p in (scenario, notes)]
+    entries.append({"name": "\ud800x" + "y" * 300, "bytes": 1, "mtime_ns": 1})  # a name the OS cannot take
+    (out / MANIFEST_NAME).write_text(json.dumps({"files": entries}))
+    result = CliRunner().invoke(app, ["run", str(scenario), "--out", str(out), "--no-plots", "--trace", "none"])
+    assert result.exit_code == 0, result.output
+    assert scenario.read_bytes() == TINY.read_bytes() and notes.read_text() == "mine\n"
+    assert "removed" not in result.stderr
+
+
+def test_a_hard_link_at_the_lock_is_refused_and_its_file_kept(tmp_path):
+    """The lock is written in place (its holder's pid): through a second hard link it would
+    change a file outside the folder."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(precious, out / LOCK_NAME)
+    result = CliRunner().invoke(app, ["run", str(TINY), "--out", str(out), "--no-plots", "--trace", "none"])
+    assert result.exit_code == 2 and "hard link" in result.stderr, result.output
+    assert precious.read_text() == "precious\n"
+
+
+def test_resuming_a_hard_linked_copy_of_a_sweep_leaves_the_original_alone(tmp_path):
+    """`cp -al` (or an rsync --link-dest backup) of a sweep folder, resumed with more points:
+    appending to the shared results.csv would add them to the original's table too."""
+    original, copy = tmp_path / "a", tmp_path / "b"
+    grid = ["--grid", "training.micro_batch=1,2"]
+    assert CliRunner().invoke(app, ["sweep", str(TINY), *grid, "--workers", "1", "--out", str(original)]).exit_code == 0
+    copy.mkdir()
+    for path in original.iterdir():
+        if path.is_file():
+            os.link(path, copy / path.name)
+    before = (original / "results.csv").read_bytes()
+    result = CliRunner().invoke(app, ["sweep", str(TINY), "--grid", "training.micro_batch=1,2,4", "--workers", "1",
+                                      "--out", str(copy), "--resume"])
+    assert result.exit_code == 2 and "hard link" in result.stderr, result.output
+    assert (original / "results.csv").read_bytes() == before

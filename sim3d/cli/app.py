@@ -115,8 +115,9 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                 out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
                                  **gantt)
+        from ..report.outputs import run_output_names
         removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),
-                                                   "sets": list(set_)})
+                                                   "sets": list(set_)}, run_output_names())
         if not as_json:
             out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
         if removed:  # an earlier run's files would otherwise pass for this run's

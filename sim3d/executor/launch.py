@@ -374,7 +374,14 @@ def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         trace_path = Path(out_dir) / "trace.csv"
-        write_trace_csv(trace, trace_path)
+        # written beside and renamed over: a hard link or a symlink at trace.csv is replaced,
+        # never written through into the file it points at
+        temp = trace_path.with_name(f".sim3d-{os.getpid()}-trace.csv")
+        try:
+            write_trace_csv(trace, temp)
+            os.replace(temp, trace_path)
+        finally:
+            temp.unlink(missing_ok=True)
     check = ref_losses = None
     if spec.check:
         from .reference import compare_with_reference, run_reference

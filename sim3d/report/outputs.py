@@ -37,6 +37,14 @@ PLOT_MODULES = ("sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.
 ROWS_SENT_AS_ROWS = 100_000
 
 
+def run_output_names() -> frozenset[str]:
+    """Every name `write_run_outputs` can write, whatever its options: the only files a later
+    run may remove as stale (safe_files.record_outputs)."""
+    every = planned_outputs(Path("."), plots=True, trace_format="json", pdf=True)
+    return frozenset([p.name for p in every] + [name for name in TRACE_FORMATS.values() if name]
+                     + ["trace.parquet"])
+
+
 def planned_outputs(folder: Path, plots: bool = True, trace_format: str = "json", pdf: bool = False) -> list[Path]:
     """Every file `write_run_outputs` will write with these options, to be checked before
     any work (a link or a FIFO among them is refused then, not after the simulation)."""

@@ -137,11 +137,15 @@ def open_for_append(path: Path) -> int:
     with naming(path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      0o644)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         refuse_unsafe([path])
-        raise ScenarioError(f"{path}: is {_kind(mode)}; sim3d writes its outputs only as regular files")
+        raise ScenarioError(f"{path}: is {_kind(info.st_mode)}; sim3d writes its outputs only as regular files")
+    if info.st_nlink > 1:  # appending would change the other names' file too (a cp -al snapshot)
+        os.close(fd)
+        raise ScenarioError(f"{path}: has {info.st_nlink - 1} other hard link(s); sim3d appends only to a file of "
+                            "its own (copy the folder, or choose another --out)")
     return fd
 
 
@@ -177,9 +181,12 @@ def _take_lock(folder: Path, command: str) -> int:
     with naming(path):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ScenarioError(f"{path}: is {_kind(mode)}; the lock sim3d keeps here must be a regular file")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ScenarioError(f"{path}: is {_kind(info.st_mode)}; the lock sim3d keeps here must be a regular file")
+        if info.st_nlink > 1:  # writing the holder's pid would change the other names' file too
+            raise ScenarioError(f"{path}: has {info.st_nlink - 1} other hard link(s); the lock sim3d keeps here "
+                                "must be a file of its own")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -204,24 +211,26 @@ def _holder(fd: int) -> str:
 
 # ---- what a run wrote, and what an earlier run left --------------------------------------
 
-def record_outputs(folder: Path, written: list[Path], about: dict) -> list[str]:
+def record_outputs(folder: Path, written: list[Path], about: dict, removable: Iterable[str]) -> list[str]:
     """Remove the files an earlier manifest in `folder` names that this run did not write,
     then write this run's manifest (`about`, and each written file's size and mtime). A file
-    is removed only if it is still exactly as sim3d left it (same size and mtime, a regular
-    file, a plain name in this folder): a file a user edited, replaced or added stays.
-    Returns the names removed."""
+    is removed only if its name is one of `removable` (the names the command can write: a
+    forged manifest cannot name a user's file) and it is still exactly as sim3d left it (same
+    size and mtime, a regular file): a file a user edited, replaced or added stays. Returns
+    the names removed."""
     folder = Path(folder)
     manifest = folder / MANIFEST_NAME
     names = {Path(p).name for p in written}
+    allowed = set(removable)
     removed = []
     for entry in _earlier_files(manifest):
         name = entry.get("name")
-        if not isinstance(name, str) or name in names or not _plain(name):
+        if not isinstance(name, str) or name in names or name not in allowed or not _plain(name):
             continue
         path = folder / name
         try:
             st = os.lstat(path)
-        except FileNotFoundError:
+        except OSError:
             continue
         if stat.S_ISREG(st.st_mode) and (st.st_size, st.st_mtime_ns) == (entry.get("bytes"), entry.get("mtime_ns")):
             with naming(path):

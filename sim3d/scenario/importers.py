@@ -257,7 +257,11 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
     known = next((v for k, v in TOKENIZER_VOCAB.items() if k in name_text), None)
     if known and any(a.startswith("model.vocab") for a in out.assumed):  # no vocabulary size was given
         tp = out.scenario["parallel"].get("tp", 1)
-        pad = int(model.get("make_vocab_size_divisible_by", 128)) * tp
+        pad = _number(model.get("make_vocab_size_divisible_by", 128))
+        if not isinstance(pad, int) or pad < 1 or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"model.make_vocab_size_divisible_by {pad} x tensor_model_parallel_size {tp}: "
+                             "expected positive whole numbers")
+        pad *= tp
         _set(out.scenario, "model.vocab", -(-known // pad) * pad)
         out.assumed = [a for a in out.assumed if not a.startswith("model.vocab")]
         out.assumed.append(f"model.vocab {out.scenario['model']['vocab']}: the tokenizer {name_text!r} "
@@ -270,10 +274,11 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
     return out
 
 
-def _tokenizer_vocab(out: Imported, tokenizer: dict, tp: int) -> None:
+def _tokenizer_vocab(out: Imported, tokenizer: dict, pad: int) -> None:
     """model.vocab from --tokenizer-model where no vocabulary size was given: a tokenizer sim3d
-    knows (TOKENIZER_VOCAB), padded as Megatron pads it (--make-vocab-size-divisible-by, 128 by
-    default, x tp: megatron/training/tokenizer _vocab_size_with_padding)."""
+    knows (TOKENIZER_VOCAB), padded to a multiple of `pad` as Megatron pads it
+    (--make-vocab-size-divisible-by, 128 by default, x tp: megatron/training/tokenizer
+    _vocab_size_with_padding)."""
     name = str(tokenizer.get("tokenizer_model") or "")
     if not name or _get(out.scenario, "model.vocab") is not None:
         return
@@ -282,10 +287,6 @@ def _tokenizer_vocab(out: Imported, tokenizer: dict, tp: int) -> None:
     if known is None:
         out.unmapped.append(f"--tokenizer-model {name} (a tokenizer sim3d does not know: give --vocab-size)")
         return
-    divisible = _number(tokenizer.get("make_vocab_size_divisible_by", 128))
-    if not isinstance(divisible, int) or divisible < 1:
-        raise ValueError(f"--make-vocab-size-divisible-by {divisible}: expected a positive whole number")
-    pad = divisible * tp
     _set(out.scenario, "model.vocab", -(-known // pad) * pad)
     out.assumed.append(f"model.vocab {out.scenario['model']['vocab']}: --tokenizer-model {name} ({known:,} tokens) "
                        f"padded to a multiple of {pad}, as Megatron pads it")
@@ -346,12 +347,17 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
         parallel["vpp"] = chunks
     if isinstance(parallel.get("vpp"), int) and parallel["vpp"] > 1:
         tree["schedule"] = megatron_schedule(parallel["vpp"])
-    _tokenizer_vocab(out, tokenizer or {}, tp)
+    if not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"--tensor-model-parallel-size {tp}: expected a positive whole number")
+    divisible = _number((tokenizer or {}).get("make_vocab_size_divisible_by", 128))
+    if not isinstance(divisible, int) or divisible < 1:
+        raise ValueError(f"--make-vocab-size-divisible-by {divisible}: expected a positive whole number")
+    _tokenizer_vocab(out, tokenizer or {}, tp * divisible)
     if _get(tree, "model.vocab") is None:
-        tp_pad = 128 * tp
+        tp_pad = divisible * tp
         vocab = -(-GPT2_VOCAB // tp_pad) * tp_pad
         _set(tree, "model.vocab", vocab)
-        out.assumed.append(f"model.vocab {vocab}: GPT-2 BPE ({GPT2_VOCAB}) padded to a multiple of 128 x tp"
+        out.assumed.append(f"model.vocab {vocab}: GPT-2 BPE ({GPT2_VOCAB}) padded to a multiple of {divisible} x tp"
                            + ("" if vocab_from_gpt2 else " (no --vocab-size or --vocab-file given)"))
     if gpus is None:
         gpus = tp * pp * cp

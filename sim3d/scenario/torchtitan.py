@@ -46,15 +46,29 @@ MAPPED = {
 }
 
 
+# torchtitan's train configs are 2-4 kB; the limit matches a scenario file's (scenario/load.py)
+MAX_CONFIG_BYTES = 1_000_000
+
+
 def read_toml(path) -> dict:
     """A TOML file as a dict; ValueError (with the file's problem) if it is not one."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
+    import os
+    import stat
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        # a FIFO or a device would block or stream forever: a config is a small regular file
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ValueError("not a regular file, expected a TOML file")
+            if info.st_size > MAX_CONFIG_BYTES:
+                raise ValueError(f"{info.st_size:,} bytes; a train config is a few kB (the limit is "
+                                 f"{MAX_CONFIG_BYTES:,} bytes)")
+            return tomllib.loads(handle.read(MAX_CONFIG_BYTES + 1).decode("utf-8"))
     except OSError as e:
         raise ValueError(f"cannot read it ({e.strerror})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

@@ -174,7 +174,8 @@ class Space:
             "schedule": planned_schedules(),
             "recompute": RECOMPUTE,
             "sequence_parallel": SWITCHES,
-            "zero": ZERO_STAGES,
+            # the flow network refuses per-unit sharding (scenario/checks.py): ZeRO 0 and 1 there
+            "zero": ZERO_STAGES if self.base.costs.network != "flow" else tuple(z for z in ZERO_STAGES if z < 2),
             "tp_comm_overlap": SWITCHES,
             "order": ORDERS,
         }
