@@ -111,11 +111,14 @@ def device_name(device: str) -> str:
 
 
 def default_path(device: str) -> Path:
+    """Where a calibration without --out writes: profiles/<device>.csv under the working
+    directory, never PROFILES_DIR inside the package, whose committed profiles (with their
+    provenance) a re-run would otherwise overwrite."""
     name = device_name(device)
     s = slug(name)
     if device == "cpu" and not s.startswith("cpu"):
         s = f"cpu-{s}"
-    return PROFILES_DIR / f"{s}.csv"
+    return Path.cwd() / "profiles" / f"{s}.csv"
 
 
 def provenance(device: str, quick: bool, dtype: str, extra: dict | None = None) -> dict:

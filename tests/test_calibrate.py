@@ -251,3 +251,12 @@ def test_the_package_list_installs_every_package_and_the_harness_under_its_own_n
     folders = {".".join(p.parent.relative_to(root).parts) for p in (root / "sim3d").rglob("__init__.py")}
     assert set(config["packages"]) == folders | {"sim3d_calibrate"}
     assert config["package-dir"] == {"sim3d_calibrate": "calibrate"}
+
+
+def test_a_calibration_without_out_never_writes_into_the_package(tmp_path, monkeypatch):
+    """Second hostile pass: the default path was calibrate/profiles/<device>.csv inside the
+    package, the committed profile the README's examples use, overwritten in place."""
+    from sim3d_calibrate.profile_io import PROFILES_DIR, default_path
+    monkeypatch.chdir(tmp_path)
+    path = default_path("cpu")
+    assert path.parent == tmp_path / "profiles" and PROFILES_DIR not in path.parents
