@@ -309,3 +309,13 @@ def test_resuming_a_hard_linked_copy_of_a_sweep_leaves_the_original_alone(tmp_pa
                                       "--out", str(copy), "--resume"])
     assert result.exit_code == 2 and "hard link" in result.stderr, result.output
     assert (original / "results.csv").read_bytes() == before
+
+
+def test_plan_removes_the_plot_an_earlier_search_wrote_and_this_one_did_not(tmp_path):
+    out = tmp_path / "plan"
+    base = ["plan", str(TINY), "--gpus", "8", "--workers", "1", "--finalists", "2", "--out", str(out)]
+    assert CliRunner().invoke(app, base).exit_code == 0 and (out / "plan.png").exists()
+    (out / "mine.txt").write_text("kept\n")
+    result = CliRunner().invoke(app, base + ["--no-plots"])
+    assert result.exit_code == 0 and not (out / "plan.png").exists() and "plan.png" in result.stderr
+    assert (out / "mine.txt").read_text() == "kept\n" and (out / "candidates.csv").exists()

@@ -294,7 +294,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
-    from ..report.safe_files import folder_lock, refuse_unsafe
+    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
     from ..studies.plan import (baseline_of, check_space, estimate_misses, json_row, plan as search, plan_table,
                                 planned_outputs, write_outputs)
     from ..studies.space import parse_choices
@@ -320,6 +320,11 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
         result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100)
         written = write_outputs(result, folder, plots)
+        # an earlier search's plan.png beside this one's tables would pass for this search's
+        removed = record_outputs(folder, written, {"written_by": "sim3d plan", "scenario": str(scenario)},
+                                 ("candidates.csv", "finalists.csv", "plan.png"))
+    if removed:
+        say("removed", f"{', '.join(removed)} from {folder}/: an earlier search wrote them, this one did not", "yellow")
     if not result.fitting:
         raise BadInput(result.why_none())
     ranked = result.finalists.head(top)
@@ -423,7 +428,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
     from ..executor import ExecutorError, ExecutorRefusal, RankKilled, execute as run_executor
-    from ..report.safe_files import folder_lock, refuse_unsafe
+    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
@@ -436,6 +441,13 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     try:
         with folder_lock(folder, "execute"):
             result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
+            # a run's outputs beside this measured trace.csv would pass for its own
+            from ..report.outputs import run_output_names
+            removed = record_outputs(folder, [result.trace_path] if result.trace_path else [],
+                                     {"written_by": "sim3d execute", "scenario": str(scenario)}, run_output_names())
+        if removed:
+            say("removed", f"{', '.join(removed)} from {folder}/: an earlier run wrote them, this one did not",
+                "yellow")
     except ExecutorRefusal as e:
         raise BadInput(str(e)) from None
     except ExecutorError as e:
