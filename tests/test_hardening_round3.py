@@ -307,3 +307,24 @@ def test_megatron_pads_the_default_vocabulary_as_its_divisor_says_and_refuses_tp
     with pytest.raises(ValueError, match="tensor-model-parallel-size 0"):
         from_megatron(args.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 0"),
                       name="x", gpu="a100-80gb", gpus=8)
+
+
+@pytest.mark.parametrize("record", ["[]", "3", '{"grid": ["training.micro_batch"]}', '{"grid": {"training.micro_batch": 5}}'])
+def test_a_hand_edited_study_record_is_bad_input_not_a_crash(tmp_path, record):
+    out = tmp_path / "sw"
+    args = ["sweep", str(ROOT / "scenarios" / "tiny.yaml"), "--grid", "training.micro_batch=1,2", "--workers", "1",
+            "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    (out / "sweep.json").write_text(record)
+    result = CliRunner().invoke(app, args + ["--resume"])
+    assert result.exit_code == 2 and "sweep.json" in result.stderr, result.output
+
+
+@pytest.mark.parametrize("provenance", ["[1, 2, 3]", '"hello"', '{"unstable": 5}', '{"unstable": "noisy"}'])
+def test_a_profile_provenance_that_is_not_a_record_is_bad_input(tmp_path, provenance):
+    profile = tmp_path / "p.csv"
+    profile.write_bytes((ROOT / "calibrate" / "profiles" / "cpu-amd-epyc.csv").read_bytes())
+    profile.with_suffix(".json").write_text(provenance)
+    result = CliRunner().invoke(app, ["validate", str(ROOT / "scenarios" / "tiny.yaml"), "--set",
+                                      f"costs.profile={profile}"])
+    assert result.exit_code == 2 and "provenance" in result.stderr, result.output

@@ -117,6 +117,9 @@ class Profile:
                 prov = json.loads(prov_path.read_text())
             except ValueError as exc:
                 raise ProfileError(f"{prov_path}: provenance is not valid JSON ({exc})") from None
+            if not isinstance(prov, dict) or not isinstance(prov.get("unstable", []), list):
+                raise ProfileError(f"{prov_path}: provenance is not a record sim3d calibrate wrote (expected an "
+                                   "object, its `unstable` a list)")
         try:
             return cls(table, p, prov)
         except ProfileError as exc:

@@ -97,6 +97,9 @@ def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dic
         old = json.loads(meta_path.read_text()) if meta_path.exists() else None
     except ValueError:
         old = None
+    if old is not None and not _a_study_record(old):  # edited by hand into something else
+        raise ScenarioError(f"{meta_path}: not a study record sim3d wrote (expected an object with a grid of "
+                            "lists); restore it, or choose another --out")
     if old is None and has_rows:
         raise ScenarioError(f"{meta_path}: missing or unreadable, so {path} cannot be matched to this grid and "
                             "scenario; choose another --out")
@@ -131,6 +134,11 @@ def _recover(path: Path, columns: list[str], meta_path: Path, meta: dict) -> dic
         kept = [rows[0]] + [r for r in rows[1:] if r[0] not in died]
         write_bytes(path, b"".join(_line(r) for r in kept), durable=True)
     return {label: row for label, row in done.items() if label not in died}
+
+
+def _a_study_record(old) -> bool:
+    grid = old.get("grid") if isinstance(old, dict) else None
+    return isinstance(grid, dict) and all(isinstance(v, list) for v in grid.values())
 
 
 def _check_same_study(meta_path: Path, old: dict, new: dict) -> None:
