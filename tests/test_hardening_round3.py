@@ -328,3 +328,10 @@ def test_a_profile_provenance_that_is_not_a_record_is_bad_input(tmp_path, proven
     result = CliRunner().invoke(app, ["validate", str(ROOT / "scenarios" / "tiny.yaml"), "--set",
                                       f"costs.profile={profile}"])
     assert result.exit_code == 2 and "provenance" in result.stderr, result.output
+
+
+def test_sweep_bounds_its_local_workers_as_plan_does(monkeypatch):
+    monkeypatch.setenv("SIM3D_MAX_LOCAL_PROCESSES", "4")
+    result = CliRunner().invoke(app, ["sweep", str(ROOT / "scenarios" / "tiny.yaml"), "--grid",
+                                      "training.micro_batch=1,2", "--workers", "40", "--out", "/nonexistent/x"])
+    assert result.exit_code == 2 and "SIM3D_MAX_LOCAL_PROCESSES" in result.stderr, result.output

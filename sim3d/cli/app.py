@@ -393,8 +393,10 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     except ValueError as e:
         raise BadInput(str(e)) from None
     parsed = parse_grid(grid)
-    from ..scenario.limits import SWEEP_POINTS
+    from ..scenario.limits import LOCAL_PROCESSES, SWEEP_POINTS
     SWEEP_POINTS.check(len(points(parsed)), " x ".join(f"{len(v)} {k}" for k, v in parsed.items()))
+    if workers is not None and backend == "local":  # as plan bounds its own: each is a process here
+        LOCAL_PROCESSES.check(workers, "--workers")
     with _progress("sweep") as progress:
         task = progress.add_task(f"{len(points(parsed))} grid points", total=None)
         results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
