@@ -4,6 +4,7 @@ import pytest
 
 import sim3d
 from sim3d.analysis.traffic import LINK_COLUMNS
+from sim3d.report.trace import LINKS_PID
 
 
 def layout(tp, pp, dp, nodes, gpus_per_node, costs=None, **training):
@@ -122,7 +123,7 @@ def test_perfetto_trace_has_a_counter_track_per_busiest_link(tmp_path):
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     counters = [e for e in events if e["ph"] == "C"]
     assert {e["name"] for e in counters} == set(r.link_timelines())
-    assert {e["pid"] for e in counters} == {-1}
+    assert {e["pid"] for e in counters} == {LINKS_PID}  # a process of their own, no rank's
     assert max(e["args"]["busy %"] for e in counters) > 0
 
 
