@@ -89,12 +89,10 @@ def actions_per_rank(microbatches: int, chunks: int, dp_buckets: int = 1) -> int
     return microbatches * chunks * 7 + chunks * dp_buckets + 2
 
 
-def check_schedule_size(pp: int, microbatches: int, chunks: int, ranks_replayed: int | None = None,
-                        dp_buckets: int = 1) -> None:
-    """Refuse a schedule whose replay would exceed ACTIONS; `ranks_replayed` is the number of
-    ranks simulated (pp in folded mode, every GPU at full fidelity)."""
-    ranks = ranks_replayed or pp
+def check_schedule_size(pp: int, microbatches: int, chunks: int, dp_buckets: int = 1) -> None:
+    """Refuse a folded schedule (one pipeline of `pp` ranks) whose replay would exceed ACTIONS;
+    a full-fidelity replay is counted after folding, by the engine (engine/run.py)."""
     per_rank = actions_per_rank(microbatches, chunks, dp_buckets)
-    ACTIONS.check(ranks * per_rank,
-                  f"{microbatches:,} micro-batches x {chunks} chunk(s) on {ranks:,} simulated rank(s), "
+    ACTIONS.check(pp * per_rank,
+                  f"{microbatches:,} micro-batches x {chunks} chunk(s) on {pp:,} simulated rank(s), "
                   f"about {per_rank:,} actions each")
