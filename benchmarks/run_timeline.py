@@ -68,7 +68,7 @@ def instrument() -> None:
 def main() -> None:
     instrument()
     from sim3d import cli
-    cli._PROCESS_ENDS_WITH_COMMAND = True  # as the `sim3d` command's own process
+    cli.run_command.PROCESS_ENDS_WITH_COMMAND = True  # as the `sim3d` command's own process
     mark("sim3d's CLI imported")
     with tempfile.TemporaryDirectory() as out:
         try:

@@ -169,3 +169,11 @@ def _gantt_options(size: str, window: str | None, ranks: str | None = None) -> d
         except ValueError:
             raise BadInput(f"--gantt-ranks {ranks!r}: expected global ranks, e.g. 0,64,128") from None
     return {"gantt_size": size, "gantt_window": span, "gantt_ranks": picked}
+
+
+def megatron_line(scenario) -> str:
+    """The scenario's layout as one line of Megatron-LM arguments."""
+    import shlex
+
+    from ..scenario.importers import to_megatron_args
+    return shlex.join(to_megatron_args(scenario))

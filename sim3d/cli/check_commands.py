@@ -1,0 +1,99 @@
+"""`sim3d validate` and `sim3d schedule`: a scenario's layout, a schedule's actions, no simulation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.text import Text
+
+from .support import JSON_HELP, SET_HELP, _gantt_options, _load, _print_json, _writable_file, out, say
+
+
+def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+             set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """Check a scenario; print the derived layout and whether it fits in memory."""
+    from ..costs.profile import profile_warnings
+    from ..model.memory import memory_report
+    from ..report.layout import layout_rows, layout_table
+    from ..report.memory_plot import memory_table
+    from ..schedule import prove
+    from ..step import step_schedule
+
+    s = _load(scenario, set_)
+    warnings = s.warnings() + profile_warnings(s)  # a bad profile fails here as it would in `run`
+    proof = prove(step_schedule(s))
+    report = memory_report(s)
+    if as_json:
+        _print_json({"name": s.name, "layout": dict(layout_rows(s)), "num_gpus": s.num_gpus, "tp": s.tp, "pp": s.pp,
+                     "dp": s.dp, "cp": s.cp, "ep": s.ep, "etp": s.etp, "vpp": s.vpp, "schedule": s.schedule,
+                     "num_microbatches": s.num_microbatches, "num_actions": proof.num_actions,
+                     "peak_inflight": list(proof.peak_inflight), "fits_in_memory": report.fits,
+                     "peak_memory_gib": report.peak_gib, "memory_note": report.reason,
+                     "memory_gib": [{"pp_rank": r.rank, **r.gib()} for r in report.rows],
+                     "warnings": warnings})
+        return
+    out.print(layout_table(s))
+    out.print(f"schedule {s.schedule}: {proof.num_actions:,} actions over {s.pp} pipeline ranks, proved "
+              f"deadlock-free; peak in-flight micro-batches per rank {list(proof.peak_inflight)}",
+              highlight=False, soft_wrap=True)
+    out.print(memory_table(report.rows, s.gpu.hbm_gib))
+    verdict = ("fits", "green") if report.fits else ("does not fit", "red")
+    out.print(Text.assemble("memory: ", verdict, f" in {s.gpu.hbm_gib:g} GiB ({s.cluster.gpu}); {report.reason}"),
+              highlight=False)
+    for w in warnings:
+        say("warning:", w, "yellow")
+
+
+def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | dualpipev"),
+             pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
+             microbatches: int = typer.Option(..., "--microbatches", "-m", min=1),
+             vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Chunks per rank (interleaved / V)."),
+             lowered: bool = typer.Option(False, "--lowered", help="Show send/receive actions too."),
+             csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),
+             gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg)."),
+             gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column."),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
+    from ..scenario.limits import check_schedule_size
+    from ..schedule import build, lower
+    from ..schedule import prove
+    from ..schedule.evaluate import evaluate, uniform_costs
+
+    if vpp is None:
+        from ..schedule.specs import SCHEDULES
+        vpp = SCHEDULES[name].default_vpp if name in SCHEDULES else 1
+    check_schedule_size(pp, microbatches, vpp)
+    if csv_path:
+        _writable_file(csv_path, "--csv", (".csv",))
+    if gantt:
+        _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
+        _gantt_options(gantt_size, None, None)
+    compute_only = build(name, pp, microbatches, vpp)
+    full = lower(compute_only)
+    report = prove(full)
+    timeline = evaluate(compute_only, uniform_costs(1.0, 2.0))
+    if as_json:
+        shown = full if lowered else compute_only
+        _print_json({"name": name, "pp": pp, "microbatches": microbatches, "vpp": vpp,
+                     "ranks": [[str(a) for a in actions] for actions in shown.ranks],
+                     "peak_inflight": list(report.peak_inflight), "step_units": timeline.step_time,
+                     "bubble_fraction": timeline.bubble_fraction, "costs": {"F": 1.0, "B": 2.0}})
+    else:
+        out.print((full if lowered else compute_only).to_text(), highlight=False)
+        out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
+        out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
+                  f"of the step on the worst rank", highlight=False)
+    if csv_path:
+        from ..report.safe_files import naming
+        with naming(csv_path):  # a user's path, written in place: it may be /dev/stdout
+            csv_path.write_text(full.to_csv())
+    if gantt:
+        from ..report.gantt import plot_gantt, timeline_to_trace
+        plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
+                   title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)",
+                   time_unit="units of one forward", size=gantt_size)
+        if not as_json:
+            out.print(f"wrote {gantt}")

@@ -1,0 +1,121 @@
+"""`sim3d execute`, `compare` and `calibrate`: the simulator against real runs and kernels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_file,
+                      _writable_folder, err, out, say)
+
+
+def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a small model)."),
+            set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+            steps: int = typer.Option(3, "--steps", min=1),
+            backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
+            check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),
+            out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/)."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """Run the scenario's layout for real on a small GPT with the same schedule objects."""
+    from ..executor import ExecutorError, ExecutorRefusal, RankKilled, execute as run_executor
+    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
+
+    if backend not in ("gloo", "nccl"):
+        raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
+    from ..scenario.limits import EXECUTOR_STEPS
+    EXECUTOR_STEPS.check(steps, "--steps")
+    # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
+    s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
+    folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
+    refuse_unsafe([folder / "trace.csv"])  # the executor writes it in place, after the run
+    try:
+        with folder_lock(folder, "execute"):
+            result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
+            # a run's outputs beside this measured trace.csv would pass for its own
+            from ..report.outputs import run_output_names
+            removed = record_outputs(folder, [result.trace_path] if result.trace_path else [],
+                                     {"written_by": "sim3d execute", "scenario": str(scenario)}, run_output_names())
+        if removed:
+            say("removed", f"{', '.join(removed)} from {folder}/: an earlier run wrote them, this one did not",
+                "yellow")
+    except ExecutorRefusal as e:
+        raise BadInput(str(e)) from None
+    except ExecutorError as e:
+        say("execution failed:", e)
+        raise typer.Exit(3 if isinstance(e, RankKilled) else 1)  # 3: the environment failed, not sim3d
+    if as_json:
+        _print_json({"name": result.name, "schedule": result.schedule, "world_size": result.world_size,
+                     "losses": result.losses, "step_times_s": result.step_times_s,
+                     "median_step_s": result.median_step_s, "check": result.check,
+                     "trace": str(result.trace_path) if result.trace_path else None})
+    else:
+        out.print(result.summary(), highlight=False)
+    if check and not result.passed:
+        raise typer.Exit(1)
+
+
+def _local_cluster(path: Path, sets: list[str]) -> list[str]:
+    from ..executor.sizing import launcher_cluster
+    return launcher_cluster(str(path), sets, {})  # a local run: one node, a process per rank
+
+
+def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of a simulated run (or a folder)."),
+            real_trace: Path = typer.Argument(..., help="trace.csv / .parquet of an executed run (or a folder)."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """Align two traces action by action; print per-kind and step-time error."""
+    from ..report.compare import compare_traces
+    from ..trace import read_trace
+
+    def load(path: Path):
+        path = path / "trace.csv" if path.is_dir() else path
+        if not path.is_file():
+            raise BadInput(f"{path}: no such trace file")
+        try:
+            return read_trace(path)
+        except ValueError as e:  # also undecodable bytes (UnicodeDecodeError is a ValueError)
+            raise BadInput(f"{path}: not a trace CSV with the columns of DESIGN.md section 4 ({e})") from None
+
+    from ..report.compare import UnrelatedTraces
+    try:
+        result = compare_traces(load(sim_trace), load(real_trace))
+    except UnrelatedTraces as e:
+        raise BadInput(f"{sim_trace} vs {real_trace}: {e}") from None
+    if as_json:
+        _print_json(result.to_dict())
+    else:
+        out.print(result.render())
+
+
+def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+              quick: bool = typer.Option(False, "--quick", help="Small grids (minutes on a CPU)."),
+              scenario: Optional[Path] = typer.Option(None, "--scenario", help="Also measure this scenario's GEMMs."),
+              out_path: Optional[Path] = typer.Option(None, "--out", help="Profile CSV path."),
+              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """Measure kernels and collectives; write a profile CSV plus provenance JSON."""
+    if device not in ("cpu", "cuda"):
+        raise BadInput(f"--device: expected cpu or cuda, got {device!r}")
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise BadInput("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)")
+    if scenario is not None:
+        from ..scenario.load import load_scenario
+        load_scenario(scenario)  # fail early on a bad scenario
+    if out_path is not None:
+        _writable_file(out_path, "--out", (".csv",))  # before the measuring, not after
+    from sim3d_calibrate import run_calibration
+    with err.status("calibrating ...") as status:
+        path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,
+                               out=str(out_path) if out_path else None, progress=lambda msg: status.update(msg))
+    provenance = json.loads(Path(path).with_suffix(".json").read_text())
+    if as_json:
+        _print_json({"profile": str(path), "provenance": str(Path(path).with_suffix(".json")),
+                     "unstable": provenance.get("unstable") or []})
+    else:
+        out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
+    for reason in provenance.get("unstable") or []:
+        say("warning:", f"unstable measurement: {reason}; flagged in the provenance, and every prediction "
+            "using this profile will say so (measure again on a quiet machine)", "yellow")

@@ -1,0 +1,152 @@
+"""`sim3d run`: simulate one step, print the summary, write the outputs."""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .progress import progress_bars
+from .support import (SET_HELP, BadInput, _default_folder, _gantt_options, _load, _writable_folder, err,
+                      megatron_line, out, say)
+
+# True in the `sim3d` command's own process only (app.main): what the imports built then lasts as
+# long as the process, so the collector may freeze it.
+PROCESS_ENDS_WITH_COMMAND = False
+
+
+def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+        set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+        out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder (default reports/<name>/)."),
+        as_json: bool = typer.Option(False, "--json", help="Print only the summary JSON."),
+        full_fidelity: bool = typer.Option(False, "--full-fidelity", help="Simulate every GPU, not one pipeline."),
+        explain: bool = typer.Option(False, "--explain", help="Name the source of every cost."),
+        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the Gantt, memory and link-traffic plots."),
+        strict: bool = typer.Option(False, "--strict", help="Exit 2 when the layout does not fit in memory "
+                                    "(the outputs are still written)."),
+        megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print the layout as Megatron args."),
+        torchtitan_toml: bool = typer.Option(False, "--torchtitan-toml", help="Also print the layout as the "
+                                             "sections of a torchtitan train config."),
+        trace: str = typer.Option("json", "--trace", help="Perfetto trace: json, json.gz or none."),
+        pdf: bool = typer.Option(False, "--pdf", help="Also write the Gantt chart as PDF (for papers)."),
+        gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column (a paper's text or "
+                                       "column width)."),
+        gantt_window: Optional[str] = typer.Option(None, "--gantt-window", help="START,END: seconds of the step "
+                                                   "to draw (zoom in)."),
+        gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
+                                                  "(default: all, or one per pipeline stage).")):
+    """Simulate one training step and write summary, trace and plots."""
+    from ..report.outputs import TRACE_FORMATS
+    if trace not in TRACE_FORMATS:
+        raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
+    gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
+    if torchtitan_toml:  # refused before the run when torchtitan cannot express the layout
+        from ..scenario.torchtitan import to_torchtitan_toml
+        try:
+            toml = to_torchtitan_toml(_load(scenario, set_))
+        except ValueError as e:
+            raise BadInput(f"--torchtitan-toml: {e}") from None
+    summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf, gantt)
+    if torchtitan_toml and not as_json:
+        out.print("torchtitan train config (layout sections):\n" + toml, highlight=False, markup=False)
+    if strict and not summary["fits_in_memory"]:
+        raise BadInput(f"--strict: the layout does not fit in memory: {summary['memory_note']}")
+
+
+def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
+         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
+    from ..report.outputs import planned_outputs, start_plotting
+    from ..report.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
+    if not scenario.is_file():  # the commonest bad input, said before anything is started
+        _load(scenario, set_)
+    # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
+    # imported there while this process imports the simulator, loads and simulates)
+    plotter = start_plotting() if plots else None
+    lock = None
+    try:
+        from ..api import simulate
+        from ..analysis.summary import breakdown_table, summary_table
+        s = _load(scenario, set_)
+        folder = _writable_folder(out_dir or _default_folder(s.name))
+        lock = folder_lock(folder, "run")  # released in `finally`, after an error too
+        refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME])
+        if PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
+            gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
+        every_gpu = full_fidelity or any(f.straggler for f in s.faults)
+        if every_gpu and not as_json:
+            with progress_bars("simulate", err) as bar:
+                task = bar.add_task(f"simulating all {s.num_gpus} GPUs", total=1.0)
+                result = simulate(s, full_fidelity=True, progress=lambda done: bar.update(task, completed=done))
+        else:
+            result = simulate(s, full_fidelity=every_gpu)
+        summary = result.summary
+        window = gantt["gantt_window"]
+        if window and plots and window[0] >= result.step_time:
+            raise BadInput(f"--gantt-window {window[0]:g},{window[1]:g}: starts after the step ends "
+                           f"({result.step_time:.6g} s)")
+        # a rank another stands for (full fidelity folds twins) is drawn as that rank
+        missing = sorted(set(gantt["gantt_ranks"] or ()) - set(result.sim.ranks) - set(result.sim.represented))
+        if missing and plots:
+            simulated = sorted(result.sim.ranks)
+            raise BadInput(f"--gantt-ranks: rank(s) {missing[:8]} were not simulated; this run replayed "
+                           f"{len(simulated)} rank(s) ({', '.join(map(str, simulated[:8]))}"
+                           f"{', ...' if len(simulated) > 8 else ''})" +
+                           ("" if result.full_fidelity else "; --full-fidelity replays every GPU"))
+        flags = megatron_line(s) if megatron_args else None
+        if as_json:
+            print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2, allow_nan=False))
+        else:
+            out.print(summary_table(summary))
+            out.print(breakdown_table(summary))
+            _print_memory(result.memory, s.gpu.hbm_gib)
+            for w in summary["warnings"]:
+                say("warning:", w, "yellow")
+            if not summary["fits_in_memory"]:
+                say("memory:", summary["memory_note"], "yellow")
+            if explain:
+                _print_explain(result)
+            if flags:
+                out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
+        written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
+                                 **gantt)
+        from ..report.outputs import run_output_names
+        removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),
+                                                   "sets": list(set_)}, run_output_names())
+        if not as_json:
+            out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+        if removed:  # an earlier run's files would otherwise pass for this run's
+            say("removed", f"{', '.join(removed)} from {folder}/: an earlier run wrote them, this one did not",
+                "yellow")
+        return summary
+    finally:
+        if lock is not None:
+            lock.release()
+        if plotter is not None:
+            plotter.close()
+
+
+def _print_memory(report, hbm_gib: float) -> None:
+    from ..report.memory_plot import memory_table
+    out.print(memory_table(report.rows, hbm_gib))
+
+
+def _print_explain(result) -> None:
+    from rich.table import Table
+    table = Table(title="where each cost comes from", title_justify="left")
+    table.add_column("cost")
+    table.add_column("source")
+    for what, source in result.explain():
+        table.add_row(what, source)
+    out.print(table)
+
+
+def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, plotter=None,
+                   **gantt) -> list[Path]:
+    from ..report.outputs import write_run_outputs
+    if quiet:
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
+    with err.status(f"writing trace and plots to {folder}/ ..."):
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)

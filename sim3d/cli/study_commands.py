@@ -1,0 +1,169 @@
+"""`sim3d plan` and `sim3d sweep`: many simulations, ranked or tabulated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .progress import progress_bars
+from .support import (JSON_HELP, BadInput, _default_folder, _print_json, _writable_folder, err, megatron_line, out,
+                      print_whole, say)
+
+
+# Of the 104 published runs in validation/ that ran, sim3d predicts 95% with more than 5% of the
+# card's memory free (5th percentile 6.4%, median 31%; python benchmarks/memory_headroom.py): a
+# pick that needs more than 95% of the card is beyond what people run.
+HEADROOM_PERCENT = 5.0
+
+
+def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model, batch and cluster kind are kept)."),
+         gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs to lay the run out on (default: "
+                                            "the scenario's)."),
+         headroom: float = typer.Option(HEADROOM_PERCENT, "--headroom", min=0.0, max=99.0, help="Percent of each "
+                                        "card's memory every layout must leave free (the default is what 95% of "
+                                        "the published runs sim3d holds keep; 0 allows a full card)."),
+         baseline: bool = typer.Option(False, "--baseline", help="Also simulate the scenario's own layout and show "
+                                       "each pick's speed-up over it."),
+         top: int = typer.Option(10, "--top", min=1, help="Rows of the ranked table."),
+         finalists: int = typer.Option(100, "--finalists", min=1, help="Best estimates simulated on the event "
+                                       "engine and ranked by the simulated step."),
+         fix: list[str] = typer.Option([], "--fix", help="KEY=V: hold a dimension, e.g. parallel.tp=8 (repeatable)."),
+         space: list[str] = typer.Option([], "--space", help="KEY=V1,V2: the values of a dimension, e.g. "
+                                         "parallel.cp=1,2,4,8,16 (repeatable)."),
+         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes (default: cores)."),
+         out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for candidates.csv and finalists.csv "
+                                                "(default reports/<name>-plan-<gpus>/)."),
+         megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each ranked layout as "
+                                            "Megatron-LM arguments."),
+         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plan.png."),
+         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
+    from ..scenario.limits import GPUS, LOCAL_PROCESSES
+    if gpus is not None:
+        GPUS.check(gpus, "--gpus")
+    if workers is not None:
+        LOCAL_PROCESSES.check(workers, "--workers")
+    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
+    from ..studies.plan import (baseline_of, check_space, estimate_misses, json_row, plan as search, plan_table,
+                                planned_outputs, write_outputs)
+    from ..studies.space import parse_choices
+
+    choices = parse_choices(fix, space)
+    from ..scenario.load import load_scenario
+    base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
+    gpus = gpus or base.num_gpus
+    check_space(scenario, gpus, choices, headroom / 100)
+    folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
+    refuse_unsafe(planned_outputs(folder, plots))  # before the search; the writes check again
+    with folder_lock(folder, "plan"), progress_bars("plan", err) as progress:
+        tasks: dict[str, int] = {}
+
+        def advance(phase: str, n: int, total: int) -> None:
+            if phase not in tasks:
+                label = "estimating layouts" if phase == "price" else "simulating finalists"
+                tasks[phase] = progress.add_task(label, total=total, rate="")
+            progress.update(tasks[phase], advance=n)
+            task = progress.tasks[tasks[phase]]
+            if task.elapsed:
+                progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
+
+        result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100)
+        written = write_outputs(result, folder, plots)
+        # an earlier search's plan.png beside this one's tables would pass for this search's
+        removed = record_outputs(folder, written, {"written_by": "sim3d plan", "scenario": str(scenario)},
+                                 ("candidates.csv", "finalists.csv", "plan.png"))
+    if removed:
+        say("removed", f"{', '.join(removed)} from {folder}/: an earlier search wrote them, this one did not", "yellow")
+    if not result.fitting:
+        raise BadInput(result.why_none())
+    ranked = result.finalists.head(top)
+    flags = [_plan_megatron_line(scenario, row["overrides"]) for _, row in ranked.iterrows()]
+    yours = baseline_of(scenario) if baseline else None
+    if as_json:
+        _print_json({"gpus": gpus, "headroom": headroom / 100, "baseline": yours,
+                     "considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
+                     "simulated": len(result.finalists), "estimate_error": result.estimate_error(),
+                     "estimate_misses": estimate_misses(result),
+                     "ranked": [{**json_row(row), "megatron_args": f} for (_, row), f in zip(ranked.iterrows(), flags)],
+                     "files": [str(p) for p in written]})
+        return
+    if yours:
+        out.print(f"your layout, {yours['layout']}: step {yours['step_time_s']:.2f} s, MFU {yours['mfu']:.1%}, "
+                  f"{yours['peak_memory_gib']:.1f} GiB" + ("" if yours["fits_in_memory"] else " (does not fit)"),
+                  highlight=False)
+    print_whole(out, plan_table(result, top, yours and yours["step_time_s"]))
+    misses = result.estimate_error()
+    if misses["median"] is not None:
+        out.print(f"estimate vs simulation over {len(result.finalists)} finalists: median |error| {misses['median']:.1%}, "
+                  f"worst {misses['worst']:+.1%} ({misses['worst_layout']})", highlight=False)
+    misses = estimate_misses(result)
+    if misses:
+        out.print(f"{len(misses)} finalist(s) the estimate got wrong by more than 10% (the simulated step ranks them):",
+                  highlight=False)
+        for line in misses[:top]:
+            out.print("  " + line, highlight=False)
+        if len(misses) > top:
+            out.print(f"  ... and {len(misses) - top} more in finalists.csv (column est_off_by)", highlight=False)
+    if megatron_args:
+        for rank, line in enumerate(flags, 1):
+            out.print(f"#{rank}: {line}", highlight=False, soft_wrap=True)
+    out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
+
+
+def _plan_megatron_line(scenario: Path, overrides: str) -> str:
+    from ..scenario.importers import SCHEDULE_ELSEWHERE
+    from ..scenario.load import load_scenario
+    s = load_scenario(scenario, overrides.split())
+    line = megatron_line(s)
+    note = SCHEDULE_ELSEWHERE.get(s.schedule)
+    return f"{line}  # {note}" if note else line
+
+
+def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+          grid: list[str] = typer.Option(..., "--grid", help="KEY=V1,V2,... (repeatable; the cartesian product is run)."),
+          out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png."),
+          workers: Optional[int] = typer.Option(None, "--workers", min=1),
+          backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
+          resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
+          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """What-if grid over scenario values; results table and plots."""
+    from ..report.safe_files import refuse_unsafe
+    from ..studies.runner import check_backend
+    from ..studies.sweep import parse_grid, planned_outputs, points, run_sweep
+
+    from ..scenario.load import load_scenario
+    load_scenario(scenario)  # a bad base scenario fails before any work starts
+    _writable_folder(out_dir)
+    refuse_unsafe(planned_outputs(out_dir))  # checked again under the folder's lock, which run_sweep takes
+    try:
+        check_backend(backend)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    parsed = parse_grid(grid)
+    from ..scenario.limits import LOCAL_PROCESSES, SWEEP_POINTS
+    SWEEP_POINTS.check(len(points(parsed)), " x ".join(f"{len(v)} {k}" for k, v in parsed.items()))
+    if workers is not None and backend == "local":  # as plan bounds its own: each is a process here
+        LOCAL_PROCESSES.check(workers, "--workers")
+    with progress_bars("sweep", err) as progress:
+        task = progress.add_task(f"{len(points(parsed))} grid points", total=None)
+        results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
+                            progress=lambda done, total: progress.update(task, completed=done, total=total))
+    import pandas as pd
+    table = pd.read_csv(results, dtype={"label": str, "error": str}, keep_default_na=False)
+    shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]
+    if as_json:
+        _print_json(json.loads(table.sort_values(list(parsed)).to_json(orient="records")))
+    else:
+        out.print(shown.to_string(index=False), highlight=False)
+    failed = table[table["error"] != ""]
+    if len(failed) == len(table):
+        raise BadInput(f"every one of the {len(table)} grid points failed (rows in {results}); the first: "
+                       f"{failed['label'].iloc[0]}: {failed['error'].iloc[0]}")
+    if len(failed):
+        say("warning:", f"{len(failed)} of {len(table)} grid points failed; their reasons are in the error column",
+            "yellow")
+    if not as_json:
+        out.print(f"wrote {results} and {out_dir / 'sweep.png'}")
