@@ -185,7 +185,7 @@ def test_nemo_interpolation_is_named_as_such(tmp_path, section, key):
     config[section][key] = "${model.something}"
     path = tmp_path / "nemo.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = invoke("import", "nemo", path)
+    result = invoke("import", "nemo", path, "--gpu", "h100-sxm")
     assert result.exit_code == 2
     assert f"{section}.{key}: '${{model.something}}': interpolation is not supported: resolve it first" \
         in result.stderr
@@ -194,7 +194,7 @@ def test_nemo_interpolation_is_named_as_such(tmp_path, section, key):
 def test_nemo_interpolation_in_a_key_the_import_ignores_is_no_problem(tmp_path):
     path = tmp_path / "nemo.yaml"
     path.write_text(yaml.safe_dump(NEMO))  # max_position_embeddings: ${.encoder_seq_length}
-    assert invoke("import", "nemo", path).exit_code == 0
+    assert invoke("import", "nemo", path, "--gpu", "h100-sxm").exit_code == 0
 
 
 def _grandchildren(pid: int) -> set[int]:
@@ -251,12 +251,12 @@ def test_nemo_sequence_lengths_that_disagree_are_refused_naming_both(tmp_path):
     config["model"]["seq_length"] = 64
     path = tmp_path / "nemo.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = invoke("import", "nemo", path)
+    result = invoke("import", "nemo", path, "--gpu", "h100-sxm")
     assert result.exit_code == 2
     assert "model.seq_length: 64 and model.encoder_seq_length: 32 disagree" in result.stderr
     config["model"]["seq_length"] = 32
     path.write_text(yaml.safe_dump(config))
-    assert invoke("import", "nemo", path).exit_code == 0
+    assert invoke("import", "nemo", path, "--gpu", "h100-sxm").exit_code == 0
 
 
 def test_the_flow_network_has_a_work_limit_of_its_own(monkeypatch):
@@ -290,7 +290,7 @@ def test_import_torchtitan_refuses_a_fifo_and_a_device_at_once(tmp_path):
     fifo = tmp_path / "f.toml"
     os.mkfifo(fifo)
     for path in (fifo, Path("/dev/zero")):
-        done = subprocess.run([sys.executable, "-m", "sim3d", "import", "torchtitan", str(path)],
+        done = subprocess.run([sys.executable, "-m", "sim3d", "import", "torchtitan", str(path), "--gpu", "h100-sxm"],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and "not a regular file" in done.stderr
 

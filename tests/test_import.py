@@ -61,17 +61,27 @@ def test_what_is_not_mapped_or_assumed_is_said():
 def test_import_commands(tmp_path):
     runner = CliRunner()
     out = tmp_path / "gpt3.yaml"
-    result = runner.invoke(app, ["import", "megatron", "--gpus", "1024", "--out", str(out), "--", *gpt3_args()])
+    result = runner.invoke(app, ["import", "megatron", "--gpu", "a100-80gb", "--gpus", "1024", "--out", str(out), "--", *gpt3_args()])
     assert result.exit_code == 0, result.output
     assert sim3d.load_scenario(out).num_gpus == 1024
-    result = runner.invoke(app, ["import", "nemo", str(FIXTURES / "nemo_llama31_70b.yaml"), "--json"])
+    result = runner.invoke(app, ["import", "nemo", str(FIXTURES / "nemo_llama31_70b.yaml"), "--gpu", "h100-sxm", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["scenario"]["parallel"]["vpp"] == 5 and data["not_mapped"] == []
     bad = runner.invoke(app, ["import", "megatron", "--gpu", "z100", "--", "--num-layers", "2"])
     assert bad.exit_code == 2 and "z100" in bad.output
-    missing = runner.invoke(app, ["import", "megatron", "--", "--num-layers", "2", "--hidden-size", "64"])
+    missing = runner.invoke(app, ["import", "megatron", "--gpu", "a100-80gb", "--", "--num-layers", "2", "--hidden-size", "64"])
     assert missing.exit_code == 2 and "--seq-length" in missing.output
+
+
+@pytest.mark.parametrize("importer", ["megatron", "nemo", "torchtitan"])
+def test_every_importer_requires_the_gpu(importer):
+    """No importer's input names the GPU, so none guesses one (megatron used to assume A100 and
+    the others H100 for the same flags)."""
+    source = {"megatron": ["--", *gpt3_args()], "nemo": [str(FIXTURES / "nemo_llama31_70b.yaml")],
+              "torchtitan": [str(FIXTURES / "torchtitan_llama3_70b.toml")]}[importer]
+    done = CliRunner().invoke(app, ["import", importer, *source])
+    assert done.exit_code == 2 and "--gpu" in done.output
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").glob("*.yaml")))
@@ -143,7 +153,7 @@ def test_megatron_names_under_the_section_nemo_users_put_them_in():
 def test_broken_nemo_configs_are_named_not_crashed_on(tmp_path, text, word):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    result = CliRunner().invoke(app, ["import", "nemo", str(path)])
+    result = CliRunner().invoke(app, ["import", "nemo", str(path), "--gpu", "h100-sxm"])
     assert result.exit_code == 2 and word in result.output, result.output
 
 

@@ -26,7 +26,7 @@ def test_flavor_ffn_sizes_are_llama3s(flavor, ffn):
 
 def test_the_fixture_imports_and_simulates(tmp_path):
     out = tmp_path / "tt.yaml"
-    result = CliRunner().invoke(app, ["import", "torchtitan", str(FIXTURE), "--gpus", "64", "--out", str(out),
+    result = CliRunner().invoke(app, ["import", "torchtitan", str(FIXTURE), "--gpu", "h100-sxm", "--gpus", "64", "--out", str(out),
                                       "--json"])
     assert result.exit_code == 0, result.output
     said = json.loads(result.output)
@@ -70,7 +70,7 @@ def test_a_pipeline_takes_the_schedule_and_its_chunks():
 
 
 def test_a_shard_degree_left_to_the_gpu_count_needs_it():
-    result = CliRunner().invoke(app, ["import", "torchtitan", str(FIXTURE)])
+    result = CliRunner().invoke(app, ["import", "torchtitan", str(FIXTURE), "--gpu", "h100-sxm"])
     assert result.exit_code == 2 and "data_parallel_shard_degree = -1" in result.output and "--gpus" in result.output
 
 
@@ -89,7 +89,7 @@ def test_bad_configs_are_refused_with_the_field_named(change, words):
 def test_not_toml_is_refused(tmp_path):
     path = tmp_path / "x.toml"
     path.write_text("[model\nname=")
-    result = CliRunner().invoke(app, ["import", "torchtitan", str(path), "--gpus", "8"])
+    result = CliRunner().invoke(app, ["import", "torchtitan", str(path), "--gpu", "h100-sxm", "--gpus", "8"])
     assert result.exit_code == 2 and "not TOML" in result.output
 
 

@@ -52,7 +52,7 @@ def _check_gpu(gpu: str) -> None:
 @import_app.command()
 @guarded
 def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py arguments, after `--`."),
-             gpu: str = typer.Option("a100-80gb", "--gpu", help=GPU_HELP),
+             gpu: str = typer.Option(..., "--gpu", help=GPU_HELP),
              gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help=GPUS_HELP),
              gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
              name: str = typer.Option("megatron-import", "--name", help="Scenario name."),
@@ -71,7 +71,7 @@ def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py argumen
 @import_app.command()
 @guarded
 def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: and model: sections)."),
-         gpu: str = typer.Option("h100-sxm", "--gpu", help=GPU_HELP),
+         gpu: str = typer.Option(..., "--gpu", help=GPU_HELP),
          gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs (default: trainer.num_nodes x devices)."),
          name: Optional[str] = typer.Option(None, "--name", help="Scenario name (default: the file's stem)."),
          out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
@@ -91,7 +91,7 @@ def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: a
 @import_app.command()
 @guarded
 def torchtitan(config: Path = typer.Argument(..., help="torchtitan train config (TOML)."),
-               gpu: str = typer.Option("h100-sxm", "--gpu", help=GPU_HELP),
+               gpu: str = typer.Option(..., "--gpu", help=GPU_HELP),
                gpus: Optional[int] = typer.Option(None, "--gpus", min=1,
                                                   help="GPUs of the run (needed when data_parallel_shard_degree is -1)."),
                gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
