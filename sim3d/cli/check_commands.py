@@ -85,7 +85,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         out.print((full if lowered else compute_only).to_text(), highlight=False)
         out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
         out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
-                  f"of the step on the worst rank", highlight=False)
+                  f"(idle share of the least busy rank)", highlight=False)
     if csv_path:
         from ..report.safe_files import naming
         with naming(csv_path):  # a user's path, written in place: it may be /dev/stdout
