@@ -106,7 +106,8 @@ def summary_table(summary: dict):
 
 BREAKDOWN_LABELS = {"compute": "compute", "recompute": "recompute", "tp": "exposed TP communication",
                     "cp": "exposed CP communication", "ep": "exposed EP communication",
-                    "tp_sync": "waiting for TP peers", "pipeline_wait": "waiting for another stage (bubble on this rank)",
+                    "tp_sync": "waiting for TP peers",
+                    "pipeline_wait": "waiting for another stage (bubble on this rank)",
                     "pipeline_p2p": "pipeline transfers", "dp": "exposed DP communication",
                     "embedding_sync": "embedding gradient all-reduce", "optimizer": "optimizer step"}
 
