@@ -87,7 +87,9 @@ def summary_table(summary: dict):
         ("tokens / s", f"{summary['tokens_per_s']:,.0f}"),
         ("model TFLOP/s per GPU (MFU)", f"{summary['model_tflops_per_gpu']:.1f} ({summary['mfu']:.1%})"),
         ("hardware TFLOP/s per GPU (HFU)", f"{summary['hardware_tflops_per_gpu']:.1f} ({summary['hfu']:.1%})"),
-        ("pipeline bubble", f"{summary['bubble_fraction']:.1%}"),
+        # bubble_fraction is (step - least busy rank's compute) / step; the breakdown's
+        # "waiting for another stage" is another number (the critical rank's), so each says which
+        ("bubble (idle share of the least busy rank)", f"{summary['bubble_fraction']:.1%}"),
         ("exposed communication", f"{summary['comm_exposed_s']:.3f} s"),
         ("peak memory per GPU", Text(f"{summary['peak_memory_gib']:.1f} GiB")
          + ("" if summary["fits_in_memory"] else Text("  does not fit", style="red"))),
@@ -104,7 +106,8 @@ def summary_table(summary: dict):
 
 BREAKDOWN_LABELS = {"compute": "compute", "recompute": "recompute", "tp": "exposed TP communication",
                     "cp": "exposed CP communication", "ep": "exposed EP communication",
-                    "tp_sync": "waiting for TP peers", "pipeline_wait": "pipeline bubble (waiting for a stage)",
+                    "tp_sync": "waiting for TP peers",
+                    "pipeline_wait": "waiting for another stage (bubble on this rank)",
                     "pipeline_p2p": "pipeline transfers", "dp": "exposed DP communication",
                     "embedding_sync": "embedding gradient all-reduce", "optimizer": "optimizer step"}
 

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 from rich.text import Text
 
-from .support import JSON_HELP, SET_HELP, _gantt_options, _load, _print_json, _writable_file, out, say
+from .support import (JSON_HELP, SET_HELP, BadInput, _gantt_options, _load, _print_json, _writable_file, out,
+                      print_whole, say)
 
 
 def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
@@ -47,7 +48,8 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         say("warning:", w, "yellow")
 
 
-def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | dualpipev"),
+def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | "
+                                                 "dualpipev (or --compare several)."),
              pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
              microbatches: int = typer.Option(..., "--microbatches", "-m", min=1),
              vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Chunks per rank (interleaved / V)."),
@@ -55,13 +57,29 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
              csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),
              gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg)."),
              gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column."),
+             compare: Optional[str] = typer.Option(None, "--compare", help="A,B,...: several schedules in one "
+                                                   "time unit, with their bubbles and peak in-flight activations."),
+             figure: Optional[Path] = typer.Option(None, "--out", help="With --compare: write the comparison "
+                                                  "figure (png/pdf/svg)."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
-    """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2)."""
+    """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2), or compare several."""
     from ..scenario.limits import check_schedule_size
     from ..schedule import build, lower
     from ..schedule import prove
     from ..schedule.evaluate import evaluate, uniform_costs
 
+    if compare is None and figure is not None:
+        raise BadInput("--out is the --compare figure; one schedule's Gantt chart is --gantt")
+    if compare is not None:
+        if name is not None:
+            raise BadInput(f"--compare names the schedules; drop NAME ({name}) or add it to the list")
+        if lowered or csv_path or gantt or gantt_size != "screen":
+            raise BadInput("--lowered, --csv and --gantt(-size) show one schedule; --compare draws its figure with "
+                           "--out")
+        _compare(compare, pp, microbatches, vpp, figure, as_json)
+        return
+    if name is None:
+        raise BadInput("name a schedule (e.g. 1f1b), or compare several with --compare 1f1b,zb-h1")
     if vpp is None:
         from ..schedule.specs import SCHEDULES
         vpp = SCHEDULES[name].default_vpp if name in SCHEDULES else 1
@@ -85,7 +103,7 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
         out.print((full if lowered else compute_only).to_text(), highlight=False)
         out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
         out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
-                  f"of the step on the worst rank", highlight=False)
+                  f"(idle share of the least busy rank)", highlight=False)
     if csv_path:
         from ..report.safe_files import naming
         with naming(csv_path):  # a user's path, written in place: it may be /dev/stdout
@@ -97,3 +115,51 @@ def schedule(name: str = typer.Argument(..., help="gpipe | 1f1b | interleaved-1f
                    time_unit="units of one forward", size=gantt_size)
         if not as_json:
             out.print(f"wrote {gantt}")
+
+
+def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Path | None, as_json: bool) -> None:
+    """`schedule --compare`: every layout is checked against the registry before anything is
+    built or drawn, so a bad one costs nothing and leaves no file."""
+    from ..scenario.limits import check_schedule_size
+    from ..schedule.specs import schedule_spec
+
+    picked = [n.strip() for n in names.split(",") if n.strip()]
+    if not picked:
+        raise BadInput("--compare: name schedules, e.g. --compare 1f1b,interleaved-1f1b,zb-h1,zbv")
+    if len(set(picked)) != len(picked):
+        raise BadInput(f"--compare {names}: a schedule is named twice")
+    layouts = []
+    for n in picked:
+        spec = schedule_spec(n)  # an unknown name is refused with the known ones
+        v = vpp or spec.default_vpp  # each its own default unless --vpp says
+        problems = spec.layout_problems(pp, v, microbatches)
+        if problems:
+            raise BadInput(f"--compare {n} (pp={pp}, m={microbatches}, vpp={v}): {'; '.join(problems)}")
+        check_schedule_size(pp, microbatches, v)
+        layouts.append((n, v))
+    if figure:
+        _writable_file(figure, "--out", (".png", ".pdf", ".svg"))
+    from ..report.schedule_compare import UNIT, compare_schedules
+
+    compared = compare_schedules(layouts, pp, microbatches)
+    if figure:
+        from ..report.figure import save
+        from ..report.schedule_compare import compare_figure
+        save(compare_figure(compared, title=f"pp={pp}, m={microbatches}: {', '.join(picked)} in one time unit"),
+             [figure], dpi=200)
+    if as_json:
+        _print_json({"pp": pp, "microbatches": microbatches, "unit": UNIT,
+                     "schedules": [c.as_json() for c in compared], "figure": str(figure) if figure else None})
+        return
+    from rich.table import Table
+    table = Table(title=f"pp={pp}, m={microbatches}; time in units of {UNIT}", title_justify="left")
+    for column in ("schedule", "vpp", "step units", "bubble", "peak in-flight"):
+        table.add_column(column, justify="left" if column == "schedule" else "right")
+    for c in compared:
+        table.add_row(c.name, str(c.vpp), f"{c.timeline.step_time:g}", f"{c.timeline.bubble_fraction:.1%}",
+                      f"{max(c.peak_activations):g}")
+    print_whole(out, table)
+    out.print("bubble: idle share of the least busy rank; peak in-flight: activations held at once on the busiest "
+              "rank, in micro-batches of a rank's layers", highlight=False)
+    if figure:
+        out.print(f"wrote {figure}")

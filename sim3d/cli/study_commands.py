@@ -124,6 +124,8 @@ def _plan_megatron_line(scenario: Path, overrides: str) -> str:
 
 def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           grid: list[str] = typer.Option(..., "--grid", help="KEY=V1,V2,... (repeatable; the cartesian product is run)."),
+          zip_: list[str] = typer.Option([], "--zip", help="KEY,KEY: grid keys whose values go together, the i-th "
+                                         "with the i-th, e.g. schedule,parallel.vpp (repeatable)."),
           out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png."),
           workers: Optional[int] = typer.Option(None, "--workers", min=1),
           backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
@@ -132,7 +134,7 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     """What-if grid over scenario values; results table and plots."""
     from ..report.safe_files import refuse_unsafe
     from ..studies.runner import check_backend
-    from ..studies.sweep import parse_grid, planned_outputs, points, run_sweep
+    from ..studies.sweep import grid_shape, parse_grid, parse_zip, planned_outputs, points, run_sweep
 
     from ..scenario.load import load_scenario
     load_scenario(scenario)  # a bad base scenario fails before any work starts
@@ -142,15 +144,17 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         check_backend(backend)
     except ValueError as e:
         raise BadInput(str(e)) from None
-    parsed = parse_grid(grid)
+    zips = parse_zip(zip_)
+    parsed = parse_grid(grid, zips)
     from ..scenario.limits import LOCAL_PROCESSES, SWEEP_POINTS
-    SWEEP_POINTS.check(len(points(parsed)), " x ".join(f"{len(v)} {k}" for k, v in parsed.items()))
+    SWEEP_POINTS.check(len(points(parsed, zips)), grid_shape(parsed, zips))
     if workers is not None and backend == "local":  # as plan bounds its own: each is a process here
         LOCAL_PROCESSES.check(workers, "--workers")
     with progress_bars("sweep", err) as progress:
-        task = progress.add_task(f"{len(points(parsed))} grid points", total=None)
+        task = progress.add_task(f"{len(points(parsed, zips))} grid points", total=None)
         results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
-                            progress=lambda done, total: progress.update(task, completed=done, total=total))
+                            progress=lambda done, total: progress.update(task, completed=done, total=total),
+                            zips=zips)
     import pandas as pd
     table = pd.read_csv(results, dtype={"label": str, "error": str}, keep_default_na=False)
     shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]
