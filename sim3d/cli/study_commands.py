@@ -95,6 +95,10 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                   f"{yours['peak_memory_gib']:.1f} GiB" + ("" if yours["fits_in_memory"] else " (does not fit)"),
                   highlight=False)
     print_whole(out, plan_table(result, top, yours and yours["step_time_s"]))
+    failed = result.finalists[result.finalists["error"].fillna("").astype(bool)]
+    if len(failed):  # a finalist that failed is missing from the ranking: never silently
+        say("warning:", f"{len(failed)} of {len(result.finalists)} finalists failed to simulate and are not "
+            f"ranked (column error of finalists.csv); the first: {failed['error'].iloc[0]}", "yellow")
     misses = result.estimate_error()
     if misses["median"] is not None:
         out.print(f"estimate vs simulation over {len(result.finalists)} finalists: median |error| {misses['median']:.1%}, "

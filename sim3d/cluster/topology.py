@@ -60,6 +60,15 @@ class GroupLink:
     a2a_nvlink_s: float | None = None
 
 
+# Cluster fields the graph does not depend on: a planner's headroom lowers hbm_gib, and its
+# finalists, read again from the scenario file, must still share the graph it built.
+_NOT_FABRIC = {"hbm_gib", "hbm_tbps", "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops"}
+
+
+def _fabric(scenario) -> dict:
+    return scenario.cluster.model_dump(exclude=_NOT_FABRIC)
+
+
 class Topology:
     def __init__(self, scenario):
         self.scenario = scenario
@@ -89,7 +98,7 @@ class Topology:
     def for_layout(self, scenario) -> "Topology":
         """The same fabric under another layout of the same cluster: a layout search builds
         the graph once. Loads and links are the new placement's own."""
-        if scenario.cluster != self.scenario.cluster or scenario.faults != self.scenario.faults:
+        if _fabric(scenario) != _fabric(self.scenario) or scenario.faults != self.scenario.faults:
             raise ValueError("for_layout: a different cluster or faults need a topology of their own")
         other = copy.copy(self)
         other.scenario, other.placement, other._link_load, other._paths = scenario, Placement.of(scenario), {}, {}

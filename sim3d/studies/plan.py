@@ -227,7 +227,10 @@ def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None 
         if progress:
             progress(len(batch[-1]))
     frame = pd.DataFrame.from_records(rows, columns=CANDIDATE_COLUMNS)
-    return frame.sort_values(["fits", "est_step_s"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    # equal estimates in layout order, not in the order the workers finished them: the
+    # finalists are the head of this table, and must not change from one run to the next
+    keys = ["fits", "est_step_s", *LAYOUT_COLUMNS]
+    return frame.sort_values(keys, ascending=[False] + [True] * (len(keys) - 1), kind="stable").reset_index(drop=True)
 
 
 def _completed(pool: ProcessPoolExecutor | None, fn, jobs: list):
