@@ -298,7 +298,7 @@ def test_unit_cost_gantt_axis_says_units(tmp_path, monkeypatch):
                         or real(self, text, *a, **k))
     result = CliRunner().invoke(app, ["schedule", "1f1b", "--pp", "4", "-m", "8", "--gantt", str(tmp_path / "g.png")])
     assert result.exit_code == 0, result.output
-    assert labels == ["time (units of one forward)"]
+    assert labels == ["time (units of one forward of a rank's layers)"]
 
 
 def test_parquet_trace_round_trips_and_compares(tmp_path):

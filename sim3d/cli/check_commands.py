@@ -92,17 +92,20 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = prove(full)
-    timeline = evaluate(compute_only, uniform_costs(1.0, 2.0))
+    # the unit of --compare: a micro-batch's forward over all of a rank's layers is 1, so a
+    # chunk of 1/vpp of them costs 1/vpp and schedules of any vpp share one clock
+    timeline = evaluate(compute_only, uniform_costs(1.0 / vpp, 2.0 / vpp))
     if as_json:
         shown = full if lowered else compute_only
         _print_json({"name": name, "pp": pp, "microbatches": microbatches, "vpp": vpp,
                      "ranks": [[str(a) for a in actions] for actions in shown.ranks],
                      "peak_inflight": list(report.peak_inflight), "step_units": timeline.step_time,
-                     "bubble_fraction": timeline.bubble_fraction, "costs": {"F": 1.0, "B": 2.0}})
+                     "bubble_fraction": timeline.bubble_fraction, "costs": {"F": 1.0 / vpp, "B": 2.0 / vpp}})
     else:
         out.print((full if lowered else compute_only).to_text(), highlight=False)
         out.print(f"peak in-flight micro-batch activations per rank: {list(report.peak_inflight)}", highlight=False)
-        out.print(f"step: {timeline.step_time:g} units (F=1, B=2); bubble: {timeline.bubble_fraction:.1%} "
+        per_chunk = f" per rank's layers; a chunk 1/{vpp} of that" if vpp > 1 else ""
+        out.print(f"step: {timeline.step_time:g} units (F=1, B=2{per_chunk}); bubble: {timeline.bubble_fraction:.1%} "
                   f"(idle share of the least busy rank)", highlight=False)
     if csv_path:
         from ..report.safe_files import naming
@@ -112,7 +115,7 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
         from ..report.gantt import plot_gantt, timeline_to_trace
         plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
                    title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)",
-                   time_unit="units of one forward", size=gantt_size)
+                   time_unit="units of one forward of a rank's layers", size=gantt_size)
         if not as_json:
             out.print(f"wrote {gantt}")
 
