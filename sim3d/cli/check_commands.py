@@ -13,7 +13,7 @@ from .support import (JSON_HELP, SET_HELP, BadInput, _gantt_options, _load, _pri
 
 
 def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-             set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+             set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Check a scenario; print the derived layout and whether it fits in memory."""
     from ..costs.profile import profile_warnings

@@ -13,7 +13,7 @@ from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _pr
 
 
 def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a small model)."),
-            set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+            set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
             steps: int = typer.Option(3, "--steps", min=1),
             backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
             check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),

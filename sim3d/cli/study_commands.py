@@ -30,9 +30,10 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          top: int = typer.Option(10, "--top", min=1, help="Rows of the ranked table."),
          finalists: int = typer.Option(100, "--finalists", min=1, help="Best estimates simulated on the event "
                                        "engine and ranked by the simulated step."),
-         fix: list[str] = typer.Option([], "--fix", help="KEY=V: hold a dimension, e.g. parallel.tp=8 (repeatable)."),
-         space: list[str] = typer.Option([], "--space", help="KEY=V1,V2: the values of a dimension, e.g. "
-                                         "parallel.cp=1,2,4,8,16 (repeatable)."),
+         fix: list[str] = typer.Option([], "--fix", metavar="KEY=VALUE",
+                                       help="Hold a dimension, e.g. parallel.tp=8 (repeatable)."),
+         space: list[str] = typer.Option([], "--space", metavar="KEY=V1,V2",
+                                         help="The values of a dimension, e.g. parallel.cp=1,2,4,8,16 (repeatable)."),
          workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes (default: cores)."),
          out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for candidates.csv and finalists.csv "
                                                 "(default reports/<name>-plan-<gpus>/)."),
@@ -127,9 +128,11 @@ def _plan_megatron_line(scenario: Path, overrides: str) -> str:
 
 
 def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-          grid: list[str] = typer.Option(..., "--grid", help="KEY=V1,V2,... (repeatable; the cartesian product is run)."),
-          zip_: list[str] = typer.Option([], "--zip", help="KEY,KEY: grid keys whose values go together, the i-th "
-                                         "with the i-th, e.g. schedule,parallel.vpp (repeatable)."),
+          grid: list[str] = typer.Option(..., "--grid", metavar="KEY=V1,V2,...",
+                                         help="A key and its values (repeatable; the cartesian product is run)."),
+          zip_: list[str] = typer.Option([], "--zip", metavar="KEY,KEY",
+                                         help="Grid keys whose values go together, the i-th with the i-th, e.g. "
+                                         "schedule,parallel.vpp (repeatable)."),
           out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png."),
           workers: Optional[int] = typer.Option(None, "--workers", min=1),
           backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
