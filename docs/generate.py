@@ -6,9 +6,9 @@
 Two kinds of block are generated, nothing else in the README is touched:
 
 - a ```console block whose first line is `$ COMMAND`: the rest of the block is what COMMAND
-  prints (standard output, then standard error without progress lines), run by bash in the
-  repository root (`sim3d` is this Python's entry point, so a fresh install and this script see
-  the same command);
+  prints on a terminal 100 columns wide (both streams, in order, less the progress lines),
+  run by bash in the repository root (`sim3d` is this Python's entry point, so a fresh
+  install and this script see the same command);
 - a ```python block whose info string is `python run`, followed by a ```text block: the text
   block is what the Python code prints.
 
@@ -42,7 +42,8 @@ WALL_TIMES = [
 ]
 # Progress lines (sim3d/cli/progress.py) go to standard error every few seconds off a terminal:
 # how many appear depends on the machine's speed.
-PROGRESS = re.compile(r"^[\w ,]+: [\d,.]+(/[\d,.]+ \(\d+%\))?( [\d,]+/s)?, \d+ s$")
+PROGRESS = re.compile(r"^([\w ,]+: [\d,.]+(/[\d,.]+ \(\d+%\))?( [\d,]+/s)?, \d+ s"
+                      r"|step \d+ of \d+ done on rank 0)$")
 
 # Output folders a README command continues rather than replaces (`sweep --resume`): removed
 # before the commands run, so that what they hold is computed again, not read back.
@@ -87,20 +88,21 @@ def blocks(text: str) -> list[Block]:
 def environment() -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     return dict(os.environ, COLUMNS=WIDTH, LINES="50", NO_COLOR="1", TERM="dumb",
-                PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONHASHSEED="0")
+                PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONHASHSEED="0", PYTHONUNBUFFERED="1")
 
 
 def run(block: Block, cwd: Path) -> str:
     if block.kind == "console":
-        done = subprocess.run(["bash", "-c", block.source], cwd=cwd, env=environment(), capture_output=True,
-                              text=True, timeout=600)
+        # one pipe for both streams, unbuffered: messages stay where the user sees them
+        done = subprocess.run(["bash", "-c", block.source], cwd=cwd, env=environment(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=600)
     else:
         done = subprocess.run([sys.executable, "-c", block.source], cwd=cwd, env=environment(),
                               capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"the README's Python block failed:\n{done.stderr}")
-    errors = [line for line in done.stderr.splitlines() if not PROGRESS.match(line)]
-    lines = [line.rstrip() for line in done.stdout.splitlines() + errors]
+    lines = [line.rstrip() for line in done.stdout.splitlines() + (done.stderr or "").splitlines()
+             if not PROGRESS.match(line)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -47,3 +47,29 @@ def test_a_table_piped_into_a_file_keeps_every_column_whole():
     print_whole(console, table)
     text = sink.getvalue()
     assert "…" not in text and "interleaved-1f1b" in text and "vs yours" in text and "+3.0%" in text
+
+
+def test_status_messages_off_a_terminal_are_lines_at_most_every_interval_and_the_last():
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=False, width=200)
+    with progress_module.status_messages("calibrating ...", console) as status:
+        status.interval = 3600.0  # nothing between the first and the last
+        for n in range(5):
+            status.update(f"kernel {n} of 5")
+    assert sink.getvalue().splitlines() == ["calibrating ...", "kernel 4 of 5"]
+    sink = io.StringIO()
+    with progress_module.StatusLines(Console(file=sink, force_terminal=False), "start", interval=0.0) as status:
+        status.update("one")
+        status.update("two")
+    assert sink.getvalue().splitlines() == ["start", "one", "two"]
+
+
+def test_execute_into_a_pipe_says_what_it_is_doing(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress_module, "LINE_INTERVAL_S", 0.0)
+    result = CliRunner().invoke(app, ["execute", "scenarios/tiny.yaml", "--set", "parallel.pp=2", "--steps", "2",
+                                      "--out", str(tmp_path / "exec")])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[:2] == ["executing tiny on 2 process(es) ...", "started 2 rank process(es) (gloo); each imports "
+                         "torch first"]
+    assert "step 1 of 2 done on rank 0" in lines and "step 2 of 2 done on rank 0" in lines

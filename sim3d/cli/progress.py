@@ -25,6 +25,35 @@ def progress_bars(description: str, console: Console):
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
 
 
+def status_messages(first: str, console: Console):
+    """A context manager whose `update(message)` shows where long work without a count is
+    (calibrate's kernels, execute's steps): rich's spinner on a terminal; elsewhere the message
+    as a line, at most one every LINE_INTERVAL_S, and the last one when the work ends."""
+    if console.is_terminal:
+        return console.status(first)
+    return StatusLines(console, first)
+
+
+class StatusLines:
+    def __init__(self, console: Console, first: str, interval: float | None = None):
+        self.console, self.interval = console, LINE_INTERVAL_S if interval is None else interval
+        self.last, self.printed, self.unprinted = first, time.monotonic(), False
+        self.console.print(first, highlight=False, markup=False, soft_wrap=True)
+
+    def __enter__(self) -> "StatusLines":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None and self.unprinted:
+            self.console.print(self.last, highlight=False, markup=False, soft_wrap=True)
+
+    def update(self, message: str) -> None:
+        self.last, self.unprinted = message, True
+        if time.monotonic() - self.printed >= self.interval:
+            self.console.print(message, highlight=False, markup=False, soft_wrap=True)
+            self.printed, self.unprinted = time.monotonic(), False
+
+
 @dataclass
 class LineTask:
     description: str

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .progress import status_messages
 from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_file,
                       _writable_folder, err, out, say)
 
@@ -33,7 +34,9 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     refuse_unsafe([folder / "trace.csv"])  # the executor writes it in place, after the run
     try:
         with folder_lock(folder, "execute"):
-            result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder)
+            with status_messages(f"executing {s.name} on {s.world_size} process(es) ...", err) as status:
+                result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder,
+                                      progress=status.update)
             # a run's outputs beside this measured trace.csv would pass for its own
             from ..report.outputs import run_output_names
             removed = record_outputs(folder, [result.trace_path] if result.trace_path else [],
@@ -107,7 +110,7 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     if out_path is not None:
         _writable_file(out_path, "--out", (".csv",))  # before the measuring, not after
     from sim3d_calibrate import run_calibration
-    with err.status("calibrating ...") as status:
+    with status_messages("calibrating ...", err) as status:
         path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,
                                out=str(out_path) if out_path else None, progress=lambda msg: status.update(msg))
     provenance = json.loads(Path(path).with_suffix(".json").read_text())

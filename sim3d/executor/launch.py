@@ -20,6 +20,7 @@ import socket
 import statistics
 import time
 import traceback
+from typing import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,7 +220,8 @@ def _available_memory_bytes() -> int | None:
 
 def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False, out_dir=None, seed: int = 0,
             *, lr: float = 0.1, timeout_s: float = 30.0, sabotage: str | None = None,
-            buckets_per_chunk: int | None = None, overrides=(), deadline_s: float | None = None) -> ExecuteResult:
+            buckets_per_chunk: int | None = None, overrides=(), deadline_s: float | None = None,
+            progress: Callable[[str], None] | None = None) -> ExecuteResult:
     """Run the scenario's layout for real: tp*pp*dp*cp local processes (forkserver), the
     scenario's schedule lowered exactly as the simulator lowers it. `scenario` is a Scenario
     or a path (then `overrides` like "parallel.tp=2" apply). With `check`, the run uses
@@ -229,8 +231,10 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails
     (RankKilled, a subclass, when a signal from outside killed it), ExecutorRefusal (a
     ValueError) on a request it will not start (cp > 1, MoE, more processes or memory than
-    this machine has)."""
+    this machine has). `progress(message)` hears each phase and each step rank 0 finishes."""
     import multiprocessing as mp
+
+    say = progress or (lambda _message: None)
 
     s = _load(scenario, overrides)
     spec = make_spec(s, steps, backend, check, seed, lr, timeout_s, sabotage, None, buckets_per_chunk)
@@ -248,13 +252,15 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
              for r in range(world)]
     for p in procs:
         p.start()
+    say(f"started {world} rank process(es) ({backend}); each imports torch first")
     deadline = time.monotonic() + (deadline_s or 600 + 60 * steps)
     payloads: dict[int, dict] = {}
     failures: dict[int, str] = {}
     killed: set[int] = set()  # ranks that died of a signal sent from outside
     try:
         while len(payloads) < world:
-            _drain(results_q, payloads, failures, 0.1)
+            for step in _drain(results_q, payloads, failures, 0.1):
+                say(f"step {step + 1} of {steps} done on rank 0")
             for rank, p in enumerate(procs):
                 if rank not in payloads and rank not in failures and p.exitcode not in (None, 0):
                     code = p.exitcode
@@ -269,7 +275,7 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
             if failures:
                 grace = time.monotonic() + 1.5  # collect the tracebacks that are on their way
                 while time.monotonic() < grace:
-                    _drain(results_q, payloads, failures, 0.1)
+                    list(_drain(results_q, payloads, failures, 0.1))
                 rank, error = _root_cause(failures, {r: p for r, p in enumerate(procs)
                                                      if r not in payloads and r not in failures})
                 raise (RankKilled if rank in killed else ExecutorError)(
@@ -279,6 +285,8 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
                                     f"ranks still running: {[r for r in range(world) if r not in payloads]}")
     finally:
         _stop(procs)
+    if check:
+        say("checking against the single-process reference")
     return assemble(spec, [payloads[r] for r in range(world)], out_dir)
 
 
@@ -289,7 +297,9 @@ def _child(rank, world, init_method, spec, results_q, launcher: int) -> None:
     die_with(launcher)  # the launching process; our parent is the forkserver
 
     try:
-        payload = run_rank(rank, world, spec, init_method)
+        # rank 0 alone reports its steps: the launcher's progress, one message per step
+        on_step = (lambda step: results_q.put(("step", rank, step))) if rank == 0 else None
+        payload = run_rank(rank, world, spec, init_method, on_step=on_step)
         message = ("ok", rank, payload)
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises
         message = ("error", rank, traceback.format_exc())
@@ -299,14 +309,21 @@ def _child(rank, world, init_method, spec, results_q, launcher: int) -> None:
     os._exit(0 if message[0] == "ok" else 1)  # skip atexit: a dead peer must not hang teardown
 
 
-def _drain(results_q, payloads, failures, timeout) -> None:
+def _drain(results_q, payloads, failures, timeout) -> list[int]:
+    """Take what the ranks sent: their payloads and failures, filed here, and the steps rank 0
+    finished, returned."""
+    steps = []
     try:
         while True:
             status, rank, body = results_q.get(timeout=timeout)
-            (payloads if status == "ok" else failures)[rank] = body
+            if status == "step":
+                steps.append(body)
+            else:
+                (payloads if status == "ok" else failures)[rank] = body
             timeout = 0.01
     except queue_mod.Empty:
         pass
+    return steps
 
 
 def _root_cause(failures: dict[int, str], silent: dict) -> tuple[int, str]:

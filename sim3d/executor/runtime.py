@@ -355,8 +355,10 @@ class RankRuntime(Interpreter):
         return out
 
 
-def run_rank(rank: int, world_size: int, spec: RunSpec, init_method: str = "env://", local_rank: int = 0) -> dict:
-    """Initialise the process group, run `spec.steps` steps, return this rank's payload."""
+def run_rank(rank: int, world_size: int, spec: RunSpec, init_method: str = "env://", local_rank: int = 0,
+             on_step=None) -> dict:
+    """Initialise the process group, run `spec.steps` steps, return this rank's payload.
+    `on_step(step)` is called after each step (the launcher's progress)."""
     torch.set_num_threads(1)
     if spec.backend == "nccl":
         device = torch.device("cuda", local_rank)
@@ -371,6 +373,8 @@ def run_rank(rank: int, world_size: int, spec: RunSpec, init_method: str = "env:
         rows, loss, step_time = runtime.run_step(step)
         losses.append(loss)
         step_times.append(step_time)
+        if on_step is not None:
+            on_step(step)
     holds_loss = any(module.last for module in runtime.chunks.values())
     payload = {"rank": rank, "coords": runtime.coords, "losses": losses if holds_loss else None,
                "step_times": step_times, "trace": rows,
