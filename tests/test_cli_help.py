@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sim3d.cli.app import app
 
-COMMANDS = [[], ["run"], ["validate"], ["schedule"], ["plan"], ["sweep"], ["execute"], ["compare"], ["calibrate"],
+COMMANDS = [[], ["run"], ["validate"], ["schedule"], ["plan"], ["sweep"], ["goodput"], ["execute"], ["compare"], ["calibrate"],
             ["import"], ["import", "megatron"], ["import", "nemo"], ["import", "torchtitan"]]
 
 

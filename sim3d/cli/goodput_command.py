@@ -1,0 +1,97 @@
+"""`sim3d goodput`: the share of a long run's wall time that trains under failures, and the
+checkpoint interval that maximises it, at the scenario's size and from 1k to 128k GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .support import JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_folder, out, say
+
+
+def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model sets the checkpoint size)."),
+            set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+            gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs of the job (default: the "
+                                               "scenario's)."),
+            write_gb_s: float = typer.Option(2000.0, "--write-gb-s", min=1e-3, help="Storage write bandwidth for "
+                                             "the whole job, GB/s (default: Llama 3's Tectonic, 2 TB/s sustained)."),
+            read_gb_s: Optional[float] = typer.Option(None, "--read-gb-s", min=1e-3, help="Read bandwidth when "
+                                                      "restoring, GB/s (default: the write bandwidth)."),
+            restart_minutes: Optional[float] = typer.Option(None, "--restart-minutes", min=0.0, help="Restart "
+                                                            "time before the checkpoint is read (default: 10, "
+                                                            "assumed)."),
+            checkpoint_seconds: Optional[float] = typer.Option(None, "--checkpoint-seconds", min=0.0,
+                                                               help="Time the job stops to checkpoint (default: "
+                                                               "the checkpoint's size at the write bandwidth)."),
+            out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for goodput.csv and goodput.png "
+                                                   "(default reports/<name>-goodput/)."),
+            plots: bool = typer.Option(True, "--plots/--no-plots", help="Write goodput.png."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+    """Effective training time under failures and the optimal checkpoint interval (Young/Daly)."""
+    from rich.table import Table
+
+    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe, write_with
+    from ..studies.goodput import (ASSUMED_RESTART_S, LLAMA3_EFFECTIVE, LLAMA3_GPUS, goodput as model, gpu_counts,
+                                   llama3_failures)
+
+    s = _load(scenario, set_)
+    gpus = gpus or s.num_gpus
+    if gpus % s.cluster.gpus_per_node:
+        raise BadInput(f"--gpus {gpus}: not a whole number of {s.cluster.gpus_per_node}-GPU servers")
+    folder = _writable_folder(out_dir or _default_folder(s.name, "-goodput"))
+    names = ["goodput.csv"] + (["goodput.png"] if plots else [])
+    refuse_unsafe([folder / name for name in names])
+    failures = llama3_failures()
+    restart_s = ASSUMED_RESTART_S if restart_minutes is None else 60.0 * restart_minutes
+    options = dict(failures=failures, write_bytes_per_s=write_gb_s * 1e9,
+                   read_bytes_per_s=read_gb_s * 1e9 if read_gb_s else None, restart_s=restart_s,
+                   checkpoint_s=checkpoint_seconds)
+    chosen = model(s, gpus, **options)
+    rows = [model(s, n, **options).row() for n in gpu_counts(s.cluster.gpus_per_node)]
+    step_s = None
+    if gpus == s.num_gpus:  # the interval in steps needs this layout's step
+        from ..api import simulate
+        step_s = simulate(s).step_time
+    assumptions = [f"failures: {failures.source}"]
+    if restart_minutes is None:
+        assumptions.append(f"restart: {ASSUMED_RESTART_S / 60:g} min before the checkpoint is read back, assumed "
+                           "(not published for Llama 3; --restart-minutes)")
+    with folder_lock(folder, "goodput"):
+        import pandas as pd
+        written = [write_with(folder / "goodput.csv", lambda temp: pd.DataFrame(rows).to_csv(temp, index=False))]
+        if plots:
+            from ..report.goodput_plot import plot_goodput
+            written.append(plot_goodput(rows, chosen.row(), (LLAMA3_GPUS, LLAMA3_EFFECTIVE),
+                                        f"{s.name}: goodput under failures",
+                                        folder / "goodput.png"))
+        record_outputs(folder, written, {"written_by": "sim3d goodput", "scenario": str(scenario)}, names)
+    if as_json:
+        _print_json({**chosen.row(), "step_time_s": step_s,
+                     "interval_steps": chosen.interval_s / step_s if step_s else None,
+                     "assumptions": assumptions, "by_gpus": rows, "files": [str(p) for p in written]})
+        return
+    table = Table(title=f"{s.name} on {gpus:,} GPUs", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("interruptions per day", f"{chosen.interruptions_per_day:.1f} (one every "
+                  f"{chosen.mtbf_s / 3600:.2f} h)")
+    table.add_row("checkpoint", f"{chosen.checkpoint_bytes / 1e12:.2f} TB, written in {chosen.checkpoint_s:.1f} s")
+    table.add_row("restart", f"{chosen.restart_s / 60:.1f} min with the read-back")
+    every = f" = every {chosen.interval_s / step_s:,.0f} steps of {step_s:.2f} s" if step_s else ""
+    table.add_row("optimal checkpoint interval", f"{chosen.interval_s / 60:.1f} min (Daly){every}")
+    table.add_row("", f"{chosen.young_s / 60:.1f} min (Young)")
+    table.add_row("effective training time", f"{chosen.effective:.1%}")
+    table.add_row("lost per day", f"{chosen.hours_lost_per_day:.2f} h")
+    out.print(table)
+    by_gpus = Table(title="against GPU count", title_justify="left")
+    for column in ("GPUs", "interruptions / day", "interval (min)", "effective"):
+        by_gpus.add_column(column, justify="right")
+    for row in rows:
+        by_gpus.add_row(f"{row['gpus']:,}", f"{row['interruptions_per_day']:.1f}", f"{row['interval_min']:.1f}",
+                        f"{row['effective_fraction']:.1%}")
+    out.print(by_gpus)
+    for note in assumptions:
+        say("assumed:", note, "yellow")
+    out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/", highlight=False)
