@@ -52,7 +52,8 @@ FRESH = ["reports/gpt3-nic-sweep"]
 # (images are regenerated but not compared: their bytes depend on the fonts installed).
 COMMITTED = ["reports/gpt3-175b/summary.json", "reports/gpt3-175b/trace.csv", "reports/gpt3-175b/schedule.csv",
              "reports/gpt3-175b/links.csv", "reports/gpt3-nic-sweep/results.csv", "reports/gpt3-nic-sweep/sweep.json",
-             "reports/llama3.1-8b-plan-8/candidates.csv", "reports/llama3.1-8b-plan-8/finalists.csv"]
+             "reports/llama3.1-8b-plan-8/candidates.csv", "reports/llama3.1-8b-plan-8/finalists.csv",
+             "reports/llama3.1-405b-goodput/goodput.csv"]
 # tables whose rows are appended as parallel work finishes: compared as sets of rows
 UNORDERED = ("reports/gpt3-nic-sweep/results.csv",)
 # summary.json's keys that a clock decides

@@ -58,7 +58,7 @@ def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py argumen
              name: str = typer.Option("megatron-import", "--name", help="Scenario name."),
              out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
-    """A scenario from a Megatron-LM command line: `sim3d import megatron --gpus 1024 -- --num-layers 96 ...`."""
+    """A scenario from a Megatron-LM command line: `sim3d import megatron --gpu a100-80gb --gpus 1024 -- --num-layers 96 ...`."""
     from ..scenario.importers import from_megatron
     _check_gpu(gpu)
     try:
@@ -98,7 +98,7 @@ def torchtitan(config: Path = typer.Argument(..., help="torchtitan train config 
                name: Optional[str] = typer.Option(None, "--name", help="Scenario name (default: the file's stem)."),
                out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
-    """A scenario from a torchtitan train config: `sim3d import torchtitan llama3_70b.toml --gpus 64`."""
+    """A scenario from a torchtitan train config: `sim3d import torchtitan llama3_70b.toml --gpu h100-sxm --gpus 64`."""
     from ..scenario.torchtitan import from_torchtitan, read_toml
     _check_gpu(gpu)
     try:
