@@ -58,7 +58,8 @@ def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py argumen
              name: str = typer.Option("megatron-import", "--name", help="Scenario name."),
              out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
-    """A scenario from a Megatron-LM command line: `sim3d import megatron --gpu a100-80gb --gpus 1024 -- --num-layers 96 ...`."""
+    """A scenario from a Megatron-LM command line:
+    `sim3d import megatron --gpu a100-80gb --gpus 1024 -- --num-layers 96 ...`."""
     from ..scenario.importers import from_megatron
     _check_gpu(gpu)
     try:
