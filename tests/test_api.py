@@ -204,3 +204,8 @@ def test_import_sim3d_is_lazy_but_complete():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]"
     assert out[1] == "simulate Topology ScenarioError"
+
+
+def test_full_fidelity_takes_a_bool_not_a_truthy_text():
+    with pytest.raises(TypeError, match="full_fidelity"):
+        sim3d.simulate(ROOT / "scenarios" / "tiny.yaml", full_fidelity="no")

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from sim3d.cli.app import app
 from sim3d.scenario.load import ScenarioError, load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,3 +187,13 @@ def test_integers_in_yaml_11_only_forms_are_refused(tmp_path, written):
     path.write_text(f"name: t\nparallel: {{tp: {written}}}\n")
     with pytest.raises(ScenarioError, match=f"'{written}' is a number only in YAML 1.1"):
         load_scenario(path)
+
+
+@pytest.mark.parametrize("name", ["evil\x1b[31mred", "two\nlines", "bell\x07"])
+def test_a_name_with_a_control_character_is_refused(name, tmp_path):
+    """The name titles every table and figure: an escape sequence there would reach the terminal."""
+    path = tmp_path / "s.yaml"
+    text = (ROOT / "scenarios" / "tiny.yaml").read_text().replace("name: tiny", f"name: {name!r}".replace("'", '"'))
+    path.write_text(text)
+    done = CliRunner().invoke(app, ["validate", str(path)])
+    assert done.exit_code == 2 and "control character" in done.output

@@ -351,6 +351,16 @@ class Scenario(_Strict):
     costs: Costs = Costs()
     faults: list[Fault] = []
 
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, name: str) -> str:
+        # the name is printed in every table and titles every figure: a control character there
+        # (an escape sequence) would rewrite the user's terminal
+        bad = next((c for c in name if not c.isprintable()), None)
+        if bad is not None:
+            raise ValueError(f"holds the control character {bad!r}; a name must be printable text")
+        return name
+
     # ---- derived values -------------------------------------------------------------
     @cached_property
     def gpu(self) -> GpuSpec:
