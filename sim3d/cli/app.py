@@ -36,8 +36,16 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
 app.add_typer(import_app, name="import")
 
 
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:  # pragma: no cover - console entry point
-    """The `sim3d` command, whose process (unlike a test runner's) ends with it: `_run` may gc.freeze."""
+    """The `sim3d` command, whose process (unlike a test runner's) ends with it: `_run` may gc.freeze.
+    SIGTERM (a job scheduler, `kill`) unwinds like an exception, so a half-written output's
+    temporary file is removed and the folder's lock released on the way out (exit 143)."""
+    import signal
+    signal.signal(signal.SIGTERM, _terminated)
     run_command.PROCESS_ENDS_WITH_COMMAND = True
     app()
 
