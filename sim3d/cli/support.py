@@ -77,7 +77,9 @@ def guarded(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except typer.Exit:
+        except (typer.Exit, SystemExit, KeyboardInterrupt):
+            # SIGTERM's exit (app.main) may land inside an import: the clauses below import,
+            # and a half-imported module would turn the exit into an internal error
             raise
         except _bad_input_types() as e:
             say("error:", e)
