@@ -42,8 +42,7 @@ WALL_TIMES = [
 ]
 # Progress lines (sim3d/cli/progress.py) go to standard error every few seconds off a terminal:
 # how many appear depends on the machine's speed.
-PROGRESS = re.compile(r"^([\w ,]+: [\d,.]+(/[\d,.]+ \(\d+%\))?( [\d,]+/s)?, \d+ s"
-                      r"|step \d+ of \d+ done on rank 0)$")
+PROGRESS = re.compile(r"^[\w ,]+: [\d,.]+(/[\d,.]+ \(\d+%\))?( [\d,]+/s)?, \d+ s$")
 
 # Output folders a README command continues rather than replaces (`sweep --resume`): removed
 # before the commands run, so that what they hold is computed again, not read back.

@@ -25,13 +25,14 @@ def progress_bars(description: str, console: Console):
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
 
 
-def status_messages(first: str, console: Console):
+def status_messages(first: str, console: Console, every_message: bool = False):
     """A context manager whose `update(message)` shows where long work without a count is
     (calibrate's kernels, execute's steps): rich's spinner on a terminal; elsewhere the message
-    as a line, at most one every LINE_INTERVAL_S, and the last one when the work ends."""
+    as a line, at most one every LINE_INTERVAL_S and the last one when the work ends, or each
+    one (`every_message`: a few phases, whose lines must not depend on the machine's speed)."""
     if console.is_terminal:
         return console.status(first)
-    return StatusLines(console, first)
+    return StatusLines(console, first, 0.0 if every_message else None)
 
 
 class StatusLines:

@@ -34,7 +34,8 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     refuse_unsafe([folder / "trace.csv"])  # the executor writes it in place, after the run
     try:
         with folder_lock(folder, "execute"):
-            with status_messages(f"executing {s.name} on {s.world_size} process(es) ...", err) as status:
+            with status_messages(f"executing {s.name} on {s.world_size} process(es) ...", err,
+                                 every_message=True) as status:
                 result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder,
                                       progress=status.update)
             # a run's outputs beside this measured trace.csv would pass for its own
