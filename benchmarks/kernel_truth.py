@@ -5,87 +5,47 @@ error and the worst rows (sim3d/costs/truth.py says how a row is compared).
 
 With no profile it reads the committed H100 profile. `--fit` re-derives the constants that
 were calibrated on that profile (the harness's clock time constant from the GEMM rows; the four
-Hopper attention constants from the cuDNN attention rows) by coordinate search, and prints the
-held-out error (GEMMs: fit on the generic grid, score on the layer shapes; attention: leave one
-shape out).
+Hopper attention constants from the cuDNN attention rows, sim3d/costs/fit.py) and prints the
+held-out error (GEMMs: fit on the generic grid, score on the layer shapes; attention: 5-fold by
+shape).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from sim3d.cluster.gpus import gpu_preset
-from sim3d.costs import attention, truth
+from sim3d.costs import truth
+from sim3d.costs.fit import FOLDS, fit_attention, search
 from sim3d.costs.harness import CLOCK_TAU_S
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb.csv"
 
 
-def _search(loss, start: dict[str, float], rounds: int = 6) -> dict[str, float]:
-    """Multiplicative coordinate search: enough for a handful of smooth, positive constants."""
-    best, value = dict(start), loss(start)
-    for step in (0.2, 0.05, 0.01)[: max(1, rounds // 2)]:
-        for _ in range(rounds):
-            moved = False
-            for key in best:
-                for factor in (1 + step, 1 - step):
-                    trial = dict(best, **{key: best[key] * factor})
-                    v = loss(trial)
-                    if v < value:
-                        best, value, moved = trial, v, True
-            if not moved:
-                break
-    return best
-
-
-def _attention_with(constants: dict[str, float]):
-    attention.FAMILIES["hopper"] = dataclasses.replace(attention.HOPPER, **constants)
-
-
 def fit(table: pd.DataFrame, gpu) -> None:
     gemm = table[table["kind"] == "gemm"]
-    grid = gemm["op"] == "gemm"
+    grid = (gemm["op"] == "gemm").to_numpy()
 
-    def gemm_loss(rows_mask):
+    def gemm_loss(rows):
         def loss(c):
-            rows = truth.compare(gemm[rows_mask], gpu, tau=c["tau"])
-            return truth.mape(rows[rows["device_bound"]]["error"])
+            compared = truth.compare(rows, gpu, tau=c["tau"])
+            return truth.mape(compared[compared["device_bound"]]["error"])
         return loss
-    tau = _search(gemm_loss(np.ones(len(gemm), bool)), {"tau": CLOCK_TAU_S})["tau"]
-    held = _search(gemm_loss(grid.to_numpy()), {"tau": CLOCK_TAU_S})["tau"]
+    tau = search(gemm_loss(gemm), {"tau": CLOCK_TAU_S})["tau"]
+    held = search(gemm_loss(gemm[grid]), {"tau": CLOCK_TAU_S})["tau"]
     layer = truth.compare(gemm[~grid], gpu, tau=held)
     layer = layer[layer["device_bound"]]
     print(f"harness clock tau: {tau:.4f} s on all GEMM rows; fit on the grid alone {held:.4f} s -> layer-shape rows "
           f"held out: MAPE {truth.mape(layer['error']):.2%} (bf16 "
           f"{truth.mape(layer[layer['dtype'] != 'fp8']['error']):.2%}, fp8 "
           f"{truth.mape(layer[layer['dtype'] == 'fp8']['error']):.2%})")
-
-    att = table[table["op"] == "attention"]
-    names = ("fwd_efficiency", "bwd_efficiency", "fwd_cta_blocks", "bwd_cta_blocks")
-    start = {k: getattr(attention.HOPPER, k) for k in names}
-
-    def att_loss(rows):
-        def loss(c):
-            _attention_with(c)
-            return truth.mape(truth.compare(rows, gpu)["error"])
-        return loss
-    best = _search(att_loss(att), start)
-    held_out = []
-    for shape in sorted(set(att["shape"])):
-        c = _search(att_loss(att[att["shape"] != shape]), best, rounds=3)
-        _attention_with(c)
-        held_out += list(truth.compare(att[att["shape"] == shape], gpu)["error"])
-    _attention_with(best)
-    print("attention (hopper): " + ", ".join(f"{k}={v:.4f}" for k, v in best.items())
-          + f"; all rows {truth.mape(truth.compare(att, gpu)['error']):.2%}, leave-one-shape-out {truth.mape(held_out):.2%}")
-    attention.FAMILIES["hopper"] = attention.HOPPER
+    for c in fit_attention(table, gpu):
+        print(f"{c.name}: {c.value:.4f} ({c.unit}); all rows {c.fit_mape:.2%}, {FOLDS}-fold by shape {c.cv_mape:.2%}")
 
 
 def main(argv: list[str]) -> int:

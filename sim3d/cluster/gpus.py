@@ -39,6 +39,9 @@ class GpuSpec:
     sustained_clock_16: float | None = field(default=None, kw_only=True)
     sustained_clock_fp8: float | None = field(default=None, kw_only=True)
     attention_family: str | None = field(default=None, kw_only=True)  # one of ATTENTION_FAMILIES
+    # CTA tile of its GEMM library (costs/gemm.py); None: cuBLAS's 128x256. (1, 1): no tile or
+    # wave quantization, e.g. a CPU BLAS fitted by costs/fit.py
+    gemm_tile: tuple[int, int] | None = field(default=None, kw_only=True)
 
     def gemm_burst_efficiency(self, precision: str) -> float:
         return self.gemm_burst_efficiency_fp8 if precision == "fp8" else self.gemm_burst_efficiency_16

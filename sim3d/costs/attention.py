@@ -52,10 +52,10 @@ class AttentionKernels:
 # constants are calibrated on the committed H100 profile's causal attention rows
 # (calibrate/profiles/h100-sxm5-80gb.csv, op "attention": cuDNN 9.19, torch 2.11; 8 shapes x 2
 # directions, head dim 64 and 128, sequence 1k-8k, GQA), with the profile's clock transient
-# undone (costs/harness.py) and divided by the H100's sustained clock; leave-one-shape-out error
-# in benchmarks/kernel_truth.py. cuDNN 9.19 is faster than the cuDNN of the FA3 paper's figures
+# undone (costs/harness.py) and divided by the H100's sustained clock; cross-validated error:
+# `python benchmarks/kernel_truth.py --fit`. cuDNN 9.19 is faster than the cuDNN of the FA3 paper's figures
 # (2024: 539 / 516 TFLOP/s forward / backward at 16k; here 632 / 500 at 8k).
-HOPPER = AttentionKernels(0.798, 0.642, 4.39, 2.15, "calibrated on the H100 profile's cuDNN rows (cuDNN 9.19)")
+HOPPER = AttentionKernels(0.802, 0.689, 4.50, 3.92, "calibrated on the H100 profile's cuDNN rows (cuDNN 9.19)")
 # Ampere: FlashAttention-2 reaches up to 73% of peak forward and 63% backward on A100 (Dao 2023,
 # arXiv:2307.08691, sections 1 and 4.1); the per-CTA cost of the same algorithm is taken as Hopper's.
 AMPERE = AttentionKernels(0.73, 0.63, HOPPER.fwd_cta_blocks, HOPPER.bwd_cta_blocks,
@@ -71,10 +71,10 @@ def head_dim_factor(head_dim: int) -> float:
     return HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
 
 
-def attention_efficiency(gpu, direction: str, head_dim: int) -> float:
+def attention_efficiency(gpu, direction: str, head_dim: int, family: AttentionKernels | None = None) -> float:
     """Fraction of the 16-bit dense peak a CTA reaches inside its k-loop, at the clock a
     training step holds."""
-    family = FAMILIES[gpu.attention_family]
+    family = family or FAMILIES[gpu.attention_family]
     best = family.fwd_efficiency if direction == "fwd" else family.bwd_efficiency
     return best * head_dim_factor(head_dim) * gpu.sustained_clock("bf16")
 
@@ -91,21 +91,22 @@ def cta_blocks(seq_q: int, seq_k: int, causal: bool, overhead: float) -> tuple[f
 
 def attention_seconds(gpu, batch_heads: int, seq: int, head_dim: int, direction: str = "fwd",
                       causal: bool = True, kv_heads_ratio: float = 1.0, seq_k: int | None = None,
-                      nbytes: float | None = None) -> float:
+                      nbytes: float | None = None, family: AttentionKernels | None = None) -> float:
     """One fused attention kernel over `batch_heads` (batch x query heads) heads of `seq`
     queries (and `seq_k` keys, default `seq`), forward or backward (its memory-bound pre- and
     post-processing kernels included). `kv_heads_ratio`: key/value heads per query head (GQA);
-    `nbytes` overrides the forward's HBM traffic (Q, K, V, O, log-sum-exp)."""
+    `nbytes` overrides the forward's HBM traffic (Q, K, V, O, log-sum-exp); `family` the GPU's
+    kernel constants (a fitted set, costs/fit.py)."""
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd', not {direction!r}")
     seq_k = seq if seq_k is None else seq_k
-    family = FAMILIES[gpu.attention_family]
+    family = family or FAMILIES[gpu.attention_family]
     overhead = family.fwd_cta_blocks if direction == "fwd" else family.bwd_cta_blocks
     total, longest = cta_blocks(seq, seq_k, causal, overhead)
     sms = gpu.sms
     makespan = batch_heads * total / sms + TAIL * longest
     work = 4.0 * BLOCK * BLOCK * head_dim * (BACKWARD_WORK if direction == "bwd" else 1.0)
-    per_block = work / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(gpu, direction, head_dim) / sms)
+    per_block = work / (gpu.peak_tflops("bf16") * 1e12 * attention_efficiency(gpu, direction, head_dim, family) / sms)
     hbm = gpu.hbm_tbps * 1e12 * MEMORY_EFFICIENCY
     q = batch_heads * seq * head_dim * 2  # 16-bit Q (and O, dO, dQ)
     kv = batch_heads * kv_heads_ratio * seq_k * head_dim * 2

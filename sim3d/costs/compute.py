@@ -79,7 +79,8 @@ class ComputeModel:
             return 0.0
         peak, eff = (self.peak_fp8, self.gemm_eff_fp8) if fp8 else (self.peak, self.gemm_eff)
         if gemm is not None:
-            eff *= gemm_shape_efficiency(*gemm, self.gpu.sms, groups, "fp8" if fp8 else self.precision16)
+            eff *= gemm_shape_efficiency(*gemm, self.gpu.sms, groups, "fp8" if fp8 else self.precision16,
+                                         tile=self.gpu.gemm_tile)
         return max(flops / (peak * eff), nbytes / (self.hbm * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S
 
     def op_time(self, op) -> OpTime:

@@ -46,8 +46,11 @@ MEMORY_EFFICIENCY = 0.80
 KERNEL_OVERHEAD_S = 3e-6
 
 
-def k_overhead(precision: str) -> int:
-    return GEMM_K_OVERHEAD_FP8 if precision == "fp8" else GEMM_K_OVERHEAD
+def k_overhead(precision: str, overhead_16: float | None = None) -> float:
+    """The k-loop overhead of a tile in k units; `overhead_16` replaces the 16-bit constant
+    (a fitted one), FP8 paying twice it as above."""
+    base = GEMM_K_OVERHEAD if overhead_16 is None else overhead_16
+    return base * GEMM_K_OVERHEAD_FP8 / GEMM_K_OVERHEAD if precision == "fp8" else base
 
 
 def gemm_peak_efficiency(gpu, precision: str) -> float:
@@ -56,14 +59,17 @@ def gemm_peak_efficiency(gpu, precision: str) -> float:
     return gpu.gemm_burst_efficiency(precision) * gpu.sustained_clock(precision)
 
 
-def gemm_shape_efficiency(m: int, n: int, k: int, sms: int, groups: int = 1, precision: str = "bf16") -> float:
+def gemm_shape_efficiency(m: int, n: int, k: int, sms: int, groups: int = 1, precision: str = "bf16",
+                          overhead_16: float | None = None, tile: tuple[int, int] | None = None) -> float:
     """Tile and wave quantization of the output (best tile orientation, and split-K up to
     `GEMM_MAX_SPLIT_K` ways when too few tiles fill the SMs) times the k-loop's fixed cost per
     tile; 1.0 for a GEMM that fills every SM in whole waves with a deep k. `groups` GEMMs of
-    this (m, n, k) in one grouped kernel: each pads its own tiles, all share the waves."""
-    overhead = k_overhead(precision)
+    this (m, n, k) in one grouped kernel: each pads its own tiles, all share the waves. `tile`
+    replaces GEMM_TILE (the GPU record's gemm_tile)."""
+    overhead = k_overhead(precision, overhead_16)
+    tile = tile or GEMM_TILE
     best = 0.0
-    for tm, tn in (GEMM_TILE, GEMM_TILE[::-1]):
+    for tm, tn in (tile, tile[::-1]):
         tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
         useful = groups * (m * n) / (tiles * tm * tn)  # a tile that sticks out of the matrix computes padding
         for split in range(1, GEMM_MAX_SPLIT_K + 1):
@@ -84,14 +90,15 @@ def gemm_bytes(m: int, n: int, k: int, precision: str) -> float:
 
 
 def gemm_seconds(gpu, m: int, n: int, k: int, precision: str = "bf16", groups: int = 1,
-                 nbytes: float | None = None) -> float:
+                 nbytes: float | None = None, overhead_16: float | None = None) -> float:
     """Seconds of `groups` (m, n, k) GEMMs in one kernel at the clock a training step holds;
-    `nbytes` overrides the bytes it moves (default: `gemm_bytes`)."""
+    `nbytes` overrides the bytes it moves (default: `gemm_bytes`), `overhead_16` the k-loop
+    overhead (costs/fit.py)."""
     flops = 2.0 * m * n * k * groups
     if flops <= 0:
         return 0.0
     rate = gpu.peak_tflops(precision) * 1e12 * gemm_peak_efficiency(gpu, precision) \
-        * gemm_shape_efficiency(m, n, k, gpu.sms, groups, precision)
+        * gemm_shape_efficiency(m, n, k, gpu.sms, groups, precision, overhead_16, gpu.gemm_tile)
     moved = gemm_bytes(m, n, k, precision) * groups if nbytes is None else nbytes
     return max(flops / rate, moved / (gpu.hbm_tbps * 1e12 * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S
 

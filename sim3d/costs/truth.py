@@ -32,37 +32,49 @@ def _floors(rows: pd.DataFrame) -> pd.Series:
     return rows.groupby(["kind", "pass", "dtype"])["seconds"].transform("min")
 
 
-def gemm_device_seconds(gpu, m: int, n: int, k: int, precision: str, pass_: str) -> float:
+def gemm_device_seconds(gpu, m: int, n: int, k: int, precision: str, pass_: str,
+                        overhead_16: float | None = None) -> float:
     if pass_ == "fwd":
-        return gemm_seconds(gpu, m, n, k, precision)
-    return gemm_seconds(gpu, m, k, n, precision) + gemm_seconds(gpu, n, k, m, precision)
+        return gemm_seconds(gpu, m, n, k, precision, overhead_16=overhead_16)
+    return (gemm_seconds(gpu, m, k, n, precision, overhead_16=overhead_16)
+            + gemm_seconds(gpu, n, k, m, precision, overhead_16=overhead_16))
 
 
-def attention_device_seconds(gpu, shape: dict[str, int], pass_: str) -> float:
+def attention_device_seconds(gpu, shape: dict[str, int], pass_: str, family=None) -> float:
     return attention_seconds(gpu, shape["b"] * shape["h"], shape["s"], shape["d"], pass_, causal=True,
-                             kv_heads_ratio=shape.get("kv", shape["h"]) / shape["h"])
+                             kv_heads_ratio=shape.get("kv", shape["h"]) / shape["h"], family=family)
+
+
+def judged_rows(table: pd.DataFrame, attention_ops: tuple[str, ...] = ("attention",)) -> pd.DataFrame:
+    """The GEMM and attention rows of a profile table, each with its host floor (`floor_s`) and
+    whether it is device-bound: which rows judge the model does not depend on the model."""
+    rows = table[(table["kind"] == "gemm") | table["op"].isin(attention_ops)].copy()
+    rows = rows[rows["dtype"].isin(["fp32", "bf16", "fp16", "fp8"])]
+    rows["floor_s"] = _floors(rows).where(rows["kind"] == "gemm", 0.0)  # no attention row is near its floor
+    rows["device_bound"] = (rows["seconds"] >= DEVICE_BOUND * rows["floor_s"]) | (rows["kind"] != "gemm")
+    rows["class"] = [_class(r) for _, r in rows.iterrows()]
+    return rows
 
 
 def compare(table: pd.DataFrame, gpu, quick: bool = False, tau: float = CLOCK_TAU_S,
-            attention_ops: tuple[str, ...] = ("attention",)) -> pd.DataFrame:
-    """One row per GEMM and attention row of a profile table: measured seconds, the model's
-    seconds in a step (`model_s`), as the harness would have recorded it (`predicted_s`, host
-    floor not applied), the error of that, and whether the row is device-bound."""
-    rows = table[(table["kind"] == "gemm") | table["op"].isin(attention_ops)].copy()
-    rows = rows[rows["dtype"].isin(["bf16", "fp16", "fp8"])]
-    rows["floor_s"] = _floors(rows).where(rows["kind"] == "gemm", 0.0)  # no attention row is near its floor
+            attention_ops: tuple[str, ...] = ("attention",), overhead_16: float | None = None,
+            family=None) -> pd.DataFrame:
+    """`judged_rows` with the model beside each: its seconds in a step (`model_s`), as the
+    harness would have recorded them (`predicted_s`, host floor not applied) and the error of
+    that (`error`; `floored_error` with the host floor). `overhead_16` and `family` replace the
+    model's GEMM k-loop overhead and attention constants."""
+    rows = judged_rows(table, attention_ops)
     model = []
     for _, r in rows.iterrows():
         if r["kind"] == "gemm":
-            model.append(gemm_device_seconds(gpu, int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"], r["pass"]))
+            model.append(gemm_device_seconds(gpu, int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"], r["pass"],
+                                             overhead_16))
         else:
-            model.append(attention_device_seconds(gpu, _shape(r["shape"]), r["pass"]))
+            model.append(attention_device_seconds(gpu, _shape(r["shape"]), r["pass"], family))
     rows["model_s"] = model
     rows["predicted_s"] = [as_measured(gpu, d, s, quick=quick, tau=tau) for d, s in zip(rows["dtype"], rows["model_s"])]
     rows["error"] = rows["predicted_s"] / rows["seconds"] - 1
     rows["floored_error"] = np.maximum(rows["predicted_s"], rows["floor_s"]) / rows["seconds"] - 1
-    rows["device_bound"] = (rows["seconds"] >= DEVICE_BOUND * rows["floor_s"]) | (rows["kind"] != "gemm")
-    rows["class"] = [_class(r) for _, r in rows.iterrows()]
     return rows
 
 
