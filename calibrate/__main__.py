@@ -1,4 +1,9 @@
-"""``python -m sim3d_calibrate [--device cpu|cuda] [--quick] [--scenario S]... [--out PATH] [--dtype D]``"""
+"""``python -m sim3d_calibrate [--device cpu|cuda] [--quick] [--scenario S]... [--out PATH] [--dtype D] [--fit]``
+
+``--fit`` then derives the analytical model's constants from the new profile (sim3d/costs/fit.py)
+and writes them, as a GPU preset record with its cross-validated error, to <profile>.fit.json;
+``--fit --profile PATH`` does that for an existing profile without measuring.
+"""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +26,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="kernel rounds (default quick 2, full 3)")
     p.add_argument("--no-kernels", action="store_true", help="skip the kernel benchmarks")
     p.add_argument("--no-collectives", action="store_true", help="skip the collective benchmarks")
+    p.add_argument("--fit", action="store_true", help="derive the model's constants from the profile (<profile>.fit.json)")
+    p.add_argument("--profile", default=None, help="with --fit: fit this existing profile, measure nothing")
+    p.add_argument("--gpu", default=None, help="with --fit: the preset to fit (default: the one the profile names)")
     a = p.parse_args(argv)
+    if a.profile is not None:
+        if not a.fit:
+            p.error("--profile is for --fit")
+        return _fit(a.profile, a.gpu)
 
     from . import run_calibration
     device = a.device
@@ -39,6 +51,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(path)
+    return _fit(path, a.gpu) if a.fit else 0
+
+
+def _fit(path: str, gpu: str | None) -> int:
+    from sim3d.costs.fit import describe, fit_file
+    try:
+        result, written = fit_file(path, gpu)
+    except (ValueError, KeyError) as exc:
+        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    print("\n".join(describe(result)))
+    print(written)
     return 0
 
 

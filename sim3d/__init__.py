@@ -3,6 +3,7 @@
     import sim3d
     result = sim3d.simulate("scenarios/gpt3.yaml")
     result.summary["step_time_s"], result.breakdown
+    sim3d.kernel_seconds("h100-sxm", "gemm", m=8192, n=8192, k=8192)  # one kernel's price and its source
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -13,12 +14,14 @@ try:
 except PackageNotFoundError:  # a source tree that was not installed
     __version__ = "0+unknown"
 
-__all__ = ["simulate", "Result", "Scenario", "ScenarioError", "load_scenario", "__version__"]
+__all__ = ["simulate", "Result", "Scenario", "ScenarioError", "load_scenario", "kernel_seconds", "KernelPrice",
+           "__version__"]
 _HOME = {"simulate": "api", "Result": "api", "Scenario": "scenario", "ScenarioError": "scenario",
-         "load_scenario": "scenario"}
+         "load_scenario": "scenario", "kernel_seconds": "costs.kernel_price", "KernelPrice": "costs.kernel_price"}
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time the names come on first use
     from .api import Result, simulate
+    from .costs.kernel_price import KernelPrice, kernel_seconds
     from .scenario import Scenario, ScenarioError, load_scenario
 
 

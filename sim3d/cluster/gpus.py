@@ -39,6 +39,9 @@ class GpuSpec:
     sustained_clock_16: float | None = field(default=None, kw_only=True)
     sustained_clock_fp8: float | None = field(default=None, kw_only=True)
     attention_family: str | None = field(default=None, kw_only=True)  # one of ATTENTION_FAMILIES
+    # CTA tile of its GEMM library (costs/gemm.py); None: cuBLAS's 128x256. (1, 1): no tile or
+    # wave quantization, e.g. a CPU BLAS fitted by costs/fit.py
+    gemm_tile: tuple[int, int] | None = field(default=None, kw_only=True)
 
     def gemm_burst_efficiency(self, precision: str) -> float:
         return self.gemm_burst_efficiency_fp8 if precision == "fp8" else self.gemm_burst_efficiency_16
@@ -125,17 +128,27 @@ _DATASHEETS: dict[str, GpuSpec] = {
 # clock drops (1980 -> ~1390 MHz at 700 W, throttle reason "SW power cap"). Measured here on an
 # H100 SXM5 (calibrate/sustained.py; calibrate/profiles/h100-sxm5-80gb-study/, 2026-11-22):
 # random-data bf16 8192^3 GEMMs sustain 687.6 TFLOP/s (median of the windows after 10 s, two
-# runs: 685, 688) against MAMF's 794.5 burst; FP8 E4M3 8192^3 sustains 1238.8 against 1402.6.
-# Applied to every tensor-core kernel (GEMMs and fused attention); memory-bound kernels keep
-# their rate (the memory clock did not move). H200, measured the same way
-# (calibrate/profiles/h200-study/): 658.6 bf16 against the 794.5 burst taken for it above,
-# 1192.0 FP8 against MAMF's 1453.4. B200 (not measured here): ml-engineering's maximum
-# *sustainable* matmul rate (MSMF, mamf-finder.py after a thermal soak) is 1429 TFLOP/s bf16
-# against its 1745.0 burst; the card draws its 1000 W limit and the SM clock settles near
-# 1450 MHz from its 1965 MHz boost (stas00/ml-engineering, its counting-FLOPs video script,
-# which reads the README's MAMF/MSMF table). Assumed, no measurement found: FP8 drops with the
-# same clock as bf16 (H100's two precisions drop by 13.5% and 11.7%), and GB200, the same die at
-# a 1200 W limit, takes the B200's ratio. A100 and V100: not measured, no derating applied (1.0).
+# runs: 685, 688); FP8 E4M3 8192^3 sustains 1238.8. 8192^3 is not MAMF's best shape: the GEMM
+# model (costs/gemm.py) prices its tiles, waves and k-loop at _S_8192 of the best shape's rate
+# (_S_8192_FP8 in FP8), so the best shape sustains 687.6 / _S_8192 (0.728 of the peak) and the
+# clock factor is that over MAMF's burst. A second soak, 8192x7168x8192 at 701.0 TFLOP/s, gives
+# 0.742 through the same model (2% apart). tests/test_sustained_clock.py recomputes both
+# _S_ from the model. Applied to every tensor-core kernel (GEMMs and fused attention); memory-bound
+# kernels keep their rate (the memory clock did not move). Assumption: the GEMMs of a step run at
+# this soak rate. A step also runs memory-bound kernels, during which the board draws less, so
+# the clock a layer holds is higher (1500-1620 MHz in layers.json's hot runs, at 683-690 W); but
+# GEMM throughput follows the clock weakly once power-limited (MAMF's burst at 1980 MHz is
+# only 10% over the best shape's soak rate at ~1390 MHz), so the soak rate is conservative by
+# about 3% (linear in the clock between the two).
+# H200, measured the same way (calibrate/profiles/h200-study/): 658.6 bf16 and 1192.0 FP8 on
+# 8192^3, over the 794.5 burst taken for it above and MAMF's 1453.4. B200 (not measured here):
+# ml-engineering's maximum *sustainable* matmul rate (MSMF, mamf-finder.py after a thermal soak)
+# is 1429 TFLOP/s bf16 against its 1745.0 burst, both the best shape of a search; the card draws
+# its 1000 W limit and the SM clock settles near 1450 MHz from its 1965 MHz boost
+# (stas00/ml-engineering, its counting-FLOPs video script, which reads the README's MAMF/MSMF
+# table). Assumed, no measurement found: FP8 drops with the same clock as bf16, and GB200, the
+# same die at a 1200 W limit, takes the B200's ratio. A100 and V100: not measured, no derating
+# applied (1.0).
 #
 # attention_family: which published fused-attention figures price its kernels
 # (costs/compute.py): "hopper" (cuDNN on H100, FlashAttention-3 paper; Blackwell keeps Hopper's
@@ -143,8 +156,10 @@ _DATASHEETS: dict[str, GpuSpec] = {
 # (FlashAttention-2 on A100).
 ATTENTION_FAMILIES = ("hopper", "ampere")
 _B200_SUSTAINED = 1429.0 / 1745.0
+_S_8192, _S_8192_FP8 = 0.954779, 0.940312  # costs/gemm.py gemm_shape_efficiency(8192, 8192, 8192, 132)
 _HOPPER_FACTS = dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,
-                     sustained_clock_16=687.6 / 794.5, sustained_clock_fp8=1238.8 / 1402.6, attention_family="hopper")
+                     sustained_clock_16=687.6 / (794.5 * _S_8192), sustained_clock_fp8=1238.8 / (1402.6 * _S_8192_FP8),
+                     attention_family="hopper")
 _AMPERE_FACTS = dict(gemm_burst_efficiency_16=0.869, sustained_clock_16=1.0, attention_family="ampere")
 _BLACKWELL_SUSTAINED = dict(sustained_clock_16=_B200_SUSTAINED, sustained_clock_fp8=_B200_SUSTAINED,
                             attention_family="hopper")
@@ -153,7 +168,8 @@ _COMPUTE_FACTS = {
     "a100-80gb": _AMPERE_FACTS,
     "h100-sxm": _HOPPER_FACTS,
     "h200": dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.734,
-                 sustained_clock_16=658.6 / 794.5, sustained_clock_fp8=1192.0 / 1453.4, attention_family="hopper"),
+                 sustained_clock_16=658.6 / (794.5 * _S_8192), sustained_clock_fp8=1192.0 / (1453.4 * _S_8192_FP8),
+                 attention_family="hopper"),
     "b200": dict(gemm_burst_efficiency_16=1745.0 / 2250.0, gemm_burst_efficiency_fp8=3432.5 / 4500.0,
                  **_BLACKWELL_SUSTAINED),
     "gb200": dict(gemm_burst_efficiency_16=1822.0 / 2500.0, gemm_burst_efficiency_fp8=3615.6 / 5000.0,

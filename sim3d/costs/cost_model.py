@@ -20,7 +20,7 @@ from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
 from .buckets import GradientBuckets
-from .compute import ComputeModel, block_shape
+from .compute import ComputeModel, block_shape, op_class
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
 from .provenance import ANALYTICAL, PROFILE, ProvenanceRecorder
@@ -31,16 +31,6 @@ def _all_to_all_slowness(link) -> tuple:
     """Orders expert groups from fastest to slowest: by their all-to-all across nodes, then
     as rings (groups inside one node)."""
     return (all_to_all_s_per_byte(link) if link.nodes > 1 else 0.0, -link.bw, -link.inter_bw, link.latency)
-
-
-def _op_class(op) -> str:
-    if op.attention is not None:
-        return "attention (flash: fused kernel)"
-    if op.gemm is not None:
-        if op.name.startswith("attn_"):
-            return "attention (unfused: score matmuls)"
-        return "GEMMs (FP8, Transformer Engine linears)" if op.fp8 else "GEMMs (16-bit)"
-    return "+".join(op.kernels) if op.kernels else "other"
 
 
 class CostModel:
@@ -257,7 +247,7 @@ class CostModel:
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
         hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}
         for i, op in enumerate(ops):
-            self.provenance.record(f"compute: {_op_class(op)}", times[i].source)
+            self.provenance.record(f"compute: {op_class(op)}", times[i].source)
             for direction, name, nbytes in (("fwd", op.comm, op.comm_bytes), ("bwd", op.bwd_comm, op.bwd_comm_bytes),
                                             ("regather", op.comm, op.comm_bytes)):
                 key = (i, direction)

@@ -31,6 +31,43 @@ def explain(costs) -> list[tuple[str, str]]:
     return rows
 
 
+def _largest_kernel(costs, kind: str) -> str | None:
+    """The largest kernel of a compute class in one layer (or the head), priced by
+    `sim3d.kernel_seconds` from the scenario's profile where it has it: what a row's model means
+    in seconds. None for classes it does not price one by one (grouped GEMMs, lookups)."""
+    from ..model.ops import head_ops, layer_ops
+    from .compute import op_class
+    from .kernel_price import MEMORY_KERNELS, kernel_seconds
+    s = costs.s
+    moe = [layer_ops(s, moe_layer=True)] if s.model.moe else []
+    ops = [op for group in [layer_ops(s), head_ops(s)] + moe for op in group
+           if f"compute: {op_class(op)}" == kind and op.gemm_groups == 1]
+    if not ops:
+        return None
+    op = max(ops, key=lambda o: (o.fwd_flops, o.fwd_bytes))
+    gpu, profile = s.gpu, costs.profile
+    if op.attention is not None:
+        bh, sq, sk, head_dim = op.attention
+        price = kernel_seconds(gpu, "attention", profile=profile, batch=1, heads=bh, seq=sq, head_dim=head_dim)
+        what = f"{op.name} {bh} heads x {sq} queries, head dim {head_dim}" + (" (per ring step)" if sk != sq else "")
+    elif op.gemm is not None:
+        m, n, k = op.gemm
+        precision = "fp8" if op.fp8 else costs.compute_model.precision16
+        price = kernel_seconds(gpu, "gemm", profile=profile, m=m, n=n, k=k, precision=precision)
+        what = f"{op.name} [{m} x {k}] @ [{k} x {n}] {precision}"
+    else:
+        kernel = next((k for k in op.kernels if k in MEMORY_KERNELS), None)
+        if kernel is None or op.numel <= 0 or op.fwd_bytes <= 0:
+            return None
+        # as the op is priced: its kernels one by one from a profile, else its bytes at once
+        price = kernel_seconds(gpu, kernel, profile=profile, numel=int(op.numel), precision=costs.compute_model.dtype)
+        what = f"{op.name} {kernel} over {int(op.numel):,} elements"
+        if price.source != PROFILE:
+            price = kernel_seconds(gpu, "memory", nbytes=op.fwd_bytes)
+            what = f"{op.name} ({'+'.join(op.kernels)}) moving {op.fwd_bytes / 2**20:,.1f} MiB"
+    return f"largest: {what} forward {price.seconds * 1e6:,.1f} us ({price.source}, sim3d kernel)"
+
+
 def _gradient_width_source(training) -> str:
     if training.precision == "fp32":
         return "fp32 training"
@@ -45,10 +82,13 @@ def _describe(costs, kind: str, sources: set[str]) -> str:
     parts = []
     if PROFILE in sources and costs.profile is not None:
         parts.append(costs.profile.describe("compute" if kind.startswith("compute") else "collective"))
-    if ANALYTICAL in sources:
-        if kind.startswith("compute"):
+    if kind.startswith("compute"):
+        if ANALYTICAL in sources:
             parts.append(costs.compute_model.describe(kind))
-        elif kind == "pipeline p2p":
+        if example := _largest_kernel(costs, kind):
+            parts.append(example)
+    elif ANALYTICAL in sources:
+        if kind == "pipeline p2p":
             parts.append(f"analytical: latency + {costs.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path")
         elif kind.startswith("tp overlap"):
             parts.append({

@@ -1,0 +1,178 @@
+"""The price of one kernel or collective on one GPU, and where it came from: `sim3d.kernel_seconds`
+and `sim3d kernel`. A measured profile answers where it has the kernel's class (interpolated in
+shape and size as a simulation reads it, costs/profile.py); otherwise the analytical models
+answer, at the clock a training step holds: costs/gemm.py, costs/attention.py, bytes over HBM
+for memory-bound kernels, costs/collectives.py on the preset's node for collectives.
+
+    >>> sim3d.kernel_seconds("h100-sxm", "gemm", m=8192, n=8192, k=8192).seconds
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ScenarioError
+from .attention import attention_seconds
+from .gemm import gemm_seconds, memory_seconds
+from .provenance import ANALYTICAL, PROFILE
+
+# Bytes a memory-bound kernel moves per element of its main tensor, in element sizes (forward,
+# backward): the traffic calibrate/kernels.py counts for the same kernels (norm: read x, write
+# y; backward: read x and dy, write dx; swiglu reads two inputs; a residual add's backward is
+# the add of the gradients at the fork).
+MEMORY_KERNELS = {"layernorm": (2, 3), "rmsnorm": (2, 3), "gelu": (2, 3), "swiglu": (3, 5), "dropout": (2, 2),
+                  "add": (3, 3), "softmax": (2, 3), "cross_entropy": (1, 2)}
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPS = ("gemm", "attention", "memory") + tuple(MEMORY_KERNELS) + COLLECTIVE_OPS
+_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class KernelPrice:
+    """`seconds` of one kernel (or collective); `source` is "profile" or "analytical"; `detail`
+    says which measurement or which model priced it."""
+    op: str
+    seconds: float
+    source: str
+    detail: str
+    shape: dict
+
+    def as_dict(self) -> dict:
+        return {"op": self.op, "seconds": self.seconds, "source": self.source, "detail": self.detail, **self.shape}
+
+
+def _gpu(gpu):
+    from ..cluster.gpus import PRESETS, gpu_preset
+    if isinstance(gpu, str):
+        try:
+            return gpu_preset(gpu)
+        except KeyError as e:
+            raise ScenarioError(str(e.args[0])) from None
+    if gpu.name not in PRESETS:
+        raise ScenarioError(f"{gpu.name!r} is not a registered GPU preset (sim3d.cluster.gpus.register_preset)")
+    return gpu
+
+
+def _profile(profile):
+    if profile is None or not isinstance(profile, (str, Path)):
+        return profile
+    from .profile import Profile, ProfileError
+    try:
+        return Profile.load(profile)
+    except ProfileError as e:
+        raise ScenarioError(str(e)) from None
+
+
+def _take(op: str, shape: dict, required: tuple[str, ...], optional: dict) -> dict:
+    unknown = sorted(set(shape) - set(required) - set(optional))
+    missing = [k for k in required if k not in shape]
+    if unknown or missing:
+        raise ScenarioError(f"kernel {op}: " + "; ".join(
+            ([f"unknown argument(s) {', '.join(unknown)}"] if unknown else [])
+            + ([f"missing {', '.join(missing)}"] if missing else []))
+            + f" (takes {', '.join(required + tuple(optional))})")
+    args = {**shape, **{k: v for k, v in optional.items() if k not in shape}}
+    for key in required + tuple(k for k in optional if isinstance(optional[k], int) and not isinstance(optional[k], bool)):
+        value = args[key]
+        if key == "nbytes" and not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < float("inf"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < (2 if key == "group" else 1):
+            raise ScenarioError(f"kernel {op}: {key} must be a positive integer{' >= 2' if key == 'group' else ''}, "
+                                f"not {value!r}")
+    for key, choices in (("precision", tuple(_BYTES)), ("direction", ("fwd", "bwd"))):
+        if key in args and args[key] not in choices:
+            raise ScenarioError(f"kernel {op}: {key} must be one of {', '.join(choices)}, not {args[key]!r}")
+    return args
+
+
+def kernel_seconds(gpu, op: str, *, profile=None, **shape) -> KernelPrice:
+    """The price of one kernel on `gpu` (a preset name or a registered GpuSpec), from `profile`
+    (a Profile or a profile CSV path) where it has the kernel, else analytical. `op` and its shape:
+
+    * ``gemm``: m, n, k, precision (bf16 | fp16 | fp8 | fp32; one [m x k] @ [k x n] GEMM)
+    * ``attention``: batch, heads, seq, head_dim, direction (fwd | bwd), causal, kv_heads
+      (fused attention, 16-bit; the backward includes its pre- and post-processing kernels)
+    * ``layernorm``, ``rmsnorm``, ``gelu``, ``swiglu``, ``dropout``, ``add``, ``softmax``,
+      ``cross_entropy``: numel, direction, precision; ``memory``: nbytes (any memory-bound kernel)
+    * ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``: nbytes (nccl-tests
+      sizes), group, nodes (the group spread evenly over that many of the preset's nodes)
+
+    Raises ScenarioError (an unknown op, GPU or argument)."""
+    if op not in OPS:
+        from ..cluster.gpus import suggest
+        raise ScenarioError(f"unknown kernel {op!r}{suggest(op, OPS)}; known: {', '.join(OPS)}")
+    spec, prof = _gpu(gpu), _profile(profile)
+    if op == "gemm":
+        a = _take(op, shape, ("m", "n", "k"), {"precision": "bf16"})
+        return _gemm(spec, prof, a)
+    if op == "attention":
+        a = _take(op, shape, ("batch", "heads", "seq", "head_dim"),
+                  {"direction": "fwd", "causal": True, "kv_heads": shape.get("heads", 1)})
+        return _attention(spec, prof, a)
+    if op in COLLECTIVE_OPS:
+        a = _take(op, shape, ("nbytes", "group"), {"nodes": 1})
+        return _collective(spec, prof, op, a)
+    if op == "memory":
+        a = _take(op, shape, ("nbytes",), {})
+        return KernelPrice(op, memory_seconds(spec, a["nbytes"]), ANALYTICAL, _hbm(spec), a)
+    a = _take(op, shape, ("numel",), {"direction": "fwd", "precision": "bf16"})
+    if prof is not None:
+        measured = prof.op_seconds(op, a["numel"], a["precision"], a["direction"])
+        if measured is not None:
+            return KernelPrice(op, measured, PROFILE, prof.describe("compute"), a)
+    per_element = MEMORY_KERNELS[op][a["direction"] == "bwd"] * _BYTES[a["precision"]]
+    return KernelPrice(op, memory_seconds(spec, per_element * a["numel"]), ANALYTICAL,
+                       f"{per_element} B per element; {_hbm(spec)}", a)
+
+
+def _hbm(spec) -> str:
+    from .gemm import KERNEL_OVERHEAD_S, MEMORY_EFFICIENCY
+    return f"bytes over {spec.hbm_tbps:g} TB/s x {MEMORY_EFFICIENCY:g} + {KERNEL_OVERHEAD_S * 1e6:g} us"
+
+
+def _gemm(spec, prof, a) -> KernelPrice:
+    if prof is not None:
+        measured = prof.gemm_seconds(a["m"], a["n"], a["k"], a["precision"], "fwd")
+        if measured is not None:
+            return KernelPrice("gemm", measured, PROFILE, prof.describe("compute"), a)
+    try:
+        seconds = gemm_seconds(spec, a["m"], a["n"], a["k"], a["precision"])
+    except ValueError as e:  # no tensor cores of that precision
+        raise ScenarioError(f"kernel gemm: {e}") from None
+    return KernelPrice("gemm", seconds, ANALYTICAL, "costs/gemm.py: tile and wave quantization over "
+                       f"{spec.sms} SMs, k-loop overhead, memory roofline, at the sustained clock", a)
+
+
+def _attention(spec, prof, a) -> KernelPrice:
+    if a["heads"] % a["kv_heads"]:
+        raise ScenarioError(f"kernel attention: heads {a['heads']} is not a multiple of kv_heads {a['kv_heads']}")
+    if prof is not None and a["causal"]:  # profiles time causal attention
+        measured = prof.attention_seconds(a["batch"], a["heads"], a["seq"], a["head_dim"], "bf16", a["direction"])
+        if measured is not None:
+            return KernelPrice("attention", measured, PROFILE, prof.describe("compute"), a)
+    seconds = attention_seconds(spec, a["batch"] * a["heads"], a["seq"], a["head_dim"], a["direction"],
+                                causal=bool(a["causal"]), kv_heads_ratio=a["kv_heads"] / a["heads"])
+    return KernelPrice("attention", seconds, ANALYTICAL, f"costs/attention.py ({spec.attention_family} kernels): "
+                       f"CTAs over {spec.sms} SMs, at the sustained clock", a)
+
+
+def _collective(spec, prof, op, a) -> KernelPrice:
+    group, nodes = a["group"], a["nodes"]
+    if group % nodes or group // nodes > spec.gpus_per_node:
+        raise ScenarioError(f"kernel {op}: a group of {group} over {nodes} node(s) needs {group} / {nodes} GPUs per "
+                            f"node, a whole number at most {spec.gpus_per_node} ({spec.name})")
+    if prof is not None:
+        measured = prof.collective_seconds(op, a["nbytes"], group)
+        if measured is not None:
+            return KernelPrice(op, measured, PROFILE, prof.describe("collective"), a)
+    from ..cluster.topology import Topology
+    from ..scenario.load import scenario_from_dict
+    from .collectives import collective_time
+    s = scenario_from_dict(dict(
+        name="kernel", model=dict(layers=1, hidden=128, heads=1, vocab=128, seq_len=128),
+        parallel=dict(tp=1, pp=1, dp=group), training=dict(micro_batch=1, global_batch=group),
+        cluster=dict(gpu=spec.name, nodes=nodes, gpus_per_node=group // nodes)))
+    t = collective_time(op, a["nbytes"], Topology(s).group_link("dp", alone=True))
+    return KernelPrice(op, t.seconds, ANALYTICAL, f"costs/collectives.py: {t.algorithm} on the {spec.name} preset's "
+                       f"default fabric, the group alone on it", a)
