@@ -11,12 +11,13 @@ from .check_commands import schedule, validate
 from .goodput_command import goodput
 from .imports import import_app
 from .reality_commands import calibrate, compare, execute
+from .study_command import study
 from .study_commands import plan, sweep
 from .support import guarded
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
-for command in (run_command.run, validate, schedule, plan, sweep, goodput, execute, compare, calibrate):
+for command in (run_command.run, validate, schedule, plan, sweep, goodput, execute, compare, calibrate, study):
     app.command(name=command.__name__)(guarded(command))
 
 
