@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from sim3d.cli.app import app
 
-COMMANDS = [[], ["run"], ["validate"], ["schedule"], ["plan"], ["sweep"], ["goodput"], ["execute"], ["compare"], ["calibrate"],
-            ["import"], ["import", "megatron"], ["import", "nemo"], ["import", "torchtitan"]]
+COMMANDS = [[], ["run"], ["validate"], ["schedule"], ["plan"], ["sweep"], ["goodput"], ["study"], ["kernel"],
+            ["execute"], ["compare"], ["calibrate"], ["import"], ["import", "megatron"], ["import", "nemo"], ["import", "torchtitan"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "sim3d")

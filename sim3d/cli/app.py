@@ -12,12 +12,14 @@ from .goodput_command import goodput
 from .imports import import_app
 from .kernel_command import kernel
 from .reality_commands import calibrate, compare, execute
-from .study_commands import plan, sweep
+from .study_command import study
+from .plan_sweep_commands import plan, sweep
 from .support import guarded
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Simulate 3D-parallel LLM training steps (see README.md).")
-for command in (run_command.run, validate, schedule, plan, sweep, goodput, execute, compare, calibrate, kernel):
+for command in (run_command.run, validate, schedule, plan, sweep, goodput, study, execute, compare, calibrate,
+                kernel):
     app.command(name=command.__name__)(guarded(command))
 
 
