@@ -93,3 +93,21 @@ def test_cpu_profile_becomes_a_preset_that_simulates(tmp_path, monkeypatch):
     import sim3d
     result = sim3d.simulate(ROOT / "scenarios" / "tiny.yaml", **{"cluster.gpu": "cpu-fitted"})
     assert result.summary["step_time_s"] > 0
+
+
+def test_calibrate_fit_on_an_existing_profile_prints_each_constant_with_its_held_out_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from sim3d.cli.app import app
+    root = Path(__file__).resolve().parents[1] / "calibrate" / "profiles"
+    for suffix in (".csv", ".json"):
+        shutil.copy(root / f"cpu-amd-epyc{suffix}", tmp_path / f"cpu{suffix}")
+    done = CliRunner().invoke(app, ["calibrate", "--fit", "--profile", str(tmp_path / "cpu.csv"), "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    names = {c["name"] for c in data["constants"]}
+    assert {"gemm_efficiency_fp32", "all_reduce_busbw_GBps"} <= names
+    assert all(c["cv_mape"] >= 0 and c["rows"] > 0 for c in data["constants"])
+    assert Path(data["fit"]).is_file()
+    refused = CliRunner().invoke(app, ["calibrate", "--profile", str(tmp_path / "cpu.csv")])
+    assert refused.exit_code == 2 and "--fit" in refused.output

@@ -97,8 +97,19 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
               quick: bool = typer.Option(False, "--quick", help="Small grids (minutes on a CPU)."),
               scenario: Optional[Path] = typer.Option(None, "--scenario", help="Also measure this scenario's GEMMs."),
               out_path: Optional[Path] = typer.Option(None, "--out", help="Profile CSV path."),
+              fit: bool = typer.Option(False, "--fit", help="Then derive the analytical model's constants from the "
+                                       "profile, with their cross-validated error (<profile>.fit.json)."),
+              profile: Optional[Path] = typer.Option(None, "--profile", help="With --fit: fit this existing "
+                                                     "profile and measure nothing."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Measure kernels and collectives; write a profile CSV plus provenance JSON."""
+    if profile is not None:
+        if not fit:
+            raise BadInput("--profile is for --fit (fit an existing profile)")
+        if not profile.is_file():
+            raise BadInput(f"--profile {profile}: no such profile")
+        _fit_profile(profile, as_json, {})
+        return
     if device not in ("cpu", "cuda"):
         raise BadInput(f"--device: expected cpu or cuda, got {device!r}")
     if device == "cuda":
@@ -115,11 +126,32 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         path = run_calibration(device=device, quick=quick, scenario_path=str(scenario) if scenario else None,
                                out=str(out_path) if out_path else None, progress=lambda msg: status.update(msg))
     provenance = json.loads(Path(path).with_suffix(".json").read_text())
-    if as_json:
-        _print_json({"profile": str(path), "provenance": str(Path(path).with_suffix(".json")),
-                     "unstable": provenance.get("unstable") or []})
-    else:
+    written = {"profile": str(path), "provenance": str(Path(path).with_suffix(".json")),
+               "unstable": provenance.get("unstable") or []}
+    if fit:
+        _fit_profile(Path(path), as_json, written)
+    elif as_json:
+        _print_json(written)
+    if not as_json:
         out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
     for reason in provenance.get("unstable") or []:
         say("warning:", f"unstable measurement: {reason}; flagged in the provenance, and every prediction "
             "using this profile will say so (measure again on a quiet machine)", "yellow")
+
+
+def _fit_profile(path: Path, as_json: bool, measured: dict) -> None:
+    """The analytical model's constants fitted to `path`, each with its error on the rows it was
+    fitted on and on rows held out (sim3d/costs/fit.py), written beside it as <profile>.fit.json."""
+    from ..costs.fit import describe, fit_file
+    try:
+        result, record_path = fit_file(path)
+    except ValueError as e:
+        raise BadInput(f"--fit {path}: {e}") from None
+    if as_json:
+        _print_json({**measured, "fit": str(record_path),
+                     "constants": [{"name": c.name, "value": c.value, "unit": c.unit, "rows": c.rows,
+                                    "fit_mape": c.fit_mape, "cv_mape": c.cv_mape} for c in result.constants]})
+        return
+    for line in describe(result):
+        out.print(line, highlight=False)
+    out.print(f"wrote {record_path}", highlight=False)
