@@ -16,15 +16,9 @@ _SHAPE_HELP = ("The kernel's shape as KEY=VALUE: gemm m n k [precision]; attenti
 
 
 def _value(text: str):
+    from ..scenario.importers import number_of
     low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    return low == "true" if low in ("true", "false") else number_of(text)
 
 
 def _shape(pairs: list[str]) -> dict:

@@ -119,7 +119,7 @@ def _get(tree: dict, path: str):
     return tree
 
 
-def _number(text: str):
+def number_of(text: str):
     """An argument's value as Megatron's argparse types it: int, float, or the text itself."""
     for kind in (int, float):
         try:
@@ -168,7 +168,7 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             if value is True or isinstance(value, list):
                 raise ValueError(f"{option} needs one value, got {value!r}")
         if flag in VALUE_FLAGS:
-            _set(tree, VALUE_FLAGS[flag], _number(value))
+            _set(tree, VALUE_FLAGS[flag], number_of(value))
         elif flag in SWITCH_FLAGS:
             path, meaning = SWITCH_FLAGS[flag]
             if value is not True:
@@ -180,7 +180,7 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
         elif flag == "fp8_format":
             _set(tree, "training.precision", "fp8")
         elif flag == "num_layers_per_virtual_pipeline_stage":
-            virtual = _number(value)
+            virtual = number_of(value)
             if not isinstance(virtual, int) or virtual < 1:
                 raise ValueError(f"{option} {value}: expected a positive whole number of layers")
             out.scenario.setdefault("_virtual_layers", virtual)
@@ -257,7 +257,7 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
     known = next((v for k, v in TOKENIZER_VOCAB.items() if k in name_text), None)
     if known and any(a.startswith("model.vocab") for a in out.assumed):  # no vocabulary size was given
         tp = out.scenario["parallel"].get("tp", 1)
-        pad = _number(model.get("make_vocab_size_divisible_by", 128))
+        pad = number_of(model.get("make_vocab_size_divisible_by", 128))
         if not isinstance(pad, int) or pad < 1 or not isinstance(tp, int) or tp < 1:
             raise ValueError(f"model.make_vocab_size_divisible_by {pad} x tensor_model_parallel_size {tp}: "
                              "expected positive whole numbers")
@@ -349,7 +349,7 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
         tree["schedule"] = megatron_schedule(parallel["vpp"])
     if not isinstance(tp, int) or tp < 1:
         raise ValueError(f"--tensor-model-parallel-size {tp}: expected a positive whole number")
-    divisible = _number((tokenizer or {}).get("make_vocab_size_divisible_by", 128))
+    divisible = number_of((tokenizer or {}).get("make_vocab_size_divisible_by", 128))
     if not isinstance(divisible, int) or divisible < 1:
         raise ValueError(f"--make-vocab-size-divisible-by {divisible}: expected a positive whole number")
     _tokenizer_vocab(out, tokenizer or {}, tp * divisible)
