@@ -128,12 +128,12 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     provenance = json.loads(Path(path).with_suffix(".json").read_text())
     written = {"profile": str(path), "provenance": str(Path(path).with_suffix(".json")),
                "unstable": provenance.get("unstable") or []}
+    if not as_json:
+        out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
     if fit:
         _fit_profile(Path(path), as_json, written)
     elif as_json:
         _print_json(written)
-    if not as_json:
-        out.print(f"wrote {path} and {Path(path).with_suffix('.json')}")
     for reason in provenance.get("unstable") or []:
         say("warning:", f"unstable measurement: {reason}; flagged in the provenance, and every prediction "
             "using this profile will say so (measure again on a quiet machine)", "yellow")
