@@ -26,6 +26,7 @@ def test_llama_block_with_sdpa_matches_the_reference_to_float64_precision():
     SDPA sharded over tp 2 are the reference's math, not merely close to it."""
     r = execute(TINY, steps=2, check=True, overrides=["parallel.tp=2", "cluster.gpus_per_node=2", *LLAMA])
     assert r.passed and r.check["max_rel"] <= CHECK_RTOL, r.summary()
+    assert r.numerics["precision"] == "float64" and r.numerics["attention"] == "sdpa"
 
 
 def _model(overrides, dtype=torch.float64):
