@@ -34,6 +34,11 @@ def cases():
     yield 2, 2, 1, "1f1b", 1, ["training.precision=bf16", "model.activation=swiglu", "model.kv_heads=2",
                                "training.attention_backend=flash"]
     yield 1, 1, 2, "1f1b", 1, ["training.precision=fp16", "parallel.distributed_optimizer=true"]
+    # context parallelism: ring attention over cp ranks, gradients averaged over dp x cp
+    yield 1, 1, 1, "1f1b", 1, ["parallel.cp=2"]
+    yield 1, 2, 1, "1f1b", 1, ["parallel.cp=2"]
+    yield 2, 1, 1, "1f1b", 1, ["parallel.cp=2", "parallel.sequence_parallel=true", "training.precision=bf16",
+                               "model.activation=swiglu", "model.kv_heads=2"]
 
 
 def main() -> None:
@@ -55,8 +60,9 @@ def main() -> None:
     for tp, pp, dp, schedule, vpp, extra in cases():
         if (args.only and schedule != args.only) or (args.with_ and not any(args.with_ in e for e in extra)):
             continue
+        cp = next((int(e.split("=")[1]) for e in extra if e.startswith("parallel.cp=")), 1)
         overrides = [f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.vpp={vpp}",
-                     f"schedule={schedule}", f"cluster.gpus_per_node={tp * pp * dp}", *extra]
+                     f"schedule={schedule}", f"cluster.gpus_per_node={tp * pp * dp * cp}", *extra]
         start = time.perf_counter()
         r = execute(str(SCENARIO), steps=args.steps, check=True, overrides=overrides)
         c = r.check

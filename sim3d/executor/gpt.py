@@ -16,7 +16,9 @@ pipeline chunks by global stage.
   head is untied and vocab-parallel, and the loss is a vocab-parallel cross-entropy: the
   logits are never gathered.
 * Layout [sequence, batch, hidden]; with sequence parallelism the residual stream, the
-  layernorms and the pipeline messages hold [seq/tp, batch, hidden].
+  layernorms and the pipeline messages hold [seq/tp, batch, hidden]. With context
+  parallelism a rank holds its 1/cp of the sequence (context_parallel.py: two load-balanced
+  chunks), attention runs as a ring over the cp ranks and positions are global.
 * The block is the one sim3d prices (sim3d.model.ops.Dims): `activation: gelu` is GPT-2/3
   (biases, LayerNorm, learned positions), `swiglu` is LLaMA (gated MLP, RMSNorm, rotary
   positions, no biases), `squared-relu` is Nemotron-4 (relu(x)^2, LayerNorm, rotary, no
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import attention_kernel, compute_dtype, core_attention, rotary
+from .context_parallel import CPContext, ring_attention
 from .tensor_parallel import (TPContext, enter_tp_region, exit_tp_region, reduce_from_tp,
                               reduce_scatter_seq, vocab_parallel_cross_entropy)
 
@@ -90,8 +93,9 @@ def shard(full: torch.Tensor, tp_dim: int | None, tp: TPContext) -> torch.Tensor
 
 
 class _Builder:
-    def __init__(self, seed: int, tp: TPContext, dtype: torch.dtype, device):
+    def __init__(self, seed: int, tp: TPContext, dtype: torch.dtype, device, cp: CPContext | None = None):
         self.seed, self.tp, self.dtype, self.device = seed, tp, dtype, device
+        self.cp = cp or CPContext()
 
     def param(self, name: str, shape: tuple[int, ...], tp_dim: int | None = None, kind: str = "weight") -> nn.Parameter:
         value = shard(full_tensor(self.seed, name, shape, kind), tp_dim, self.tp)
@@ -161,7 +165,7 @@ class Attention(nn.Module):
 
     def __init__(self, b: _Builder, name: str, cfg: GPTConfig):
         super().__init__()
-        self.tp, hd, bias = b.tp, cfg.head_dim, cfg.gpt_style
+        self.tp, self.cp, self.seq_len, hd, bias = b.tp, b.cp, cfg.seq_len, cfg.head_dim, cfg.gpt_style
         self.heads, self.kv_heads, self.head_dim = cfg.heads // b.tp.size, cfg.kv_heads // b.tp.size, hd
         self.kernel, self.rotary = cfg.attention, not cfg.gpt_style
         self.q = ColumnLinear(b, f"{name}.q", cfg.hidden, cfg.heads * hd, bias)
@@ -175,11 +179,14 @@ class Attention(nn.Module):
         q = self.q(x).view(s, batch, self.heads, self.head_dim)
         k = self.k(x).view(s, batch, self.kv_heads, self.head_dim)
         v = self.v(x).view(s, batch, self.kv_heads, self.head_dim)
-        if self.rotary:
-            positions = torch.arange(s, device=x.device)
+        if self.rotary:  # at the global positions of this rank's tokens (context parallelism)
+            positions = self.cp.positions(self.seq_len, device=x.device)
             q, k = rotary(q, positions), rotary(k, positions)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [s, b, n, hd] -> [b, n, s, hd]
-        ctx = core_attention(q, k, v, self.kernel)
+        if self.cp.size > 1:
+            ctx = ring_attention(q, k, v, self.cp)
+        else:
+            ctx = core_attention(q, k, v, self.kernel)
         return self.o(ctx.permute(2, 0, 1, 3).reshape(s, batch, self.heads * self.head_dim))
 
 
@@ -224,11 +231,11 @@ class Embedding(nn.Module):
 
     def __init__(self, b: _Builder, cfg: GPTConfig):
         super().__init__()
-        self.tp = b.tp
+        self.tp, self.cp, self.seq_len = b.tp, b.cp, cfg.seq_len
         self.word = b.param("embed.word", (cfg.vocab, cfg.hidden), tp_dim=0)
         self.pos = b.param("embed.pos", (cfg.seq_len, cfg.hidden)) if cfg.gpt_style else None
 
-    def forward(self, ids):  # ids [b, s]
+    def forward(self, ids):  # ids [b, s/cp]: this cp rank's tokens
         ids = ids.t()
         rows = self.word.shape[0]
         start = self.tp.rank * rows
@@ -238,7 +245,8 @@ class Embedding(nn.Module):
         x = reduce_scatter_seq(local, self.tp) if self.tp.sp else reduce_from_tp(local, self.tp)
         if self.pos is None:
             return x
-        pos = self.pos.chunk(self.tp.size, dim=0)[self.tp.rank] if self.tp.sp else self.pos
+        pos = self.pos if self.cp.size == 1 else self.pos[self.cp.positions(self.seq_len, device=ids.device)]
+        pos = pos.chunk(self.tp.size, dim=0)[self.tp.rank] if self.tp.sp else pos
         return x + pos.unsqueeze(1)
 
 
@@ -263,11 +271,11 @@ class GPTChunk(nn.Module):
     loss on the last stage."""
 
     def __init__(self, cfg: GPTConfig, stage_layers: tuple[int, ...], stage: int, tp: TPContext,
-                 seed: int, dtype=torch.float32, device="cpu"):
+                 seed: int, dtype=torch.float32, device="cpu", cp: CPContext | None = None):
         super().__init__()
         if sum(stage_layers) != cfg.layers:
             raise ValueError(f"stage_layers {stage_layers} do not add up to {cfg.layers} layers")
-        b = _Builder(seed, tp, dtype, device)
+        b = _Builder(seed, tp, dtype, device, cp)
         self.stage, self.first, self.last = stage, stage == 0, stage == len(stage_layers) - 1
         start = sum(stage_layers[:stage])
         self.embed = Embedding(b, cfg) if self.first else None
@@ -291,9 +299,10 @@ def sgd_step(params, lr: float) -> None:
             p.add_(p.grad, alpha=-lr)
 
 
-def activation_shape(cfg: GPTConfig, micro_batch: int, tp: TPContext) -> tuple[int, int, int]:
+def activation_shape(cfg: GPTConfig, micro_batch: int, tp: TPContext, cp_size: int = 1) -> tuple[int, int, int]:
     """Shape of the tensor a stage sends to the next one (and of the gradient coming back)."""
-    seq = cfg.seq_len // tp.size if tp.sp else cfg.seq_len
+    seq = cfg.seq_len // cp_size
+    seq = seq // tp.size if tp.sp else seq
     return (seq, micro_batch, cfg.hidden)
 
 

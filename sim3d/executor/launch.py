@@ -137,8 +137,8 @@ def _load(scenario, overrides=()):
 
 def _env_hooks(sabotage, kill):
     sabotage = sabotage or os.environ.get("SIM3D_EXECUTOR_SABOTAGE") or None
-    if sabotage not in (None, "dp_reduce", "tp_allreduce"):
-        raise ValueError(f"sabotage must be 'dp_reduce' or 'tp_allreduce', got {sabotage!r}")
+    if sabotage not in (None, "dp_reduce", "tp_allreduce", "cp_ring"):
+        raise ValueError(f"sabotage must be 'dp_reduce', 'tp_allreduce' or 'cp_ring', got {sabotage!r}")
     text = os.environ.get("SIM3D_EXECUTOR_KILL")  # "RANK:STEP[:stop]", test only
     if kill is None and text:
         rank, step, *how = text.split(":")
@@ -155,9 +155,6 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     from ..step import dp_buckets_per_chunk
     from .runtime import RunSpec, make_schedule
 
-    if scenario.cp > 1:
-        raise ExecutorRefusal(f"parallel.cp={scenario.cp}: the executor does not implement context parallelism "
-                              "(ring attention); run cp > 1 layouts in the simulator only")
     if scenario.model.moe is not None or scenario.ep > 1:
         raise ExecutorRefusal("the executor runs dense models only (model.moe must be null, parallel.ep 1)")
     from .precision import resolve_precision
@@ -170,9 +167,9 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
                               "most (zero 0 or 1); run sharded gradients and parameters in the simulator only")
     if steps < 1:
         raise ExecutorRefusal(f"steps must be >= 1, got {steps}")
-    if scenario.parallel.sequence_parallel and scenario.model.seq_len % scenario.tp:
-        raise ExecutorRefusal(f"model.seq_len={scenario.model.seq_len} is not divisible by tp={scenario.tp} "
-                              "(sequence parallelism)")
+    if scenario.parallel.sequence_parallel and (scenario.model.seq_len // scenario.cp) % scenario.tp:
+        raise ExecutorRefusal(f"model.seq_len={scenario.model.seq_len} / cp={scenario.cp} is not divisible by "
+                              f"tp={scenario.tp} (sequence parallelism)")
     sabotage, kill = _env_hooks(sabotage, kill)
     if buckets_per_chunk is None:
         buckets_per_chunk = dp_buckets_per_chunk(scenario)
@@ -249,7 +246,7 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     Scripts calling this need the `if __name__ == "__main__":` guard (children are started
     by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails
     (RankKilled, a subclass, when a signal from outside killed it), ExecutorRefusal (a
-    ValueError) on a request it will not start (cp > 1, MoE, fp8, more processes or memory than
+    ValueError) on a request it will not start (MoE, fp8, more processes or memory than
     this machine has). `progress(message)` hears each phase and each step rank 0 finishes."""
     import multiprocessing as mp
 

@@ -6,9 +6,10 @@ precision.py:
   adds each backward's `.grad` into it and drops `.grad`, so micro-batches accumulate in
   main_grad's format (fp32 under bf16), never in the 16-bit weights' format.
 * `DP_REDUCE#b` (`reduce`): with sequence parallelism, the replicated parameters' partial
-  gradients are all-reduced over tp first; then the bucket's main_grads are averaged over dp
-  (all-reduce), or reduce-scattered with the distributed optimizer (ZeRO-1: each dp rank
-  keeps the gradient and the master weights of its 1/dp of the bucket).
+  gradients are all-reduced over tp first; then the bucket's main_grads are averaged over the
+  gradient group `dp` (dp x cp ranks: each cp rank saw 1/cp of the tokens) with an all-reduce,
+  or reduce-scattered with the distributed optimizer (ZeRO-1: each member keeps the gradient
+  and the master weights of its share of the bucket).
 * `OPT_STEP` (`step`): the gradients in the master weights' format, unscaled by the loss
   scale (fp16), checked for overflow (all ranks agree through an all-reduce over the world,
   as Megatron's found_inf is reduced over the model-parallel and data-parallel groups) and

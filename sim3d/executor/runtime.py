@@ -18,6 +18,11 @@ shared/reference/schedules.md section 1.6.
   reduction and mixed-precision optimizer of optimizer.py. Weights, activations and the
   pipeline messages are in the format of `training.precision` (precision.py); the last stage
   starts the backward from the loss times the loss scale (fp16) over the micro-batch count.
+  Gradients are averaged over dp x cp.
+* Context parallelism: a rank feeds its chunks of each micro-batch's tokens
+  (context_parallel.py); the ring attention's sends and receives happen inside F and B (and
+  again in BW, which re-traverses the graph), as the simulator keeps per-layer collectives
+  inside compute actions.
 
 Trace rows are timestamped with `time.perf_counter` relative to the release of a barrier at
 the start of each step (after `torch.cuda.synchronize` on CUDA). A SEND / RECV ends when
@@ -36,13 +41,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..cluster.placement import Placement
+from ..cluster.placement import GRADIENT_AXIS, Placement
 from ..schedule import Kind
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import BUCKETED, P2P
 from ..schedule.dependencies import input_of
 from ..step import step_schedule
 from ..trace import STREAM_OF_KIND, TraceRow
+from .context_parallel import CPContext
 from .gpt import GPTChunk, GPTConfig, activation_shape, token_batch
 from .optimizer import GradientsAndOptimizer
 from .precision import resolve_precision
@@ -62,7 +68,7 @@ class RunSpec:
     lr: float = 0.1
     buckets_per_chunk: int = 1
     timeout_s: float = 30.0
-    sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce"
+    sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce" | "cp_ring"
     kill: tuple | None = None  # test hook: (rank, 1-based step[, "stop"]) -> os._exit(3) or SIGSTOP
 
 
@@ -72,8 +78,9 @@ def make_schedule(spec: RunSpec):
 
 
 def _dist_opt(s) -> bool:
-    """ZeRO-1 only means something with dp > 1 (the simulator lowers it the same way)."""
-    return s.parallel.distributed_optimizer and s.dp > 1
+    """ZeRO-1 only means something over more than one rank of dp x cp (the simulator lowers
+    it the same way: sim3d.step.gathers_after_step)."""
+    return s.parallel.distributed_optimizer and s.dp * s.cp > 1
 
 
 class RankRuntime(Interpreter):
@@ -89,28 +96,34 @@ class RankRuntime(Interpreter):
         self.pipeline = self.placement.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])
         self._make_groups()
         self.tp = TPContext(s.tp, c["tp"], self.groups["tp"], s.parallel.sequence_parallel, spec.sabotage)
+        self.cp = CPContext(s.cp, c["cp"], self.groups["cp"], tuple(self.placement.group("cp", rank)),
+                            spec.sabotage)
         self.schedule = make_schedule(spec)
         self.stages, self.m = self.schedule.stages, self.schedule.num_microbatches
         self.pp_rank = c["pp"]
         self.actions = self.schedule.ranks[self.pp_rank]
         self.chunks = {ch: GPTChunk(self.cfg, s.stage_layers, self.stages.stage(self.pp_rank, ch), self.tp,
-                                    spec.seed, self.dtype, device) for ch in range(self.stages.vpp)}
+                                    spec.seed, self.dtype, device, self.cp) for ch in range(self.stages.vpp)}
         self.buckets = {}
         bpc = spec.buckets_per_chunk
         for ch, module in self.chunks.items():
             params = list(module.parameters())
             for j in range(bpc):
                 self.buckets[ch * bpc + j] = params[j * len(params) // bpc:(j + 1) * len(params) // bpc]
+        # gradients are averaged (and the optimizer sharded) over dp x cp, as Megatron's
+        # data-parallel group with context parallelism: each cp rank saw 1/cp of the tokens
+        grads = self.groups["dp_cp"]
         self.opt = GradientsAndOptimizer(self.buckets, self.precision, self.tp,
-                                         TPContext(self.dp_size, self.dp_rank, self.groups["dp"]), _dist_opt(s),
+                                         TPContext(s.dp * s.cp, dist.get_rank(grads), grads), _dist_opt(s),
                                          spec.lr, spec.sabotage)
-        self.act_shape = activation_shape(self.cfg, s.training.micro_batch, self.tp)
+        self.act_shape = activation_shape(self.cfg, s.training.micro_batch, self.tp, s.cp)
 
     def _make_groups(self) -> None:
         """Every rank creates every group in the same order (torch.distributed requires it)."""
         timeout = timedelta(seconds=self.spec.timeout_s)
         self.groups = {}
-        for axis, copies in (("tp", ("tp",)), ("dp", ("dp",)), ("pp", ("pp_f", "pp_b"))):
+        for axis, copies in (("tp", ("tp",)), ("cp", ("cp",)), (GRADIENT_AXIS, ("dp_cp",)),
+                             ("pp", ("pp_f", "pp_b"))):
             for ranks in self.placement.groups(axis):
                 for name in copies:
                     group = dist.new_group(ranks, timeout=timeout)
@@ -226,22 +239,24 @@ class RankRuntime(Interpreter):
         self._wait(row, work)
         return buf
 
-    def _microbatch(self, mb: int) -> torch.Tensor:
+    def _microbatch(self, mb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of micro-batch `mb`: this cp rank's positions of its rows."""
         size = self.scenario.training.micro_batch
-        return self.tokens[mb * size:(mb + 1) * size]
+        rows = self.tokens[mb * size:(mb + 1) * size]
+        return self.cp.local(rows[:, :-1]), self.cp.local(rows[:, 1:])
 
     def forward(self, a) -> None:
         stage = self.stages.stage(self.pp_rank, a.chunk)
         module = self.chunks[a.chunk]
         src = input_of(self.stages, self.pp_rank, a)
         if src is None:
-            x = self._microbatch(a.mb)[:, :-1]
+            x = self._microbatch(a.mb)[0]
         elif src.rank == self.pp_rank:  # V turnaround: local producer
             x = self.act_out.pop((src.stage, a.mb)).detach().requires_grad_()
         else:
             x = self._received(Kind.RECV_F, stage, a.mb).requires_grad_()
         if module.last:
-            loss = module(x, self._microbatch(a.mb)[:, 1:])
+            loss = module(x, self._microbatch(a.mb)[1])
             self.loss = (self.loss or 0.0) + float(loss.detach()) / self.m
             out = loss * (self.opt.loss_scale / self.m)  # the backward starts from the scaled loss (fp16)
         else:
@@ -296,7 +311,8 @@ class RankRuntime(Interpreter):
             device += f" ({torch.cuda.get_device_name(self.device)})"
         return {"precision": p.name, "dtype": p.param, "master_dtype": p.main, "grad_dtype": p.grad,
                 "loss_scale": self.opt.scaler.scale if self.opt.scaler else None, "described": p.describe(),
-                "attention": self.cfg.attention, "device": device}
+                "attention": f"ring over {self.cp.size} cp ranks" if self.cp.size > 1 else self.cfg.attention,
+                "device": device}
 
     def shards_for_check(self) -> dict:
         """This rank's final master weights and (dp-averaged, unscaled) gradients, by global name."""
