@@ -26,6 +26,9 @@ import torch.nn.functional as F
 KERNEL_OF_BACKEND = {"flash": "sdpa", "unfused": "unfused"}
 
 ROPE_BASE = 10000.0  # Megatron's --rotary-base default, as in Su et al. 2021
+# SDPA takes grouped-query attention unexpanded from torch 2.5 (`enable_gqa`); the executor
+# supports torch >= 2.2 (pyproject), where the kv heads are repeated first
+SDPA_GQA = torch.__version__ >= "2.5"
 
 
 def attention_kernel(backend: str) -> str:
@@ -45,12 +48,14 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str) -> torch.Tensor:
     """Causal attention of q [b, n, s, d] over k, v [b, n_kv, s, d] -> [b, n, s, d]."""
     groups = q.shape[1] // k.shape[1]
-    if kernel == "sdpa":
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=groups > 1)
-    if kernel != "unfused":
+    if kernel not in ("sdpa", "unfused"):
         raise ValueError(f"unknown attention kernel {kernel!r}")
+    if kernel == "sdpa" and SDPA_GQA:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=groups > 1)
     if groups > 1:
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    if kernel == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     s = q.shape[-2]
     scores = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).to(compute_dtype(q.dtype))
     causal = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)

@@ -126,7 +126,10 @@ class RMSNorm(nn.Module):
         self.weight = b.param(f"{name}.weight", (hidden,), kind="norm_weight")
 
     def forward(self, x):
-        return F.rms_norm(x, x.shape[-1:], self.weight, eps=NORM_EPS)
+        if hasattr(F, "rms_norm"):  # torch >= 2.4
+            return F.rms_norm(x, x.shape[-1:], self.weight, eps=NORM_EPS)
+        wide = x.to(compute_dtype(x.dtype))
+        return (wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) + NORM_EPS)).to(x.dtype) * self.weight
 
 
 def make_norm(b: _Builder, name: str, cfg: GPTConfig) -> nn.Module:

@@ -119,7 +119,8 @@ class GradientsAndOptimizer:
             self.grads = {p.global_name: p.main_grad.to(self.main_dtype) * unscale for p in self.params}
         self.overflowed = False
         if self.scaler is not None:
-            bad = torch.tensor([float(any(not torch.isfinite(g).all() for g in self.grads.values()))])
+            bad = torch.tensor([float(any(not torch.isfinite(g).all() for g in self.grads.values()))],
+                               device=self.params[0].device)  # NCCL reduces device tensors only
             dist.all_reduce(bad, op=dist.ReduceOp.MAX)  # every rank skips, or none does
             self.overflowed = bool(bad.item())
             self.scaler.update(self.overflowed)
