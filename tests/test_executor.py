@@ -87,11 +87,6 @@ def test_trace_has_fixed_columns_and_last_step_actions(tmp_path):
     assert r.median_step_s > 0 and len(r.step_times_s) == 2
 
 
-def test_context_parallel_is_refused():
-    with pytest.raises(ValueError, match="context parallelism"):
-        execute(TINY, overrides=["parallel.cp=2", "cluster.gpus_per_node=2"])
-
-
 def test_import_does_not_pull_torch():
     code = "import sys, sim3d, sim3d.executor; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

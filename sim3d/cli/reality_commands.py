@@ -52,6 +52,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
         raise typer.Exit(3 if isinstance(e, RankKilled) else 1)  # 3: the environment failed, not sim3d
     if as_json:
         _print_json({"name": result.name, "schedule": result.schedule, "world_size": result.world_size,
+                     **result.numerics,  # precision, dtypes, attention kernel, device
                      "losses": result.losses, "step_times_s": result.step_times_s,
                      "median_step_s": result.median_step_s, "check": result.check,
                      "trace": str(result.trace_path) if result.trace_path else None})

@@ -2,8 +2,9 @@
 GPT (DESIGN.md section 9): `execute(scenario, steps, backend, check, out_dir, seed)`.
 
 Importing this package imports neither torch nor pandas: `launch` (pandas) loads on first use
-of its names, so `lifetime` serves the plotting process and the sweep pool cheaply; `gpt`,
-`tensor_parallel`, `runtime` and `reference` import torch.
+of its names, so `lifetime` serves the plotting process and the sweep pool cheaply;
+`precision` (the run's number formats) is torch-free too; `gpt`, `attention`,
+`tensor_parallel`, `optimizer`, `runtime` and `reference` import torch.
 """
 
 from typing import TYPE_CHECKING

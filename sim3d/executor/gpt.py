@@ -16,12 +16,20 @@ pipeline chunks by global stage.
   head is untied and vocab-parallel, and the loss is a vocab-parallel cross-entropy: the
   logits are never gathered.
 * Layout [sequence, batch, hidden]; with sequence parallelism the residual stream, the
-  layernorms and the pipeline messages hold [seq/tp, batch, hidden].
+  layernorms and the pipeline messages hold [seq/tp, batch, hidden]. With context
+  parallelism a rank holds its 1/cp of the sequence (context_parallel.py: two load-balanced
+  chunks), attention runs as a ring over the cp ranks and positions are global.
+* The block is the one sim3d prices (sim3d.model.ops.Dims): `activation: gelu` is GPT-2/3
+  (biases, LayerNorm, learned positions), `swiglu` is LLaMA (gated MLP, RMSNorm, rotary
+  positions, no biases), `squared-relu` is Nemotron-4 (relu(x)^2, LayerNorm, rotary, no
+  biases). Attention runs the kernel `training.attention_backend` names (attention.py).
+* Weights are created in the run's compute dtype (bf16 / fp16 under mixed precision); the
+  cross-entropy is computed in fp32 at least, as Megatron-Core's vocab-parallel loss casts
+  its logits to float.
 """
 
 from __future__ import annotations
 
-import math
 import zlib
 from dataclasses import dataclass
 
@@ -29,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import attention_kernel, compute_dtype, core_attention, rotary
+from .context_parallel import CPContext, ring_attention
 from .tensor_parallel import (TPContext, enter_tp_region, exit_tp_region, reduce_from_tp,
                               reduce_scatter_seq, vocab_parallel_cross_entropy)
 
@@ -45,15 +55,27 @@ class GPTConfig:
     vocab: int
     seq_len: int
     activation: str = "gelu"
+    kv_channels: int | None = None  # head dim when it is not hidden / heads
+    attention: str = "unfused"  # the kernel: "sdpa" | "unfused" (attention.py)
 
     @classmethod
     def of(cls, scenario) -> "GPTConfig":
         m = scenario.model
-        return cls(m.layers, m.hidden, m.heads, m.num_kv_heads, m.ffn, m.vocab, m.seq_len, m.activation)
+        return cls(m.layers, m.hidden, m.heads, m.num_kv_heads, m.ffn, m.vocab, m.seq_len, m.activation,
+                   m.kv_channels, attention_kernel(scenario.training.attention_backend))
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.kv_channels or self.hidden // self.heads
+
+    @property
+    def gpt_style(self) -> bool:
+        """Biases, LayerNorm and learned positions (sim3d.model.ops.Dims.gpt_style)."""
+        return self.activation == "gelu"
+
+    @property
+    def norm(self) -> str:
+        return "rmsnorm" if self.activation == "swiglu" else "layernorm"
 
 
 def full_tensor(seed: int, name: str, shape: tuple[int, ...], kind: str) -> torch.Tensor:
@@ -71,8 +93,9 @@ def shard(full: torch.Tensor, tp_dim: int | None, tp: TPContext) -> torch.Tensor
 
 
 class _Builder:
-    def __init__(self, seed: int, tp: TPContext, dtype: torch.dtype, device):
+    def __init__(self, seed: int, tp: TPContext, dtype: torch.dtype, device, cp: CPContext | None = None):
         self.seed, self.tp, self.dtype, self.device = seed, tp, dtype, device
+        self.cp = cp or CPContext()
 
     def param(self, name: str, shape: tuple[int, ...], tp_dim: int | None = None, kind: str = "weight") -> nn.Parameter:
         value = shard(full_tensor(self.seed, name, shape, kind), tp_dim, self.tp)
@@ -82,6 +105,9 @@ class _Builder:
         return p
 
 
+NORM_EPS = 1e-5  # Megatron's --norm-epsilon default
+
+
 class LayerNorm(nn.Module):
     def __init__(self, b: _Builder, name: str, hidden: int):
         super().__init__()
@@ -89,7 +115,25 @@ class LayerNorm(nn.Module):
         self.bias = b.param(f"{name}.bias", (hidden,))
 
     def forward(self, x):
-        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, eps=1e-5)
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, eps=NORM_EPS)
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight (Zhang and Sennrich 2019, arXiv:1910.07467, eq. 4)."""
+
+    def __init__(self, b: _Builder, name: str, hidden: int):
+        super().__init__()
+        self.weight = b.param(f"{name}.weight", (hidden,), kind="norm_weight")
+
+    def forward(self, x):
+        if hasattr(F, "rms_norm"):  # torch >= 2.4
+            return F.rms_norm(x, x.shape[-1:], self.weight, eps=NORM_EPS)
+        wide = x.to(compute_dtype(x.dtype))
+        return (wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) + NORM_EPS)).to(x.dtype) * self.weight
+
+
+def make_norm(b: _Builder, name: str, cfg: GPTConfig) -> nn.Module:
+    return (RMSNorm if cfg.norm == "rmsnorm" else LayerNorm)(b, name, cfg.hidden)
 
 
 class ColumnLinear(nn.Module):
@@ -107,58 +151,67 @@ class ColumnLinear(nn.Module):
 class RowLinear(nn.Module):
     """y = reduce(x A_r^T) + b with A's columns (inputs) split over TP; bias after the reduction."""
 
-    def __init__(self, b: _Builder, name: str, inp: int, out: int):
+    def __init__(self, b: _Builder, name: str, inp: int, out: int, bias: bool = True):
         super().__init__()
         self.tp = b.tp
         self.weight = b.param(f"{name}.weight", (out, inp), tp_dim=1)
-        self.bias = b.param(f"{name}.bias", (out,))
+        self.bias = b.param(f"{name}.bias", (out,)) if bias else None
 
     def forward(self, x):
-        return exit_tp_region(F.linear(x, self.weight), self.tp) + self.bias
+        y = exit_tp_region(F.linear(x, self.weight), self.tp)
+        return y + self.bias if self.bias is not None else y
 
 
 class Attention(nn.Module):
+    """Heads split over TP (grouped-query attention splits the kv heads too); rotary
+    positions on q and k unless the model learns its positions."""
+
     def __init__(self, b: _Builder, name: str, cfg: GPTConfig):
         super().__init__()
-        self.tp, hd = b.tp, cfg.head_dim
+        self.tp, self.cp, self.seq_len, hd, bias = b.tp, b.cp, cfg.seq_len, cfg.head_dim, cfg.gpt_style
         self.heads, self.kv_heads, self.head_dim = cfg.heads // b.tp.size, cfg.kv_heads // b.tp.size, hd
-        self.q = ColumnLinear(b, f"{name}.q", cfg.hidden, cfg.heads * hd)
-        self.k = ColumnLinear(b, f"{name}.k", cfg.hidden, cfg.kv_heads * hd)
-        self.v = ColumnLinear(b, f"{name}.v", cfg.hidden, cfg.kv_heads * hd)
-        self.o = RowLinear(b, f"{name}.o", cfg.heads * hd, cfg.hidden)
+        self.kernel, self.rotary = cfg.attention, not cfg.gpt_style
+        self.q = ColumnLinear(b, f"{name}.q", cfg.hidden, cfg.heads * hd, bias)
+        self.k = ColumnLinear(b, f"{name}.k", cfg.hidden, cfg.kv_heads * hd, bias)
+        self.v = ColumnLinear(b, f"{name}.v", cfg.hidden, cfg.kv_heads * hd, bias)
+        self.o = RowLinear(b, f"{name}.o", cfg.heads * hd, cfg.hidden, bias)
 
     def forward(self, x):
         x = enter_tp_region(x, self.tp)
         s, batch = x.shape[:2]
-
-        def heads(t, n):  # [s, b, n*hd] -> [b, n, s, hd]
-            return t.view(s, batch, n, self.head_dim).permute(1, 2, 0, 3)
-
-        q, k, v = heads(self.q(x), self.heads), heads(self.k(x), self.kv_heads), heads(self.v(x), self.kv_heads)
-        if self.kv_heads != self.heads:  # grouped-query attention: local q heads share local kv heads
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-        probs = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
-        ctx = (probs @ v).permute(2, 0, 1, 3).reshape(s, batch, self.heads * self.head_dim)
-        return self.o(ctx)
+        q = self.q(x).view(s, batch, self.heads, self.head_dim)
+        k = self.k(x).view(s, batch, self.kv_heads, self.head_dim)
+        v = self.v(x).view(s, batch, self.kv_heads, self.head_dim)
+        if self.rotary:  # at the global positions of this rank's tokens (context parallelism)
+            positions = self.cp.positions(self.seq_len, device=x.device)
+            q, k = rotary(q, positions), rotary(k, positions)
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [s, b, n, hd] -> [b, n, s, hd]
+        if self.cp.size > 1:
+            ctx = ring_attention(q, k, v, self.cp)
+        else:
+            ctx = core_attention(q, k, v, self.kernel)
+        return self.o(ctx.permute(2, 0, 1, 3).reshape(s, batch, self.heads * self.head_dim))
 
 
 class MLP(nn.Module):
     def __init__(self, b: _Builder, name: str, cfg: GPTConfig):
         super().__init__()
-        self.tp, self.swiglu = b.tp, cfg.activation == "swiglu"
-        if self.swiglu:
-            self.gate = ColumnLinear(b, f"{name}.gate", cfg.hidden, cfg.ffn)
-            self.up = ColumnLinear(b, f"{name}.up", cfg.hidden, cfg.ffn)
+        self.tp, self.activation, bias = b.tp, cfg.activation, cfg.gpt_style
+        if self.activation == "swiglu":  # Shazeer 2020, arXiv:2002.05202, eq. 5 (FFN_SwiGLU)
+            self.gate = ColumnLinear(b, f"{name}.gate", cfg.hidden, cfg.ffn, bias)
+            self.up = ColumnLinear(b, f"{name}.up", cfg.hidden, cfg.ffn, bias)
         else:
-            self.fc1 = ColumnLinear(b, f"{name}.fc1", cfg.hidden, cfg.ffn)
-        self.fc2 = RowLinear(b, f"{name}.fc2", cfg.ffn, cfg.hidden)
+            self.fc1 = ColumnLinear(b, f"{name}.fc1", cfg.hidden, cfg.ffn, bias)
+        self.fc2 = RowLinear(b, f"{name}.fc2", cfg.ffn, cfg.hidden, bias)
 
     def forward(self, x):
         x = enter_tp_region(x, self.tp)
-        h = F.silu(self.gate(x)) * self.up(x) if self.swiglu else F.gelu(self.fc1(x))
+        if self.activation == "swiglu":
+            h = F.silu(self.gate(x)) * self.up(x)
+        elif self.activation == "squared-relu":  # Nemotron-4 (arXiv:2402.16819, section 2)
+            h = F.relu(self.fc1(x)).square()
+        else:
+            h = F.gelu(self.fc1(x))
         return self.fc2(h)
 
 
@@ -166,9 +219,9 @@ class Block(nn.Module):
     def __init__(self, b: _Builder, index: int, cfg: GPTConfig):
         super().__init__()
         name = f"layers.{index}"
-        self.ln1 = LayerNorm(b, f"{name}.ln1", cfg.hidden)
+        self.ln1 = make_norm(b, f"{name}.ln1", cfg)
         self.attn = Attention(b, f"{name}.attn", cfg)
-        self.ln2 = LayerNorm(b, f"{name}.ln2", cfg.hidden)
+        self.ln2 = make_norm(b, f"{name}.ln2", cfg)
         self.mlp = MLP(b, f"{name}.mlp", cfg)
 
     def forward(self, x):
@@ -177,25 +230,27 @@ class Block(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Vocab-parallel word embedding + replicated learned positions -> [s(/tp), b, h]."""
+    """Vocab-parallel word embedding (+ replicated learned positions, GPT style) -> [s(/tp), b, h]."""
 
     def __init__(self, b: _Builder, cfg: GPTConfig):
         super().__init__()
-        self.tp = b.tp
+        self.tp, self.cp, self.seq_len = b.tp, b.cp, cfg.seq_len
         self.word = b.param("embed.word", (cfg.vocab, cfg.hidden), tp_dim=0)
-        self.pos = b.param("embed.pos", (cfg.seq_len, cfg.hidden))
+        self.pos = b.param("embed.pos", (cfg.seq_len, cfg.hidden)) if cfg.gpt_style else None
 
-    def forward(self, ids):  # ids [b, s]
+    def forward(self, ids):  # ids [b, s/cp]: this cp rank's tokens
         ids = ids.t()
         rows = self.word.shape[0]
         start = self.tp.rank * rows
         outside = (ids < start) | (ids >= start + rows)
         local = F.embedding((ids - start).masked_fill(outside, 0), self.word)
         local = local.masked_fill(outside.unsqueeze(-1), 0.0)
-        if self.tp.sp:
-            pos = self.pos.chunk(self.tp.size, dim=0)[self.tp.rank]
-            return reduce_scatter_seq(local, self.tp) + pos.unsqueeze(1)
-        return reduce_from_tp(local, self.tp) + self.pos.unsqueeze(1)
+        x = reduce_scatter_seq(local, self.tp) if self.tp.sp else reduce_from_tp(local, self.tp)
+        if self.pos is None:
+            return x
+        pos = self.pos if self.cp.size == 1 else self.pos[self.cp.positions(self.seq_len, device=ids.device)]
+        pos = pos.chunk(self.tp.size, dim=0)[self.tp.rank] if self.tp.sp else pos
+        return x + pos.unsqueeze(1)
 
 
 class Head(nn.Module):
@@ -204,11 +259,12 @@ class Head(nn.Module):
     def __init__(self, b: _Builder, cfg: GPTConfig):
         super().__init__()
         self.tp = b.tp
-        self.norm = LayerNorm(b, "final_norm", cfg.hidden)
+        self.norm = make_norm(b, "final_norm", cfg)
         self.weight = b.param("head.weight", (cfg.vocab, cfg.hidden), tp_dim=0)
 
     def forward(self, x, targets):  # targets [b, s]; returns the mean loss over tokens
         logits = F.linear(enter_tp_region(self.norm(x), self.tp), self.weight)
+        logits = logits.to(compute_dtype(logits.dtype))
         return vocab_parallel_cross_entropy(logits, targets.t(), self.tp).mean()
 
 
@@ -218,11 +274,11 @@ class GPTChunk(nn.Module):
     loss on the last stage."""
 
     def __init__(self, cfg: GPTConfig, stage_layers: tuple[int, ...], stage: int, tp: TPContext,
-                 seed: int, dtype=torch.float32, device="cpu"):
+                 seed: int, dtype=torch.float32, device="cpu", cp: CPContext | None = None):
         super().__init__()
         if sum(stage_layers) != cfg.layers:
             raise ValueError(f"stage_layers {stage_layers} do not add up to {cfg.layers} layers")
-        b = _Builder(seed, tp, dtype, device)
+        b = _Builder(seed, tp, dtype, device, cp)
         self.stage, self.first, self.last = stage, stage == 0, stage == len(stage_layers) - 1
         start = sum(stage_layers[:stage])
         self.embed = Embedding(b, cfg) if self.first else None
@@ -246,9 +302,10 @@ def sgd_step(params, lr: float) -> None:
             p.add_(p.grad, alpha=-lr)
 
 
-def activation_shape(cfg: GPTConfig, micro_batch: int, tp: TPContext) -> tuple[int, int, int]:
+def activation_shape(cfg: GPTConfig, micro_batch: int, tp: TPContext, cp_size: int = 1) -> tuple[int, int, int]:
     """Shape of the tensor a stage sends to the next one (and of the gradient coming back)."""
-    seq = cfg.seq_len // tp.size if tp.sp else cfg.seq_len
+    seq = cfg.seq_len // cp_size
+    seq = seq // tp.size if tp.sp else seq
     return (seq, micro_batch, cfg.hidden)
 
 

@@ -97,16 +97,27 @@ class ExecuteResult:
         return None if self.check is None else self.check["grad_abs"]
 
     @property
+    def numerics(self) -> dict:
+        """What the run computed with: `precision` (the scenario's word, float64 for a checked
+        fp32 run), `dtype` (weights and activations), `master_dtype`, `grad_dtype`,
+        `loss_scale` (fp16's last scale, else null), `attention` (sdpa | unfused), `device`."""
+        return {k: self.meta.get(k) for k in ("precision", "dtype", "master_dtype", "grad_dtype", "loss_scale",
+                                              "attention", "device")}
+
+    @property
     def passed(self) -> bool | None:
         return None if self.check is None else bool(self.check["passed"])
 
     def summary(self) -> str:
         lines = [f"{self.name}: schedule {self.schedule} on {self.world_size} process(es), "
                  f"median step {self.median_step_s * 1e3:.1f} ms",
+                 f"ran {self.meta.get('described', '?')}, attention {self.meta.get('attention', '?')} "
+                 f"on {self.meta.get('device', '?')}",
                  "losses: " + ", ".join(f"{x:.6f}" for x in self.losses)]
         if self.check is not None:
             c = self.check
-            lines.append(f"check {'PASSED' if c['passed'] else 'FAILED'}: loss rel {c['loss_rel']:.2e}, "
+            lines.append(f"check {'PASSED' if c['passed'] else 'FAILED'} (tolerance {c['tolerance']:.1e} for "
+                         f"{self.meta.get('precision')}): loss rel {c['loss_rel']:.2e}, "
                          f"param abs {c['param_abs']:.2e} rel {c['param_rel']:.2e}, "
                          f"grad abs {c['grad_abs']:.2e} rel {c['grad_rel']:.2e}"
                          + ("" if c["passed"] else f"; worst: {c['worst']}"))
@@ -126,8 +137,8 @@ def _load(scenario, overrides=()):
 
 def _env_hooks(sabotage, kill):
     sabotage = sabotage or os.environ.get("SIM3D_EXECUTOR_SABOTAGE") or None
-    if sabotage not in (None, "dp_reduce", "tp_allreduce"):
-        raise ValueError(f"sabotage must be 'dp_reduce' or 'tp_allreduce', got {sabotage!r}")
+    if sabotage not in (None, "dp_reduce", "tp_allreduce", "cp_ring"):
+        raise ValueError(f"sabotage must be 'dp_reduce', 'tp_allreduce' or 'cp_ring', got {sabotage!r}")
     text = os.environ.get("SIM3D_EXECUTOR_KILL")  # "RANK:STEP[:stop]", test only
     if kill is None and text:
         rank, step, *how = text.split(":")
@@ -144,19 +155,21 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     from ..step import dp_buckets_per_chunk
     from .runtime import RunSpec, make_schedule
 
-    if scenario.cp > 1:
-        raise ExecutorRefusal(f"parallel.cp={scenario.cp}: the executor does not implement context parallelism "
-                              "(ring attention); run cp > 1 layouts in the simulator only")
     if scenario.model.moe is not None or scenario.ep > 1:
         raise ExecutorRefusal("the executor runs dense models only (model.moe must be null, parallel.ep 1)")
+    from .precision import resolve_precision
+    try:
+        resolve_precision(scenario.training, check)
+    except ValueError as e:  # fp8
+        raise ExecutorRefusal(str(e)) from None
     if scenario.parallel.zero >= 2 and scenario.dp * scenario.cp > 1:
         raise ExecutorRefusal(f"parallel.zero={scenario.parallel.zero}: the executor shards the optimizer state at "
                               "most (zero 0 or 1); run sharded gradients and parameters in the simulator only")
     if steps < 1:
         raise ExecutorRefusal(f"steps must be >= 1, got {steps}")
-    if scenario.parallel.sequence_parallel and scenario.model.seq_len % scenario.tp:
-        raise ExecutorRefusal(f"model.seq_len={scenario.model.seq_len} is not divisible by tp={scenario.tp} "
-                              "(sequence parallelism)")
+    if scenario.parallel.sequence_parallel and (scenario.model.seq_len // scenario.cp) % scenario.tp:
+        raise ExecutorRefusal(f"model.seq_len={scenario.model.seq_len} / cp={scenario.cp} is not divisible by "
+                              f"tp={scenario.tp} (sequence parallelism)")
     sabotage, kill = _env_hooks(sabotage, kill)
     if buckets_per_chunk is None:
         buckets_per_chunk = dp_buckets_per_chunk(scenario)
@@ -197,8 +210,9 @@ def check_machine_fits(scenario, backend: str, check: bool) -> None:
 
 
 def _activation_bytes(scenario) -> float:
-    """Activations of all ranks at their peak, as the executor keeps them: fp32, attention
-    scores materialised (its layers are unfused), from the memory model."""
+    """Activations of all ranks at their peak, at most as the executor keeps them: fp32 and
+    attention scores materialised (its unfused kernel; bf16 and SDPA keep less), from the
+    memory model."""
     from ..model.memory import memory_report
     from ..scenario.load import scenario_from_dict
     as_run = scenario_from_dict(scenario.model_dump(exclude_none=True), values={
@@ -224,13 +238,15 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
             progress: Callable[[str], None] | None = None) -> ExecuteResult:
     """Run the scenario's layout for real: tp*pp*dp*cp local processes (forkserver), the
     scenario's schedule lowered exactly as the simulator lowers it. `scenario` is a Scenario
-    or a path (then `overrides` like "parallel.tp=2" apply). With `check`, the run uses
-    float64 and is compared with `reference.run_reference`; the result's `check` holds the
-    errors and `passed`. The trace (and `out_dir/trace.csv`) holds the last step only.
+    or a path (then `overrides` like "parallel.tp=2" apply). The run computes in the
+    scenario's `training.precision` (precision.py; fp32 becomes float64 under `check`) and
+    attention kernel; with `check` it is compared with the float64 `reference.run_reference`
+    at that precision's tolerance; the result's `check` holds the errors and `passed`. The
+    trace (and `out_dir/trace.csv`) holds the last step only.
     Scripts calling this need the `if __name__ == "__main__":` guard (children are started
     by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails
     (RankKilled, a subclass, when a signal from outside killed it), ExecutorRefusal (a
-    ValueError) on a request it will not start (cp > 1, MoE, more processes or memory than
+    ValueError) on a request it will not start (MoE, fp8, more processes or memory than
     this machine has). `progress(message)` hears each phase and each step rank 0 finishes."""
     import multiprocessing as mp
 
@@ -399,16 +415,19 @@ def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
             os.replace(temp, trace_path)
         finally:
             temp.unlink(missing_ok=True)
+    ran = payloads[0]["ran"]  # what the ranks ran with: precision, formats, attention kernel, device
     check = ref_losses = None
     if spec.check:
         from .reference import compare_with_reference, run_reference
-        ref = run_reference(s, spec.steps, spec.seed, spec.lr)
+        skipped = sorted({step for p in payloads for step in p["skipped_steps"]})
+        ref = run_reference(s, spec.steps, spec.seed, spec.lr, skipped_steps=skipped)
         ref_losses = ref.losses
-        check = compare_with_reference(ref, losses, [p["shards"] for p in payloads])
+        check = compare_with_reference(ref, losses, [p["shards"] for p in payloads], ran["precision"],
+                                       s.model.layers)
+        check["skipped_steps"] = skipped
     return ExecuteResult(s.name, s.schedule, s.world_size, losses, step_times, statistics.median(timed), trace,
                          trace_path, check, ref_losses,
-                         meta={"backend": spec.backend, "sabotage": spec.sabotage, "seed": spec.seed,
-                               "dtype": "float64" if spec.check else "float32"})
+                         meta={"backend": spec.backend, "sabotage": spec.sabotage, "seed": spec.seed, **ran})
 
 
 def run_torchrun(scenario, steps=3, backend="gloo", check=False, out_dir=None, seed=0, **kw) -> ExecuteResult | None:

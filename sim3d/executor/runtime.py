@@ -14,10 +14,15 @@ shared/reference/schedules.md section 1.6.
   input gradient (`autograd.grad(..., retain_graph=True)`), BW then back-propagates into the
   chunk's parameters only (`backward(inputs=params)`). BW re-traverses the graph, so BW
   durations are those of a full backward, not of a weight-gradient-only pass.
-* `DP_REDUCE#b`: all-reduce (average) the bucket's gradients over dp, or reduce-scatter them
-  with the distributed optimizer; with sequence parallelism the replicated parameters'
-  partial gradients are all-reduced over tp first. `OPT_STEP`: plain SGD (on the owned
-  shard with the distributed optimizer). `PARAM_GATHER#b`: all-gather the updated shards.
+* `DP_REDUCE#b`, `OPT_STEP`, `PARAM_GATHER#b`: the gradient buffers, data-parallel
+  reduction and mixed-precision optimizer of optimizer.py. Weights, activations and the
+  pipeline messages are in the format of `training.precision` (precision.py); the last stage
+  starts the backward from the loss times the loss scale (fp16) over the micro-batch count.
+  Gradients are averaged over dp x cp.
+* Context parallelism: a rank feeds its chunks of each micro-batch's tokens
+  (context_parallel.py); the ring attention's sends and receives happen inside F and B (and
+  again in BW, which re-traverses the graph), as the simulator keeps per-layer collectives
+  inside compute actions.
 
 Trace rows are timestamped with `time.perf_counter` relative to the release of a barrier at
 the start of each step (after `torch.cuda.synchronize` on CUDA). A SEND / RECV ends when
@@ -36,16 +41,18 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..costs.collectives import bus_factor
-from ..cluster.placement import Placement
+from ..cluster.placement import GRADIENT_AXIS, Placement
 from ..schedule import Kind
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import BUCKETED, P2P
 from ..schedule.dependencies import input_of
 from ..step import step_schedule
 from ..trace import STREAM_OF_KIND, TraceRow
-from .gpt import GPTChunk, GPTConfig, activation_shape, sgd_step, token_batch
-from .tensor_parallel import TPContext, all_gather_dim0, reduce_scatter_dim0
+from .context_parallel import CPContext
+from .gpt import GPTChunk, GPTConfig, activation_shape, token_batch
+from .optimizer import GradientsAndOptimizer
+from .precision import resolve_precision
+from .tensor_parallel import TPContext
 
 
 
@@ -61,7 +68,7 @@ class RunSpec:
     lr: float = 0.1
     buckets_per_chunk: int = 1
     timeout_s: float = 30.0
-    sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce"
+    sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce" | "cp_ring"
     kill: tuple | None = None  # test hook: (rank, 1-based step[, "stop"]) -> os._exit(3) or SIGSTOP
 
 
@@ -70,15 +77,10 @@ def make_schedule(spec: RunSpec):
     return step_schedule(spec.scenario, spec.buckets_per_chunk)
 
 
-def wire_bytes(op: str, buffer: torch.Tensor, group_size: int) -> int:
-    """What the trace's `bytes` means for a collective row: the bytes one member sends in a
-    ring over the whole buffer (sim3d.costs.collectives.bus_factor), as the simulator counts."""
-    return round(bus_factor(op, group_size) * buffer.numel() * buffer.element_size()) if group_size > 1 else 0
-
-
 def _dist_opt(s) -> bool:
-    """ZeRO-1 only means something with dp > 1 (the simulator lowers it the same way)."""
-    return s.parallel.distributed_optimizer and s.dp > 1
+    """ZeRO-1 only means something over more than one rank of dp x cp (the simulator lowers
+    it the same way: sim3d.step.gathers_after_step)."""
+    return s.parallel.distributed_optimizer and s.dp * s.cp > 1
 
 
 class RankRuntime(Interpreter):
@@ -87,34 +89,41 @@ class RankRuntime(Interpreter):
         s = self.scenario = spec.scenario
         self.rank, self.spec, self.device = rank, spec, device
         self.cfg = GPTConfig.of(s)
-        self.dtype = torch.float64 if spec.check else torch.float32
+        self.precision = resolve_precision(s.training, spec.check)
+        self.dtype = self.precision.dtype("param")
         self.placement = Placement.of(s)
         self.coords = c = self.placement.coords(rank)
         self.pipeline = self.placement.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])
         self._make_groups()
         self.tp = TPContext(s.tp, c["tp"], self.groups["tp"], s.parallel.sequence_parallel, spec.sabotage)
+        self.cp = CPContext(s.cp, c["cp"], self.groups["cp"], tuple(self.placement.group("cp", rank)),
+                            spec.sabotage)
         self.schedule = make_schedule(spec)
         self.stages, self.m = self.schedule.stages, self.schedule.num_microbatches
         self.pp_rank = c["pp"]
         self.actions = self.schedule.ranks[self.pp_rank]
         self.chunks = {ch: GPTChunk(self.cfg, s.stage_layers, self.stages.stage(self.pp_rank, ch), self.tp,
-                                    spec.seed, self.dtype, device) for ch in range(self.stages.vpp)}
+                                    spec.seed, self.dtype, device, self.cp) for ch in range(self.stages.vpp)}
         self.buckets = {}
         bpc = spec.buckets_per_chunk
         for ch, module in self.chunks.items():
             params = list(module.parameters())
             for j in range(bpc):
                 self.buckets[ch * bpc + j] = params[j * len(params) // bpc:(j + 1) * len(params) // bpc]
-        self.dist_opt = _dist_opt(s)
-        self.grad_shards: dict[int, torch.Tensor] = {}
-        self.param_shards: dict[int, torch.Tensor] = {}
-        self.act_shape = activation_shape(self.cfg, s.training.micro_batch, self.tp)
+        # gradients are averaged (and the optimizer sharded) over dp x cp, as Megatron's
+        # data-parallel group with context parallelism: each cp rank saw 1/cp of the tokens
+        grads = self.groups["dp_cp"]
+        self.opt = GradientsAndOptimizer(self.buckets, self.precision, self.tp,
+                                         TPContext(s.dp * s.cp, dist.get_rank(grads), grads), _dist_opt(s),
+                                         spec.lr, spec.sabotage)
+        self.act_shape = activation_shape(self.cfg, s.training.micro_batch, self.tp, s.cp)
 
     def _make_groups(self) -> None:
         """Every rank creates every group in the same order (torch.distributed requires it)."""
         timeout = timedelta(seconds=self.spec.timeout_s)
         self.groups = {}
-        for axis, copies in (("tp", ("tp",)), ("dp", ("dp",)), ("pp", ("pp_f", "pp_b"))):
+        for axis, copies in (("tp", ("tp",)), ("cp", ("cp",)), (GRADIENT_AXIS, ("dp_cp",)),
+                             ("pp", ("pp_f", "pp_b"))):
             for ranks in self.placement.groups(axis):
                 for name in copies:
                     group = dist.new_group(ranks, timeout=timeout)
@@ -149,9 +158,7 @@ class RankRuntime(Interpreter):
         rows_per_replica = self.m * s.training.micro_batch
         tokens = token_batch(spec.seed, step, s.training.global_batch, self.cfg).to(self.device)
         self.tokens = tokens[self.dp_rank * rows_per_replica:(self.dp_rank + 1) * rows_per_replica]
-        for module in self.chunks.values():
-            for p in module.parameters():
-                p.grad = None
+        self.opt.zero_grad()
         self.saved, self.act_out, self.grad_in, self.recvs, self.deferred = {}, {}, {}, {}, {}
         self.sends, self.pending, self.rows, self.loss = [], [], [], None
         dist.barrier()
@@ -232,24 +239,26 @@ class RankRuntime(Interpreter):
         self._wait(row, work)
         return buf
 
-    def _microbatch(self, mb: int) -> torch.Tensor:
+    def _microbatch(self, mb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of micro-batch `mb`: this cp rank's positions of its rows."""
         size = self.scenario.training.micro_batch
-        return self.tokens[mb * size:(mb + 1) * size]
+        rows = self.tokens[mb * size:(mb + 1) * size]
+        return self.cp.local(rows[:, :-1]), self.cp.local(rows[:, 1:])
 
     def forward(self, a) -> None:
         stage = self.stages.stage(self.pp_rank, a.chunk)
         module = self.chunks[a.chunk]
         src = input_of(self.stages, self.pp_rank, a)
         if src is None:
-            x = self._microbatch(a.mb)[:, :-1]
+            x = self._microbatch(a.mb)[0]
         elif src.rank == self.pp_rank:  # V turnaround: local producer
             x = self.act_out.pop((src.stage, a.mb)).detach().requires_grad_()
         else:
             x = self._received(Kind.RECV_F, stage, a.mb).requires_grad_()
         if module.last:
-            loss = module(x, self._microbatch(a.mb)[:, 1:])
+            loss = module(x, self._microbatch(a.mb)[1])
             self.loss = (self.loss or 0.0) + float(loss.detach()) / self.m
-            out = loss / self.m
+            out = loss * (self.opt.loss_scale / self.m)  # the backward starts from the scaled loss (fp16)
         else:
             out = module(x)
             self.act_out[(stage, a.mb)] = out.detach()
@@ -284,75 +293,33 @@ class RankRuntime(Interpreter):
         grad = self.deferred.pop((stage, a.mb))
         torch.autograd.backward(out, grad, inputs=list(self.chunks[a.chunk].parameters()))
 
-    # ---- data parallel and optimizer -----------------------------------------------------------
-    def _flat_grads(self, params) -> torch.Tensor:
-        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-
-    def _padded(self, flat: torch.Tensor) -> torch.Tensor:
-        pad = (-flat.numel()) % self.dp_size
-        return torch.cat([flat, flat.new_zeros(pad)]) if pad else flat
-
-    def _unflatten_into(self, flat: torch.Tensor, params, attr: str) -> None:
-        offset = 0
-        for p in params:
-            part = flat[offset:offset + p.numel()].view_as(p)
-            if attr == "data":
-                p.data.copy_(part)
-            else:
-                p.grad = part.clone()
-            offset += p.numel()
-
+    # ---- data parallel and optimizer (optimizer.py) ------------------------------------------
     def reduce_gradients(self, a) -> int:
-        bucket = a.bucket
-        params = self.buckets[bucket]
-        sp = [p for p in params if p.sequence_parallel]
-        if sp and self.tp.size > 1:  # partial grads of replicated params fed by sequence shards
-            flat = self._flat_grads(sp)
-            dist.all_reduce(flat, group=self.tp.group)
-            self._unflatten_into(flat, sp, "grad")
-        flat = self._flat_grads(params)
-        if self.dist_opt:
-            flat = self._padded(flat)
-            dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
-            if self.spec.sabotage == "dp_reduce":
-                shard = flat.chunk(self.dp_size)[self.dp_rank].clone()
-            else:
-                shard = reduce_scatter_dim0(flat, dp) / self.dp_size
-            self.grad_shards[bucket] = shard
-        elif self.dp_size > 1 and self.spec.sabotage != "dp_reduce":
-            dist.all_reduce(flat, group=self.groups["dp"])
-            self._unflatten_into(flat / self.dp_size, params, "grad")
-        return wire_bytes("reduce_scatter" if self.dist_opt else "all_reduce", flat, self.dp_size)
+        return self.opt.reduce(a.bucket)
 
     def optimizer_step(self, a) -> None:
-        if not self.dist_opt:
-            sgd_step([p for m in self.chunks.values() for p in m.parameters()], self.spec.lr)
-            return
-        for bucket, params in self.buckets.items():
-            flat = self._padded(torch.cat([p.detach().reshape(-1) for p in params]))
-            shard = flat.chunk(self.dp_size)[self.dp_rank].clone()
-            self.param_shards[bucket] = shard.add_(self.grad_shards[bucket], alpha=-self.spec.lr)
+        self.opt.step()
 
     def gather_parameters(self, a) -> int:
-        bucket = a.bucket
-        dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
-        flat = all_gather_dim0(self.param_shards.pop(bucket), dp)
-        self._unflatten_into(flat, self.buckets[bucket], "data")
-        return wire_bytes("all_gather", flat, self.dp_size)
+        return self.opt.gather(a.bucket)
 
-    # ---- check -------------------------------------------------------------------------------
+    # ---- what ran, and the check ---------------------------------------------------------------
+    def numerics(self) -> dict:
+        """The formats, attention kernel and device this rank ran with (ExecuteResult.numerics)."""
+        p, device = self.precision, str(self.device)
+        if self.device.type == "cuda":
+            device += f" ({torch.cuda.get_device_name(self.device)})"
+        return {"precision": p.name, "dtype": p.param, "master_dtype": p.main, "grad_dtype": p.grad,
+                "loss_scale": self.opt.scaler.scale if self.opt.scaler else None, "described": p.describe(),
+                "attention": f"ring over {self.cp.size} cp ranks" if self.cp.size > 1 else self.cfg.attention,
+                "device": device}
+
     def shards_for_check(self) -> dict:
-        """This rank's final parameters and (dp-averaged) gradients, by global name."""
-        dp = TPContext(self.dp_size, self.dp_rank, self.groups["dp"])
-        if self.dist_opt:  # rebuild full averaged grads from the reduce-scattered shards
-            for bucket, params in self.buckets.items():
-                self._unflatten_into(all_gather_dim0(self.grad_shards[bucket], dp), params, "grad")
-        out = {"rank": self.rank, "tp": self.tp.size, "tp_rank": self.tp.rank, "params": {}, "grads": {}}
-        for module in self.chunks.values():
-            for p in module.parameters():
-                out["params"][p.global_name] = (p.tp_dim, p.detach().cpu().numpy().copy())
-                out["grads"][p.global_name] = p.grad.detach().cpu().numpy().copy()
-        return out
+        """This rank's final master weights and (dp-averaged, unscaled) gradients, by global name."""
+        weights, grads = self.opt.final_state()
+        tp_dims = {p.global_name: p.tp_dim for m in self.chunks.values() for p in m.parameters()}
+        return {"rank": self.rank, "tp": self.tp.size, "tp_rank": self.tp.rank, "grads": grads,
+                "params": {name: (tp_dims[name], value) for name, value in weights.items()}}
 
 
 def run_rank(rank: int, world_size: int, spec: RunSpec, init_method: str = "env://", local_rank: int = 0,
@@ -368,16 +335,19 @@ def run_rank(rank: int, world_size: int, spec: RunSpec, init_method: str = "env:
     dist.init_process_group(spec.backend, init_method=init_method, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=spec.timeout_s))
     runtime = RankRuntime(rank, spec, device)
-    losses, step_times, rows = [], [], []
+    losses, step_times, rows, skipped = [], [], [], []
     for step in range(spec.steps):
         rows, loss, step_time = runtime.run_step(step)
         losses.append(loss)
         step_times.append(step_time)
+        if runtime.opt.overflowed:  # fp16: the step's gradients overflowed and its update was skipped
+            skipped.append(step)
         if on_step is not None:
             on_step(step)
     holds_loss = any(module.last for module in runtime.chunks.values())
     payload = {"rank": rank, "coords": runtime.coords, "losses": losses if holds_loss else None,
-               "step_times": step_times, "trace": rows,
+               "step_times": step_times, "trace": rows, "skipped_steps": skipped,
+               "ran": runtime.numerics(),
                "shards": runtime.shards_for_check() if spec.check else None}
     dist.barrier()  # nobody leaves while a peer may still be reading from it
     return payload
