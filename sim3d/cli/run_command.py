@@ -58,7 +58,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
-    from ..report.outputs import planned_outputs, start_plotting
+    from ..report.outputs import draw_memory_early, planned_outputs, start_plotting
     from ..report.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
@@ -73,6 +73,9 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         folder = _writable_folder(out_dir or _default_folder(s.name))
         lock = folder_lock(folder, "run")  # released in `finally`, after an error too
         refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME])
+        if plots:  # drawn while this process simulates (`simulate` makes the same report again: 0.01 s)
+            from ..model.memory import memory_report
+            draw_memory_early(plotter, s, memory_report(s, check_schedule=False))
         if PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
             gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -111,7 +114,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
             if flags:
                 out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
-                                 **gantt)
+                                 memory_drawn=plots, **gantt)
         from ..report.outputs import run_output_names
         removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),
                                                    "sets": list(set_)}, run_output_names())
@@ -144,9 +147,11 @@ def _print_explain(result) -> None:
 
 
 def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, plotter=None,
-                   **gantt) -> list[Path]:
+                   memory_drawn: bool = False, **gantt) -> list[Path]:
     from ..report.outputs import write_run_outputs
     if quiet:
-        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, memory_drawn=memory_drawn,
+                                 **gantt)
     with err.status(f"writing trace and plots to {folder}/ ..."):
-        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, memory_drawn=memory_drawn,
+                                 **gantt)

@@ -9,6 +9,7 @@ No pyplot also means no global figure registry to leak into long sessions.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -72,6 +73,13 @@ def place_axes(fig: Figure, ax, left: float, right: float, top: float, bottom: f
     """Margins in inches from the figure's edges."""
     w, h = fig.get_size_inches()
     ax.set_position([left / w, bottom / h, max(0.05, 1 - (left + right) / w), max(0.05, 1 - (top + bottom) / h)])
+
+
+def png_bytes(fig: Figure, dpi: float) -> bytes:
+    """The figure as `save` writes it to a .png, in memory."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
+    return buffer.getvalue()
 
 
 def save(fig: Figure, paths: Sequence[str | Path], dpi: float) -> list[Path]:

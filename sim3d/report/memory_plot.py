@@ -21,14 +21,23 @@ def plain_rows(report) -> tuple[list[SimpleNamespace], float]:
     return [SimpleNamespace(**{f: getattr(r, f) for f in fields}) for r in report.rows], report.hbm_bytes / GIB
 
 
+DPI = 150
+
+
 def plot_memory(rows, path_png: str | Path, title: str, hbm_gib: float | None = None) -> Path:
     """Stacked bars of each pipeline rank's memory with the HBM capacity as a dashed line.
     `rows` is a list of RankMemory (or of `plain_rows`) or a MemoryReport (which also
     supplies the capacity). The file format follows the suffix of `path_png` (png, pdf, svg)."""
+    from .figure import save
+    return save(memory_figure(rows, title, hbm_gib), [path_png], dpi=DPI)[0]
+
+
+def memory_figure(rows, title: str, hbm_gib: float | None = None):
+    """`plot_memory`'s figure, not yet drawn (matplotlib.figure.Figure)."""
     if hasattr(rows, "rows"):
         hbm_gib = hbm_gib or rows.hbm_bytes / GIB
         rows = list(rows.rows)
-    from .figure import artist_inches, new_figure, place_axes, save, text_inches, widest
+    from .figure import artist_inches, new_figure, place_axes, text_inches, widest
 
     n = len(rows)
     fig = new_figure(max(6.0, 0.45 * n + 3), 4.5)
@@ -60,7 +69,7 @@ def plot_memory(rows, path_png: str | Path, title: str, hbm_gib: float | None = 
     left = widest(fig, [f"{top * 1.12:.0f}"], 10) + text_inches(fig, "memory", 10)[1] + 0.3
     bottom = artist_inches(fig, legend)[1] + tick_h + text_inches(fig, "pipeline", 10)[1] + 0.3
     place_axes(fig, ax, left=left, right=0.15, top=text_inches(fig, title, 12)[1] + 0.25, bottom=bottom)
-    return save(fig, [path_png], dpi=150)[0]
+    return fig
 
 
 def _label(row) -> str:
