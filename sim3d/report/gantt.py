@@ -407,8 +407,9 @@ def _draw_image(fig, ax, layers) -> None:
             px1 = np.where(px1 - px0 >= _SEPARATED_PX, px1 - 1.0, px1)
         parts.append((px0, px1, np.broadcast_to(y0, n), np.broadcast_to(y1, n), np.broadcast_to(rgb, (n, 3))))
     px0, px1, y0, y1, rgb = (np.concatenate(column) for column in zip(*parts))
-    edges, band = np.unique(np.column_stack([y0, y1]), axis=0, return_inverse=True)
-    rows = coverage(band.ravel(), px0, px1, rgb, len(edges), width)
+    tops, first, band = np.unique(y0, return_index=True, return_inverse=True)  # a lane is known by its top
+    rows = coverage(band.ravel(), px0, px1, rgb, len(tops), width)
+    edges = np.column_stack([tops, y1[first]])
     spans = np.rint((edges - ya) / (yb - ya) * height).astype(int).tolist()
     ax.add_artist(PixelImage(stack_bands(rows, spans, height)))
 
