@@ -110,6 +110,16 @@ def _lanes(rank: np.ndarray, stream_id: np.ndarray, start: np.ndarray, end: np.n
     return lane
 
 
+def _threads(rank: np.ndarray, tid: np.ndarray, lane: np.ndarray) -> list[tuple[int, int, int]]:
+    """The distinct (rank, tid, lane) of the rows, in that order: unique of one int64 key per
+    row (a lexicographic unique of row triples sorts ten times slower)."""
+    if not len(rank):
+        return []
+    tids, lanes = int(tid.max()) + 1, int(lane.max()) + 1
+    keys = np.unique((rank * tids + tid) * lanes + lane).tolist()
+    return [(key // (tids * lanes), key // lanes % tids, key % lanes) for key in keys]
+
+
 def chrome_trace_events(trace, rank_labels: Mapping[int, str] | None = None) -> list[dict]:
     """The trace's Chrome Trace events as dicts (what `write_chrome_trace` writes)."""
     body = _chrome_trace_body(trace, rank_labels).rstrip(b",")
@@ -123,9 +133,10 @@ def _chrome_trace_body(trace, rank_labels: Mapping[int, str] | None = None, extr
     so the text is valid JSON."""
     t = trace_columns(trace)
     labels = dict(rank_labels or {})
-    streams, stream_id = np.unique(t["stream"], return_inverse=True)
-    tids = _tids(streams.tolist())
-    stream_tid = np.array([tids[name] for name in streams.tolist()], dtype=np.int64)[stream_id.ravel()]
+    stream_of_row = t["stream"].tolist()
+    streams = sorted(set(stream_of_row))  # a handful: a dict beats sorting 10^5 strings
+    tids = _tids(streams)
+    stream_tid = np.fromiter(map(tids.__getitem__, stream_of_row), dtype=np.int64, count=len(stream_of_row))
     start, end = t["start_s"], t["end_s"]
     lanes = _lanes(t["rank"], stream_tid, start, end)
     tid_array = stream_tid + LANE_STRIDE * lanes
@@ -135,8 +146,8 @@ def _chrome_trace_body(trace, rank_labels: Mapping[int, str] | None = None, extr
         name = f"rank {rank} ({label})" if label else f"rank {rank}"
         meta.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": name}})
         meta.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
-    name_of = {tids[name]: name for name in streams.tolist()}
-    for rank, tid, lane in np.unique(np.stack([t["rank"], stream_tid, lanes], 1), axis=0).tolist():
+    name_of = {tids[name]: name for name in streams}
+    for rank, tid, lane in _threads(t["rank"], stream_tid, lanes):
         meta.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid + LANE_STRIDE * lane,
                      "args": {"name": name_of[tid] if lane == 0 else f"{name_of[tid]} ({lane + 1})"}})
         meta.append({"name": "thread_sort_index", "ph": "M", "pid": rank, "tid": tid + LANE_STRIDE * lane,
