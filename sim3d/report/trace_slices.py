@@ -27,8 +27,7 @@ def slice_texts(columns: dict[str, np.ndarray], kinds: np.ndarray, ts: np.ndarra
     Every Arrow value is built from buffers (`sim3d.trace.arrow_array`): pyarrow would import
     pandas to convert a Python literal."""
     try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        kernels = _Kernels()
     except ImportError:
         return None
     if not all(_PLAIN.fullmatch(k) for k in set(np.asarray(kinds).tolist())):
@@ -38,37 +37,60 @@ def slice_texts(columns: dict[str, np.ndarray], kinds: np.ndarray, ts: np.ndarra
         hi = min(lo + _ROWS_PER_BLOCK, len(kinds))
         cut = {name: values[lo:hi] for name, values in columns.items()}
         kind = arrow_array(kinds[lo:hi], large=False)
-        text = {name: pc.cast(arrow_array(values), pa.string()) for name, values in cut.items()}
-        name = _tokens(pc, kind, cut, text, bucketed)
-        row = _join(pc, '{"name":"', name, '","cat":"', kind, '","ph":"X","ts":',
-                    pc.cast(arrow_array(ts[lo:hi]), pa.string()), ',"dur":', pc.cast(arrow_array(dur[lo:hi]), pa.string()),
-                    ',"pid":', text["rank"], ',"tid":', pc.cast(arrow_array(tids[lo:hi]), pa.string()),
-                    ',"args":{"stage":', text["stage"], ',"chunk":', text["chunk"], ',"microbatch":', text["microbatch"],
-                    ',"bytes":', text["bytes"], ',"peer":', text["peer"], "}},")
+        text = {name: kernels.text(values) for name, values in cut.items()}
+        name = _tokens(kernels, kind, cut, text, bucketed)
+        row = kernels.join('{"name":"', name, '","cat":"', kind, '","ph":"X","ts":', kernels.text(ts[lo:hi]),
+                           ',"dur":', kernels.text(dur[lo:hi]), ',"pid":', text["rank"],
+                           ',"tid":', kernels.text(tids[lo:hi]), ',"args":{"stage":', text["stage"],
+                           ',"chunk":', text["chunk"], ',"microbatch":', text["microbatch"],
+                           ',"bytes":', text["bytes"], ',"peer":', text["peer"], "}},")
         blocks.append(_concatenated(row))
     return blocks
 
 
-def _join(pc, *parts):
-    """The parts (string arrays, or str for the same text on every row) joined row by row."""
-    return pc.binary_join_element_wise(*(arrow_scalar(p) if isinstance(p, str) else p for p in parts),
-                                       arrow_scalar(""))
+class _Kernels:
+    """The few Arrow compute functions used here, called by name. pyarrow.compute wraps all of
+    its ~300 functions in Python when imported (0.07 s of `sim3d run`'s critical path);
+    pyarrow._compute, which it is built on, calls them as they are. A pyarrow without that
+    module still has the public pyarrow.compute."""
+
+    def __init__(self):
+        import pyarrow as pa
+        try:
+            from pyarrow._compute import CastOptions, SetLookupOptions, call_function
+        except ImportError:
+            from pyarrow.compute import CastOptions, SetLookupOptions, call_function
+        self.call, self.set_lookup, self.to_string = call_function, SetLookupOptions, CastOptions.safe(pa.string())
+
+    def text(self, values: np.ndarray):
+        """A numpy column as Arrow strings (numbers in their shortest exact form)."""
+        return self.call("cast", [arrow_array(values)], self.to_string)
+
+    def join(self, *parts):
+        """The parts (string arrays, or str for the same text on every row) joined row by row."""
+        return self.call("binary_join_element_wise",
+                         [arrow_scalar(p) if isinstance(p, str) else p for p in parts] + [arrow_scalar("")])
+
+    def is_in(self, values, choices: list[str]):
+        return self.call("is_in", [values], self.set_lookup(arrow_array(choices, large=False)))
 
 
-def _tokens(pc, kind, cut, text, bucketed):
+def _tokens(k: _Kernels, kind, cut, text, bucketed):
     """`action_token` column-wise: F3, B2.1, SEND_F3.1@2, DP_REDUCE#0, OPT_STEP."""
     mb, chunk, peer = (arrow_array(cut[c]) for c in ("microbatch", "chunk", "peer"))
     zero, empty = arrow_scalar(0), arrow_scalar("")
-    is_bucketed = pc.is_in(kind, value_set=arrow_array(sorted(bucketed), large=False))
-    has_mb = pc.greater_equal(mb, zero)
-    number = pc.if_else(has_mb, _join(pc, pc.if_else(is_bucketed, arrow_scalar("#"), empty), text["microbatch"]),
-                        empty)
+    is_bucketed = k.is_in(kind, sorted(bucketed))
+    has_mb = k.call("greater_equal", [mb, zero])
+    number = k.call("if_else", [has_mb, k.join(k.call("if_else", [is_bucketed, arrow_scalar("#"), empty]),
+                                               text["microbatch"]), empty])
     # a bucket names its chunk when positive; an action when non-zero (an OPT_STEP has no micro-batch)
-    shows_chunk = pc.and_(has_mb, pc.if_else(is_bucketed, pc.greater(chunk, zero), pc.not_equal(chunk, zero)))
-    chunk_part = pc.if_else(shows_chunk, _join(pc, ".", text["chunk"]), empty)
-    shows_peer = pc.and_(pc.and_(has_mb, pc.invert(is_bucketed)), pc.greater_equal(peer, zero))
-    peer_part = pc.if_else(shows_peer, _join(pc, "@", text["peer"]), empty)
-    return _join(pc, kind, number, chunk_part, peer_part)
+    shows_chunk = k.call("and", [has_mb, k.call("if_else", [is_bucketed, k.call("greater", [chunk, zero]),
+                                                            k.call("not_equal", [chunk, zero])])])
+    chunk_part = k.call("if_else", [shows_chunk, k.join(".", text["chunk"]), empty])
+    shows_peer = k.call("and", [k.call("and", [has_mb, k.call("invert", [is_bucketed])]),
+                                k.call("greater_equal", [peer, zero])])
+    peer_part = k.call("if_else", [shows_peer, k.join("@", text["peer"]), empty])
+    return k.join(kind, number, chunk_part, peer_part)
 
 
 def _concatenated(strings) -> bytes:
