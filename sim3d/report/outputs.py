@@ -6,6 +6,7 @@ import csv
 import io
 import re
 from pathlib import Path
+from typing import Callable
 
 from ..cluster.placement import Placement
 from ..trace import gc_paused, trace_columns
@@ -83,7 +84,7 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
                       pdf: bool = False, gantt_size: str = "screen",
                       gantt_window: tuple[float, float] | None = None,
                       gantt_ranks: list[int] | None = None, plotter: Beside | None = None,
-                      memory_drawn: bool = False) -> list[Path]:
+                      memory_drawn: bool = False, then: Callable[[], None] | None = None) -> list[Path]:
     """summary.json, links.csv, trace.csv (and trace.parquet when pyarrow is installed),
     schedule.csv, the Perfetto trace (`trace_format`:
     json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
@@ -91,9 +92,11 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     and `gantt_ranks` as `plot_gantt`'s size, window and ranks. The plots are drawn by
     `plotter` (`start_plotting()`, started here when not given), each handed over as soon as
     its data is ready, while this process builds and writes the rest; `memory_drawn`: the
-    memory plot was handed to it already (`draw_memory_early`). Each file is written beside
-    its target and renamed over it (safe_files): never through a link, never torn. No pandas
-    here: the tables are numpy columns (`trace_columns`, `Result.link_table`)."""
+    memory plot was handed to it already (`draw_memory_early`); `then` is called once the
+    Gantt chart has its data, before any file is written (the CLI prints its summary there,
+    while the chart is drawn). Each file is written beside its target and renamed over it
+    (safe_files): never through a link, never torn. No pandas here: the tables are numpy
+    columns (`trace_columns`, `Result.link_table`)."""
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"--trace {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
     refuse_unsafe(planned_outputs(folder, plots, trace_format, pdf))
@@ -121,6 +124,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
                            f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                            f"step {summary['step_time_s']:.2f} s",
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
+        if then is not None:  # the Gantt chart, the longest plot, is being drawn: the links wait for it
+            then()
         from ..trace import parquet_available, write_trace_csv, write_trace_parquet
         from ..analysis.summary import write_summary
         from .trace import write_chrome_trace
