@@ -49,6 +49,7 @@ _LANE_GAP = 0.04
 _RASTER_ABOVE = 10000
 _DPI = 200  # of the saved chart, and so of its boxes' image
 _SEPARATED_PX = 4  # narrower boxes of the image get no white line after them: it would hide them
+_LANE_MARK = 0.4  # least opacity of a lane's pixel that a transfer touches (_draw_image)
 # The right-hand column: each rank's idle share of its compute stream over the whole step
 # (bubbles.py), not the summary's bubble_fraction (the least busy rank's) nor the
 # breakdown's pipeline wait, so it is not called a bubble.
@@ -323,8 +324,7 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
            lane_names=lanes if lanes and len(shown) <= 16 else [],
            right_texts=idle_texts, title=title)
     if dense:
-        _draw_image(fig, ax, [(x0, x1, top, top + _COMPUTE_H, np.array(faces).reshape(-1, 3), True)] +
-                    [(*lane, False) for lane in lane_boxes])
+        _draw_image(fig, ax, (x0, x1, top, top + _COMPUTE_H, np.array(faces).reshape(-1, 3)), lane_boxes)
     else:
         _draw_boxes(ax, x0, x1, top, faces, hatched, mbs, lane_boxes)
 
@@ -387,12 +387,14 @@ def _draw_boxes(ax, x0, x1, top, faces, hatched, mbs, lane_boxes) -> None:
         _add_boxes(ax, _boxes(lx0, lx1, ly0, ly1), facecolor=grey, edgecolor="none")
 
 
-def _draw_image(fig, ax, layers) -> None:
-    """The boxes of `layers` [(x0, x1, y_top, y_bottom, colour or colours, separated)] (data
-    units) as one image with a pixel per pixel of the axes as saved (gantt_raster.py). The
-    axes move to whole pixels first, so that the image maps onto them one to one. Boxes of a
-    `separated` layer at least _SEPARATED_PX wide end a pixel early: the white line between
-    neighbours that the vector chart draws as an edge."""
+def _draw_image(fig, ax, compute: tuple, lanes: list[tuple]) -> None:
+    """The compute boxes and the lanes' boxes, each (x0, x1, y_top, y_bottom, colour or
+    colours) in data units, as one image with a pixel per pixel of the axes as saved
+    (gantt_raster.py). The axes move to whole pixels first, so that the image maps onto them
+    one to one. Compute boxes at least _SEPARATED_PX wide end a pixel early: the white line
+    between neighbours that the vector chart draws as an edge. A lane's pixel that any
+    transfer touches is at least _LANE_MARK opaque: a transfer of a few milliseconds covers a
+    tenth of a pixel, and the lane would look idle where messages go."""
     w_in, h_in = fig.get_size_inches() * _DPI
     box = ax.get_position()
     left, bottom, right, top = round(box.x0 * w_in), round(box.y0 * h_in), round(box.x1 * w_in), round(box.y1 * h_in)
@@ -400,15 +402,19 @@ def _draw_image(fig, ax, layers) -> None:
     width, height = right - left, top - bottom
     (xa, xb), (yb, ya) = ax.get_xlim(), ax.get_ylim()  # inverted y: ya is the top edge
     parts = []
-    for x0, x1, y0, y1, rgb, separated in layers:
+    for layer, (x0, x1, y0, y1, rgb) in enumerate([compute, *lanes]):
         n = len(x0)
         px0, px1 = (x0 - xa) / (xb - xa) * width, (x1 - xa) / (xb - xa) * width
-        if separated:
+        if layer == 0:
             px1 = np.where(px1 - px0 >= _SEPARATED_PX, px1 - 1.0, px1)
-        parts.append((px0, px1, np.broadcast_to(y0, n), np.broadcast_to(y1, n), np.broadcast_to(rgb, (n, 3))))
-    px0, px1, y0, y1, rgb = (np.concatenate(column) for column in zip(*parts))
+        parts.append((px0, px1, np.broadcast_to(y0, n), np.broadcast_to(y1, n), np.broadcast_to(rgb, (n, 3)),
+                      np.full(n, layer > 0)))
+    px0, px1, y0, y1, rgb, in_lane = (np.concatenate(column) for column in zip(*parts))
     tops, first, band = np.unique(y0, return_index=True, return_inverse=True)  # a lane is known by its top
     rows = coverage(band.ravel(), px0, px1, rgb, len(tops), width)
+    lane_rows = rows[in_lane[first]]
+    lane_rows[..., 3] = np.where(lane_rows[..., 3] > 0, np.maximum(lane_rows[..., 3], _LANE_MARK), 0.0)
+    rows[in_lane[first]] = lane_rows
     edges = np.column_stack([tops, y1[first]])
     spans = np.rint((edges - ya) / (yb - ya) * height).astype(int).tolist()
     ax.add_artist(PixelImage(stack_bands(rows, spans, height)))
