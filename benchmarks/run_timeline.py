@@ -32,7 +32,7 @@ CALLER = os.getpid()
 
 def instrument() -> None:
     from sim3d.report import beside, outputs
-    for name in ("draw_memory", "draw_gantt", "draw_links"):
+    for name in ("draw_memory", "draw_memory_unwritten", "write_drawn", "draw_gantt", "draw_links"):
         def timed(*args, _draw=getattr(outputs, name), _name=name):
             mark(f"{_name} starts")
             _draw(*args)
@@ -67,12 +67,12 @@ def instrument() -> None:
 
 def main() -> None:
     instrument()
-    from sim3d import cli
-    cli.run_command.PROCESS_ENDS_WITH_COMMAND = True  # as the `sim3d` command's own process
+    from sim3d.cli import app, run_command
+    run_command.PROCESS_ENDS_WITH_COMMAND = True  # as the `sim3d` command's own process
     mark("sim3d's CLI imported")
     with tempfile.TemporaryDirectory() as out:
         try:
-            cli.app(["run", *(sys.argv[1:] or ["scenarios/gpt3.yaml"]), "--out", out], standalone_mode=False)
+            app.app(["run", *(sys.argv[1:] or ["scenarios/gpt3.yaml"]), "--out", out], standalone_mode=False)
         finally:
             mark("command done")
 

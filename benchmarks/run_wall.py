@@ -3,10 +3,14 @@
     python benchmarks/run_wall.py [--repeats 5]
 
 Each case runs in a fresh process (imports included); the median and range of `--repeats`
-runs are printed with the peak resident memory (GNU time's maximum RSS: of the largest
-single process, the caller or its plotting process, not their sum). A second table times the phases of one flagship run
-inside one process, with the plots drawn serially (SIM3D_SERIAL_OUTPUTS=1) so that each phase
-is measured alone; in a real run the plots overlap the simulation's tail and the writing.
+runs are printed with the median CPU time of the whole run (GNU time's user + system
+seconds: the caller and its plotting process together; on a machine shared with other work
+it moves far less than the wall time) and the peak resident memory (GNU time's maximum
+RSS: of the largest single process, the caller or its plotting process, not their sum). A
+second table times the phases of one flagship run inside one process, with the plots drawn
+serially (SIM3D_SERIAL_OUTPUTS=1) so that each phase is measured alone; in a real run the
+plots are drawn by a second process while the caller simulates and writes (the memory plot
+while it simulates): see benchmarks/run_timeline.py for that run's timeline.
 Do not run it beside the test suite: this machine has two cores.
 """
 
@@ -28,11 +32,14 @@ CASES = [  # name, arguments after `sim3d run`
 ]
 
 
-def one_run(args: list[str], out: str) -> tuple[float, float, str]:
-    command = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "sim3d", "run", *args, "--out", out]
+def one_run(args: list[str], out: str) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, the plotting process included) and peak GB."""
+    command = ["/usr/bin/time", "-f", "%M %U %S", sys.executable, "-m", "sim3d", "run", *args, "--out", out]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=True)
-    return time.perf_counter() - start, int(done.stderr.strip().splitlines()[-1]) / 2**20, done.stdout
+    wall = time.perf_counter() - start
+    peak_kb, user, system = done.stderr.strip().splitlines()[-1].split()
+    return wall, float(user) + float(system), int(peak_kb) / 2**20
 
 
 def phases() -> list[tuple[str, float]]:
@@ -45,21 +52,24 @@ import sim3d, sim3d.cli.app
 t1 = time.perf_counter()
 from pathlib import Path
 from sim3d.report.outputs import write_run_outputs
+from sim3d.trace import trace_columns
 result = sim3d.simulate("scenarios/gpt3.yaml")
 result.summary
 t2 = time.perf_counter()
-result.trace, result.links
+trace_columns(result.sim.rows), result.link_table  # what sim3d run writes: numpy columns, no pandas
 t3 = time.perf_counter()
 folder = Path(tempfile.mkdtemp())
 write_run_outputs(result, folder, plots=False)
 t4 = time.perf_counter()
-import sim3d.report.gantt, sim3d.report.links_plot
+write_run_outputs(result, folder, plots=False, trace_format="none")
 t5 = time.perf_counter()
-write_run_outputs(result, folder, plots=True, trace_format="none")
+import sim3d.report.gantt, sim3d.report.links_plot, sim3d.report.memory_plot
 t6 = time.perf_counter()
+write_run_outputs(result, folder, plots=True, trace_format="none")
+t7 = time.perf_counter()
 print(json.dumps([["imports (sim3d and its CLI)", t1 - t0], ["simulate + summary", t2 - t1],
-                  ["trace and link tables", t3 - t2], ["tables and trace files", t4 - t3],
-                  ["matplotlib import", t5 - t4], ["plots (+ tables again, ~0.3 s)", t6 - t5]]))
+                  ["trace columns and link table", t3 - t2], ["tables and trace files", t4 - t3],
+                  ["matplotlib import", t6 - t5], ["plots (memory, Gantt, links)", (t7 - t6) - (t5 - t4)]]))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout)
@@ -69,14 +79,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     repeats = parser.parse_args().repeats
-    print(f"{'case':48} {'median s':>9} {'range s':>13} {'peak GB':>8}")
+    print(f"{'case':48} {'median s':>9} {'range s':>13} {'cpu s':>6} {'peak GB':>8}")
     steps = {}
     with tempfile.TemporaryDirectory() as out:
         for name, args in CASES:
             runs = [one_run(args, out) for _ in range(repeats)]
             walls = sorted(w for w, _, _ in runs)
             print(f"{name:48} {statistics.median(walls):9.2f} {walls[0]:6.2f}-{walls[-1]:<6.2f} "
-                  f"{max(m for _, m, _ in runs):8.2f}")
+                  f"{statistics.median(c for _, c, _ in runs):6.2f} {max(m for _, _, m in runs):8.2f}")
             steps[name] = json.load(open(os.path.join(out, "summary.json")))["step_time_s"]
     print("step times:", ", ".join(f"{name}: {step:.3f} s" for name, step in steps.items()))
     print("\nphases of one flagship run, serial, in one process:")

@@ -53,16 +53,22 @@ class Result:
     def links(self):
         """Bytes and busy fraction per direction of every graph edge over the step (pandas
         DataFrame, busiest first; `sim3d.analysis.traffic` says how traffic is laid on links)."""
-        from .analysis.traffic import gradient_split, link_traffic
-        return link_traffic(self.sim.rows, self.costs.topology, self.step_time, folded=not self.full_fidelity,
-                            represented=self.sim.represented, split=gradient_split(self.costs))
+        import pandas as pd
+        return pd.DataFrame(self.link_table)
+
+    @cached_property
+    def link_table(self) -> dict:
+        """`links` as numpy columns: what `sim3d run` writes and plots, without pandas."""
+        from .analysis.traffic import gradient_split, link_table
+        return link_table(self.sim.rows, self.costs.topology, self.step_time, folded=not self.full_fidelity,
+                          represented=self.sim.represented, split=gradient_split(self.costs))
 
     def link_timelines(self, top: int = 8) -> dict[str, list[tuple[float, float]]]:
         """The `top` busiest link directions' busy fraction over time: "src->dst" ->
         [(time s, busy fraction from then on)] (the Perfetto trace's counter tracks)."""
         from .analysis.traffic import gradient_split, link_timelines
-        return link_timelines(self.sim.rows, self.costs.topology, self.links, folded=not self.full_fidelity, top=top,
-                              represented=self.sim.represented, split=gradient_split(self.costs))
+        return link_timelines(self.sim.rows, self.costs.topology, self.link_table, folded=not self.full_fidelity,
+                              top=top, represented=self.sim.represented, split=gradient_split(self.costs))
 
     def explain(self) -> list[tuple[str, str]]:
         """(cost, where it came from) for every cost the prediction used."""

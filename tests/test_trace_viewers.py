@@ -9,6 +9,7 @@ from sim3d.report.gantt import timeline_to_trace
 from sim3d.report.trace import write_chrome_trace
 from sim3d.schedule import build
 from sim3d.schedule.evaluate import evaluate, uniform_costs
+from sim3d.trace import TRACE_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,8 +62,9 @@ def test_gantt_ranks_draws_exactly_the_ranks_asked_for_even_when_folded(tmp_path
         write_run_outputs(result, tmp_path, plots=True, trace_format="none", gantt_ranks=asked, plotter=capture)
     except Exception:  # the capture draws nothing; only what was handed to the Gantt matters here
         pass
-    (_, (paths, rows, labels, title, options)), = [c for c in capture.calls if c[0] == "draw_gantt"]
+    (_, (paths, columns, labels, title, options)), = [c for c in capture.calls if c[0] == "draw_gantt"]
     assert options["ranks"] == asked and all(r in labels for r in asked)
+    rows = list(zip(*(columns[name].tolist() for name in TRACE_COLUMNS)))
     drawn = {r: [row[1:] for row in rows if row[0] == r] for r in asked}
     for r in asked:
         twin = result.sim.represented.get(r, r)

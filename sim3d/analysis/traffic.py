@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
+import numpy as np
+
 from ..cluster.placement import GRADIENT_AXIS, SHARD_AXIS
 
 AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": GRADIENT_AXIS}
@@ -61,12 +63,18 @@ def _axes(stream: str, stage: int, split, kind: str = "") -> tuple[tuple[str, fl
 
 def link_traffic(rows, topology, step_time: float, folded: bool, represented: dict[int, int] | None = None,
                  split=None):
-    """DataFrame with LINK_COLUMNS: one row per direction of every graph edge, busiest first.
-    `represented` (full fidelity with TP folding): rank not replayed -> its replayed twin,
-    whose bytes it moved too. `split` (`gradient_split`): how data-parallel rows divide
-    between gradient groups; without it they all go over dp x cp."""
+    """`link_table` as a pandas DataFrame."""
     import pandas as pd
+    return pd.DataFrame(link_table(rows, topology, step_time, folded, represented, split))
 
+
+def link_table(rows, topology, step_time: float, folded: bool, represented: dict[int, int] | None = None,
+               split=None) -> dict[str, np.ndarray]:
+    """LINK_COLUMNS as numpy arrays (no pandas: `sim3d run` writes and plots them without it):
+    one row per direction of every graph edge, busiest first (then by src, dst). `represented`
+    (full fidelity with TP folding): rank not replayed -> its replayed twin, whose bytes it
+    moved too. `split` (`gradient_split`): how data-parallel rows divide between gradient
+    groups; without it they all go over dp x cp."""
     placement = topology.placement
     sent: dict[tuple[int, str], float] = defaultdict(float)  # (rank, axis) -> ring bytes
     p2p: dict[tuple[int, int], float] = defaultdict(float)  # (src, dst) -> bytes
@@ -116,24 +124,29 @@ def link_traffic(rows, topology, step_time: float, folded: bool, represented: di
     for (a, b), nbytes in p2p.items():
         for edge in topology.path(a, b):
             load[edge] += nbytes
-    records = []
+    ends, kinds, bandwidths = [], [], []
     for u, v, data in topology.graph.edges(data=True):
-        for src, dst in ((u, v), (v, u)):
-            nbytes = load.get((src, dst), 0.0)
-            busy = nbytes / (data["bw"] * step_time) if step_time > 0 else 0.0
-            records.append((_name(src), _name(dst), data["kind"], data["bw"], nbytes, busy))
-    table = pd.DataFrame(records, columns=list(LINK_COLUMNS))
-    return table.sort_values(["busy_fraction", "src", "dst"], ascending=[False, True, True], ignore_index=True)
+        ends += [(u, v), (v, u)]
+        kinds += [data["kind"]] * 2
+        bandwidths += [data["bw"]] * 2
+    src, dst = (np.array([_name(end[i]) for end in ends], dtype=object) for i in (0, 1))
+    nbytes = np.array([load.get(end, 0.0) for end in ends], dtype=float)
+    bandwidth = np.array(bandwidths)
+    busy = nbytes / (bandwidth * step_time) if step_time > 0 else np.zeros(len(ends))
+    order = np.lexsort((dst, src, -busy))  # stable, as pandas' sort_values was
+    return {name: column[order] for name, column in zip(
+        LINK_COLUMNS, (src, dst, np.array(kinds, dtype=object), bandwidth, nbytes, busy))}
 
 
 def link_timelines(rows, topology, links, folded: bool, top: int = 8,
                    represented: dict[int, int] | None = None, split=None) -> dict[str, list[tuple[float, float]]]:
-    """How busy each of the `top` busiest link directions of `links` (link_traffic's table)
-    was over time: "src->dst" -> [(time s, busy fraction from then on)], one point wherever
-    a message or collective row that crosses it starts or ends. A row's bytes are spread
-    evenly over its duration, laid as link_traffic lays them."""
-    busiest = links[links.bytes > 0].head(top)
-    named = {(r.src, r.dst): (f"{r.src}->{r.dst}", r.bandwidth_Bps) for r in busiest.itertuples()}
+    """How busy each of the `top` busiest link directions of `links` (link_table's columns, or
+    link_traffic's table) was over time: "src->dst" -> [(time s, busy fraction from then on)],
+    one point wherever a message or collective row that crosses it starts or ends. A row's
+    bytes are spread evenly over its duration, laid as link_table lays them."""
+    moved = np.flatnonzero(np.asarray(links["bytes"]) > 0)[:top]
+    src, dst, bandwidth = (np.asarray(links[name])[moved].tolist() for name in ("src", "dst", "bandwidth_Bps"))
+    named = {(a, b): (f"{a}->{b}", bw) for a, b, bw in zip(src, dst, bandwidth)}
     if not named:
         return {}
     placement = topology.placement

@@ -58,7 +58,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
-    from ..report.outputs import planned_outputs, start_plotting
+    from ..report.outputs import draw_memory_early, planned_outputs, start_plotting
     from ..report.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
@@ -73,6 +73,9 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         folder = _writable_folder(out_dir or _default_folder(s.name))
         lock = folder_lock(folder, "run")  # released in `finally`, after an error too
         refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME])
+        if plots:  # drawn while this process simulates (`simulate` makes the same report again: 0.01 s)
+            from ..model.memory import memory_report
+            draw_memory_early(plotter, s, memory_report(s, check_schedule=False))
         if PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
             gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
@@ -96,9 +99,12 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                            f"{', ...' if len(simulated) > 8 else ''})" +
                            ("" if result.full_fidelity else "; --full-fidelity replays every GPU"))
         flags = megatron_line(s) if megatron_args else None
-        if as_json:
-            print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2, allow_nan=False))
-        else:
+
+        def report() -> None:
+            if as_json:
+                print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2,
+                                 allow_nan=False))
+                return
             out.print(summary_table(summary))
             out.print(breakdown_table(summary))
             _print_memory(result.memory, s.gpu.hbm_gib)
@@ -110,8 +116,9 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                 _print_explain(result)
             if flags:
                 out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
+        # printed once the plots have their data: the plotting process draws while this one prints
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
-                                 **gantt)
+                                 memory_drawn=plots, then=report, **gantt)
         from ..report.outputs import run_output_names
         removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),
                                                    "sets": list(set_)}, run_output_names())
@@ -144,9 +151,21 @@ def _print_explain(result) -> None:
 
 
 def _write_outputs(result, folder: Path, plots: bool, quiet: bool, trace: str, pdf: bool, plotter=None,
-                   **gantt) -> list[Path]:
+                   memory_drawn: bool = False, then=None, **gantt) -> list[Path]:
+    """write_run_outputs, calling `then` (the summary's printing) once the plots are handed
+    over; the spinner shows after it, so that it never shares the terminal with the tables."""
     from ..report.outputs import write_run_outputs
     if quiet:
-        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
-    with err.status(f"writing trace and plots to {folder}/ ..."):
-        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, **gantt)
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, memory_drawn=memory_drawn,
+                                 then=then, **gantt)
+    status = err.status(f"writing trace and plots to {folder}/ ...")
+
+    def report_then_spin() -> None:
+        if then is not None:
+            then()
+        status.start()
+    try:
+        return write_run_outputs(result, folder, plots, trace, pdf, plotter=plotter, memory_drawn=memory_drawn,
+                                 then=report_then_spin, **gantt)
+    finally:
+        status.stop()

@@ -9,16 +9,22 @@ No pyplot also means no global figure registry to leak into long sessions.
 
 from __future__ import annotations
 
+import io
+import struct
+import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import matplotlib
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 
-# zlib level 3 instead of Pillow's default 6: a third less encoding time for files ~35% larger
-# (flagship Gantt: 0.19 s / 277 KB against 0.31 s / 204 KB, measured on the README's machine)
+# PNGs: matplotlib renders the pixels (savefig's raw RGBA) and they are encoded here, not by
+# Pillow, which tries five filters on every row: on the flagship's Gantt chart (2200 x 2550 px)
+# that took 0.14 s, a quarter of the chart. Every row here takes the "Up" filter (minus the row
+# above: charts repeat rows) and zlib level 3: 0.06 s, files ~15% larger than Pillow's level 3.
 PNG_COMPRESS_LEVEL = 3
 LINE_SPACING = 1.2  # matplotlib's default for multi-line text
 
@@ -74,6 +80,47 @@ def place_axes(fig: Figure, ax, left: float, right: float, top: float, bottom: f
     ax.set_position([left / w, bottom / h, max(0.05, 1 - (left + right) / w), max(0.05, 1 - (top + bottom) / h)])
 
 
+def png_bytes(fig: Figure, dpi: float) -> bytes:
+    """The figure as a PNG file's bytes (RGBA, 8 bits), with the chunks matplotlib writes:
+    the pixel density and the Software text."""
+    width = int(fig.get_figwidth() * dpi)  # the Agg renderer's size, as matplotlib computes it
+    rows = _UpFiltered(width)
+    fig.savefig(rows, format="rgba", dpi=dpi)  # hands its pixel buffer to rows.write
+    per_metre = int(dpi / 0.0254 + 0.5)
+    return b"".join([b"\x89PNG\r\n\x1a\n",
+                     _chunk(b"IHDR", struct.pack(">IIBBBBB", width, len(rows.rows), 8, 6, 0, 0, 0)),
+                     _chunk(b"pHYs", struct.pack(">IIB", per_metre, per_metre, 1)),
+                     _chunk(b"tEXt", b"Software\0" + f"Matplotlib version{matplotlib.__version__}, "
+                                                     f"https://matplotlib.org/".encode("latin-1")),
+                     _chunk(b"IDAT", zlib.compress(rows.rows, PNG_COMPRESS_LEVEL)),
+                     _chunk(b"IEND", b"")])
+
+
+class _UpFiltered(io.RawIOBase):
+    """The file savefig(format="rgba") writes to: it takes the renderer's RGBA buffer and
+    keeps it filtered (no copy of the 22 MB of a Gantt chart in between)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.width = width
+        self.rows = np.zeros((0, 1 + 4 * width), dtype=np.uint8)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, buffer) -> int:
+        pixels = np.frombuffer(buffer, dtype=np.uint8).reshape(-1, self.width, 4)
+        self.rows = np.empty((len(pixels), 1 + 4 * self.width), dtype=np.uint8)
+        self.rows[:, 0] = 2  # filter type Up: each byte minus the one above, wrapping as PNG wants
+        np.subtract(pixels[1:], pixels[:-1], out=self.rows[1:, 1:].reshape(-1, self.width, 4))
+        self.rows[0, 1:] = pixels[0].ravel()
+        return pixels.nbytes
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
 def save(fig: Figure, paths: Sequence[str | Path], dpi: float) -> list[Path]:
     """Write the figure to every path (format from the suffix). Vector formats keep text as
     text (TrueType in PDF, <text> in SVG), as journals ask; they use `dpi` only for
@@ -82,8 +129,10 @@ def save(fig: Figure, paths: Sequence[str | Path], dpi: float) -> list[Path]:
     for p in paths:
         p = Path(p)
         p.parent.mkdir(parents=True, exist_ok=True)
-        extra = {"pil_kwargs": {"compress_level": PNG_COMPRESS_LEVEL}} if p.suffix.lower() == ".png" else {}
-        with matplotlib.rc_context({"pdf.fonttype": 42, "svg.fonttype": "none"}):
-            fig.savefig(p, dpi=dpi, **extra)
+        if p.suffix.lower() == ".png":
+            p.write_bytes(png_bytes(fig, dpi))
+        else:
+            with matplotlib.rc_context({"pdf.fonttype": 42, "svg.fonttype": "none"}):
+                fig.savefig(p, dpi=dpi)
         written.append(p)
     return written

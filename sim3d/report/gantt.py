@@ -4,10 +4,12 @@ from the reference evaluator's `Timeline` to a trace.
 Imported only when plotting: it pulls in matplotlib (Agg canvas, no display needed), not
 pandas: the chart reads the trace as numpy columns (`sim3d.trace.trace_columns`), so the
 process that draws it is ready a fifth of a second sooner.
-Boxes of one colour are one compound path instead of one Rectangle per action, so tens of
-thousands of actions draw in a fraction of a second; labels are the only per-action
-artists and are emitted only where they fit. The margins are measured, not found by a layout
-engine (figure.py), so the chart is drawn exactly once.
+Boxes of one colour are one compound path instead of one Rectangle per action; past ten
+thousand rows, or where most boxes are a few points wide, all boxes are one image drawn
+on the saved chart's pixel grid instead (gantt_raster.py: what legibly shows hundreds of
+micro-batches, without moiré). Labels are the only per-action artists and are emitted only
+where they fit. The margins are measured, not found by a layout engine (figure.py), so the
+chart is drawn exactly once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from matplotlib.transforms import blended_transform_factory, offset_copy
 from ..trace import TRACE_COLUMNS, TraceRow, canonical, empty_trace, trace_columns
 from .bubbles import bubble_fractions
 from .figure import artist_inches, fit_text, new_figure, place_axes, save, text_inches, widest
+from .gantt_raster import PixelImage, coverage, stack_bands
 from .gantt_sizes import SIZES
 
 # Colour-blind-safe (Okabe-Ito blue/orange, Tol "muted" teal/green): teal and green differ
@@ -40,9 +43,18 @@ _MAX_LABELS = 6000  # text artists dominate render time; beyond this the boxes s
 _COMPUTE_H = 0.78  # box height of the compute lane, in row units
 _LANE_H = 0.16  # height of one communication lane
 _LANE_GAP = 0.04
-# Above this many boxes the box layers are rasterized inside PDF/SVG: one vector path per
-# box makes multi-megabyte files that viewers crawl through; text and axes stay vector.
-_RASTERIZE_ABOVE = 10000
+# Above this many trace rows the boxes are one image (gantt_raster.py), in PDF and SVG too:
+# one vector path per box makes multi-megabyte files that viewers crawl through, and
+# aliases in a PNG; text and axes stay vector.
+_RASTER_ABOVE = 10000
+_DPI = 200  # of the saved chart, and so of its boxes' image
+_SEPARATED_PX = 4  # narrower boxes of the image get no white line after them: it would hide them
+_LANE_MARK = 0.4  # least opacity of a lane's pixel that a transfer touches (_draw_image)
+# The right-hand column: each rank's idle share of its compute stream over the whole step
+# (bubbles.py), not the summary's bubble_fraction (the least busy rank's) nor the
+# breakdown's pipeline wait, so it is not called a bubble.
+IDLE_HEADER = "idle"
+IDLE_LEGEND = "idle (compute stream)"
 
 
 def timeline_to_trace(schedule, timeline):
@@ -146,7 +158,7 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
     pipeline stage. `time_unit` names a time axis that is not in seconds (e.g. "F = 1" for
     unit-cost schedules), drawn unscaled. `size`: "screen", or "page" / "column" for a paper's
     text and column width (SIZES). `window`: (start, end) in seconds from the trace's start,
-    to zoom in (the bubble column still reports the whole step).
+    to zoom in (the idle column still reports the whole step).
 
     Compute actions are boxes labelled with their micro-batch; communication streams, when
     the trace has them, are thin grey lanes under each rank; idle time stays white; the
@@ -160,7 +172,7 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
     if size not in SIZES:
         raise ValueError(f"plot_gantt: size {size!r}, expected one of {', '.join(SIZES)}")
     width, font_k = SIZES[size]
-    bubbles = bubble_fractions(t)
+    idle = bubble_fractions(t)
     t0 = float(t["start_s"].min())
     span = float(t["end_s"].max()) - t0
     if window is not None:
@@ -219,50 +231,26 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
     mbs = comp["microbatch"]
     num_chunks = int(t["chunk"].max()) + 1
 
-    faces, hatched = [], np.zeros(len(x0), dtype=bool)
-    for k, c, mb in zip(kinds, chunks, mbs):
-        if color_by == "kind":
-            base = to_rgb(KIND_COLORS.get(k, OTHER_COLOR))
-        else:
-            base = _mb_color(int(mb)) if k in KIND_COLORS else to_rgb(OTHER_COLOR)
-            if k in _BACKWARD:
-                base = _darken(base, 0.35)
-        faces.append(_shade(base, int(c), num_chunks))
-    if color_by == "microbatch":
-        hatched = kinds == "BW"
-    verts = _boxes(x0, x1, top, top + _COMPUTE_H)
-    raster = len(t["rank"]) > _RASTERIZE_ABOVE
-    box_layers = []
-    plain = np.flatnonzero(~hatched)
-    by_face: dict[tuple, list[int]] = {}
-    for i in plain:
-        by_face.setdefault(faces[i], []).append(i)
-    for face, members in by_face.items():
-        box_layers.append(_add_boxes(ax, verts[members], facecolor=face, edgecolor="white", linewidth=0.4,
-                                     rasterized=raster))
+    # Dense: too many boxes to draw one by one, or most of them narrower than a few points at
+    # the figure's width (the axes get most of it): drawn as an image on the pixel grid
+    # (gantt_raster.py), where edges and hatching would only alias.
+    points_per_x = 0.85 * width * 72.0 / ax.get_xlim()[1]
+    dense = len(t["rank"]) > _RASTER_ABOVE or bool(len(x0) and np.median(x1 - x0) * points_per_x < 4.0)
+    faces = _faces(kinds, chunks, mbs, color_by, num_chunks)
     # Weight-grad boxes (colour by micro-batch): pale fill hatched in the micro-batch hue, so
-    # the label stays readable. One collection per hue: older matplotlib takes a single
-    # hatch colour per collection, read from rcParams when the collection is built.
+    # the label stays readable (an image has no hatching: there they are pale alone)
+    hatched = (kinds == "BW") if color_by == "microbatch" else np.zeros(len(x0), dtype=bool)
     for i in np.flatnonzero(hatched):
         faces[i] = _shade(faces[i], 1, 2)
-    for mb in np.unique(mbs[hatched]):
-        sel = hatched & (mbs == mb)
-        hue = _mb_color(int(mb))
-        with matplotlib.rc_context({"hatch.color": hue, "hatch.linewidth": 0.9}):
-            box_layers.append(PolyCollection(verts[sel], facecolors=[faces[i] for i in np.flatnonzero(sel)],
-                                             hatch="///", edgecolors=hue, linewidths=0.4, zorder=3,
-                                             rasterized=raster))
-            ax.add_collection(box_layers[-1])
+    hatched &= not dense
 
     # Communication lanes under each rank's compute lane.
-    lane_handles = []
+    lane_boxes, lane_handles = [], []
     for j, stream in enumerate(lanes):
         sub = _rows(t, t["stream"] == stream)
         ly = row_y[np.searchsorted(shown_ranks, sub["rank"])] + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP)
         grey = LANE_GREYS[j % len(LANE_GREYS)]
-        lx0 = (sub["start_s"] - t0) * scale
-        lx1 = (sub["end_s"] - t0) * scale
-        _add_boxes(ax, _boxes(lx0, lx1, ly, ly + _LANE_H), facecolor=grey, edgecolor="none", rasterized=raster)
+        lane_boxes.append(((sub["start_s"] - t0) * scale, (sub["end_s"] - t0) * scale, ly, ly + _LANE_H, to_rgb(grey)))
         lane_handles.append(Patch(facecolor=grey, label=f"{stream} comm."))
 
     # Axes furniture.
@@ -288,10 +276,11 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     right = blended_transform_factory(ax.transAxes, ax.transData)
-    ax.text(1.01, -0.1, "bubble", transform=right, ha="left", va="bottom", fontsize=font_k * 8, fontweight="bold",
+    idle_texts = [IDLE_HEADER] + [f"{100.0 * idle.get(r, 0.0):.1f}%" for r in shown]
+    ax.text(1.01, -0.1, idle_texts[0], transform=right, ha="left", va="bottom", fontsize=font_k * 8, fontweight="bold",
             clip_on=False)
-    for r in shown:
-        ax.text(1.01, row_of[r] + _COMPUTE_H / 2, f"{100.0 * bubbles.get(r, 0.0):.1f}%", transform=right,
+    for r, text in zip(shown, idle_texts[1:]):
+        ax.text(1.01, row_of[r] + _COMPUTE_H / 2, text, transform=right,
                 ha="left", va="center", fontsize=font_k * (8 if len(shown) <= 16 else 6), clip_on=False)
     if omitted:
         gap_y = row_of[shown[max_ranks // 2]] - row_h / 2
@@ -314,14 +303,15 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
         if present & set(_BACKWARD):
             handles.append(Patch(facecolor=_darken(_mb_color(0), 0.35), label="backward: darker"))
         if "BW" in present:
-            handles.append(Patch(facecolor=_shade(_mb_color(0), 1, 2), hatch="///", edgecolor=_mb_color(0),
+            handles.append(Patch(facecolor=_shade(_mb_color(0), 1, 2), label="weight grad: paler") if dense else
+                           Patch(facecolor=_shade(_mb_color(0), 1, 2), hatch="///", edgecolor=_mb_color(0),
                                  label="weight grad: hatched"))
         if num_chunks > 1:
             handles.append(Patch(facecolor=_shade(_mb_color(0), 1, num_chunks), label="chunk 1+: lighter"))
     if present - set(KIND_COLORS):
         handles.append(Patch(facecolor=OTHER_COLOR, label="other compute"))
     handles += lane_handles
-    handles.append(Patch(facecolor="white", edgecolor="#999999", linewidth=0.6, label="idle (bubble)"))
+    handles.append(Patch(facecolor="white", edgecolor="#999999", linewidth=0.6, label=IDLE_LEGEND))
     ncol = -(-len(handles) // -(-len(handles) // 6))
     while True:  # as many columns as the figure's width holds
         legend = fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), frameon=False,
@@ -332,16 +322,17 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
         ncol -= 1
     _place(fig, ax, legend, font_k, rank_names=rank_names, rank_size=rank_size,
            lane_names=lanes if lanes and len(shown) <= 16 else [],
-           right_texts=["bubble"] + [f"{100.0 * bubbles.get(r, 0.0):.1f}%" for r in shown], title=title)
+           right_texts=idle_texts, title=title)
+    if dense:
+        _draw_image(fig, ax, (x0, x1, top, top + _COMPUTE_H, np.array(faces).reshape(-1, 3)), lane_boxes)
+    else:
+        _draw_boxes(ax, x0, x1, top, faces, hatched, mbs, lane_boxes)
 
     # Micro-batch labels where the box is wide and tall enough for the text: the axes are
     # placed, so data units convert to points without a draw.
     bbox = ax.get_window_extent()
     pt_per_x = bbox.width * 72.0 / fig.dpi / (ax.get_xlim()[1] - ax.get_xlim()[0])
     pt_per_y = bbox.height * 72.0 / fig.dpi / total_h
-    if np.median(x1 - x0) * pt_per_x < 4.0:  # dense chart: white separators would wash it out
-        for coll in box_layers:
-            coll.set_linewidth(0.1)
     fontsize = float(np.clip(pt_per_y * _COMPUTE_H * 0.55, 4.0, 9.0))
     if pt_per_y * _COMPUTE_H >= 5.0:
         texts = [str(int(m)) for m in mbs]
@@ -355,13 +346,84 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
                         fontsize=fontsize, color="white" if _luminance(rgb) < 0.45 else "black", zorder=4,
                         clip_on=True)
 
-    return save(fig, paths, dpi=200)
+    return save(fig, paths, dpi=_DPI)
+
+
+def _faces(kinds, chunks, mbs, color_by: str, num_chunks: int) -> list[tuple[float, float, float]]:
+    """The fill of each compute box (computed once per distinct look, not per box)."""
+    faces, known = [], {}
+    for k, c, mb in zip(kinds.tolist(), chunks.tolist(), mbs.tolist()):
+        key = (k, c, mb if color_by == "microbatch" else 0)
+        if key not in known:
+            if color_by == "kind":
+                base = to_rgb(KIND_COLORS.get(k, OTHER_COLOR))
+            else:
+                base = _mb_color(mb) if k in KIND_COLORS else to_rgb(OTHER_COLOR)
+                if k in _BACKWARD:
+                    base = _darken(base, 0.35)
+            known[key] = _shade(base, c, num_chunks)
+        faces.append(known[key])
+    return faces
+
+
+def _draw_boxes(ax, x0, x1, top, faces, hatched, mbs, lane_boxes) -> None:
+    """Every box as a vector shape: one compound path per fill colour, white edges between
+    neighbours, hatched weight-grad boxes (colour by micro-batch), grey lanes."""
+    verts = _boxes(x0, x1, top, top + _COMPUTE_H)
+    by_face: dict[tuple, list[int]] = {}
+    for i in np.flatnonzero(~hatched):
+        by_face.setdefault(faces[i], []).append(i)
+    for face, members in by_face.items():
+        _add_boxes(ax, verts[members], facecolor=face, edgecolor="white", linewidth=0.4)
+    # One collection per hue: older matplotlib takes a single hatch colour per collection,
+    # read from rcParams when the collection is built.
+    for mb in np.unique(mbs[hatched]):
+        sel = hatched & (mbs == mb)
+        hue = _mb_color(int(mb))
+        with matplotlib.rc_context({"hatch.color": hue, "hatch.linewidth": 0.9}):
+            ax.add_collection(PolyCollection(verts[sel], facecolors=[faces[i] for i in np.flatnonzero(sel)],
+                                             hatch="///", edgecolors=hue, linewidths=0.4, zorder=3))
+    for lx0, lx1, ly0, ly1, grey in lane_boxes:
+        _add_boxes(ax, _boxes(lx0, lx1, ly0, ly1), facecolor=grey, edgecolor="none")
+
+
+def _draw_image(fig, ax, compute: tuple, lanes: list[tuple]) -> None:
+    """The compute boxes and the lanes' boxes, each (x0, x1, y_top, y_bottom, colour or
+    colours) in data units, as one image with a pixel per pixel of the axes as saved
+    (gantt_raster.py). The axes move to whole pixels first, so that the image maps onto them
+    one to one. Compute boxes at least _SEPARATED_PX wide end a pixel early: the white line
+    between neighbours that the vector chart draws as an edge. A lane's pixel that any
+    transfer touches is at least _LANE_MARK opaque: a transfer of a few milliseconds covers a
+    tenth of a pixel, and the lane would look idle where messages go."""
+    w_in, h_in = fig.get_size_inches() * _DPI
+    box = ax.get_position()
+    left, bottom, right, top = round(box.x0 * w_in), round(box.y0 * h_in), round(box.x1 * w_in), round(box.y1 * h_in)
+    ax.set_position([left / w_in, bottom / h_in, (right - left) / w_in, (top - bottom) / h_in])
+    width, height = right - left, top - bottom
+    (xa, xb), (yb, ya) = ax.get_xlim(), ax.get_ylim()  # inverted y: ya is the top edge
+    parts = []
+    for layer, (x0, x1, y0, y1, rgb) in enumerate([compute, *lanes]):
+        n = len(x0)
+        px0, px1 = (x0 - xa) / (xb - xa) * width, (x1 - xa) / (xb - xa) * width
+        if layer == 0:
+            px1 = np.where(px1 - px0 >= _SEPARATED_PX, px1 - 1.0, px1)
+        parts.append((px0, px1, np.broadcast_to(y0, n), np.broadcast_to(y1, n), np.broadcast_to(rgb, (n, 3)),
+                      np.full(n, layer > 0)))
+    px0, px1, y0, y1, rgb, in_lane = (np.concatenate(column) for column in zip(*parts))
+    tops, first, band = np.unique(y0, return_index=True, return_inverse=True)  # a lane is known by its top
+    rows = coverage(band.ravel(), px0, px1, rgb, len(tops), width)
+    lane_rows = rows[in_lane[first]]
+    lane_rows[..., 3] = np.where(lane_rows[..., 3] > 0, np.maximum(lane_rows[..., 3], _LANE_MARK), 0.0)
+    rows[in_lane[first]] = lane_rows
+    edges = np.column_stack([tops, y1[first]])
+    spans = np.rint((edges - ya) / (yb - ya) * height).astype(int).tolist()
+    ax.add_artist(PixelImage(stack_bands(rows, spans, height)))
 
 
 def _place(fig, ax, legend, font_k: float, rank_names: list[str], rank_size: float, lane_names: list[str],
            right_texts: list[str], title: str) -> None:
     """Margins in inches from what sits in them: rank labels (and the lanes' names) on the
-    left, the bubble column on the right, the title on top, tick labels, axis label and legend
+    left, the idle column on the right, the title on top, tick labels, axis label and legend
     below."""
     pad = 0.08
     left = max(widest(fig, rank_names, rank_size), widest(fig, lane_names, font_k * 5.5)) + 0.07 + pad

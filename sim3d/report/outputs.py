@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from pathlib import Path
+from typing import Callable
 
-from ..trace import gc_paused
 from ..cluster.placement import Placement
-from ..trace import trace_columns
+from ..trace import gc_paused, trace_columns
 from .beside import Beside
 from .memory_plot import plain_rows
 from .safe_files import refuse_unsafe, replacing, write_bytes, write_with
@@ -34,7 +36,6 @@ TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
 
 # no pandas: the plots read numpy columns, and the plotting process is on the critical path
 PLOT_MODULES = ("sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.links_plot")
-ROWS_SENT_AS_ROWS = 100_000
 
 
 def run_output_names() -> frozenset[str]:
@@ -57,24 +58,45 @@ def planned_outputs(folder: Path, plots: bool = True, trace_format: str = "json"
 
 
 def start_plotting() -> Beside:
-    """The process that will draw the plots, started now so that matplotlib's import (a
-    fifth of a second) overlaps the simulation; pass it to `write_run_outputs`."""
+    """The process that will draw the plots, started now so that matplotlib's import (half a
+    second) overlaps the simulator's import and the simulation; pass it to `write_run_outputs`.
+    numpy is imported first: both processes need it, and the process inherits it for free."""
+    import numpy  # noqa: F401
     return Beside(preload=PLOT_MODULES)
+
+
+def draw_memory_early(plotter: Beside, scenario, report) -> None:
+    """Hand `plotter` the memory plot before the step is simulated: it needs the scenario's
+    memory report (`memory_report(s, check_schedule=False)`, as `simulate` makes it) alone, and
+    the plotting process waits for work then. It is drawn into memory; `write_run_outputs(...,
+    memory_drawn=True)` writes it once the run has got that far, so a run that fails leaves
+    no plot of its own behind."""
+    bars, hbm_gib = plain_rows(report)
+    plotter.submit(draw_memory_unwritten, bars, hbm_gib, memory_title(scenario))
+
+
+def memory_title(s) -> str:
+    return f"{s.name}: memory per pipeline stage"
 
 
 @gc_paused()  # tables, strings and event dicts by the hundred thousand, no cycles to collect
 def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: str = "json",
                       pdf: bool = False, gantt_size: str = "screen",
                       gantt_window: tuple[float, float] | None = None,
-                      gantt_ranks: list[int] | None = None, plotter: Beside | None = None) -> list[Path]:
+                      gantt_ranks: list[int] | None = None, plotter: Beside | None = None,
+                      memory_drawn: bool = False, then: Callable[[], None] | None = None) -> list[Path]:
     """summary.json, links.csv, trace.csv (and trace.parquet when pyarrow is installed),
     schedule.csv, the Perfetto trace (`trace_format`:
     json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
     memory plot and the link traffic plot of a `sim3d.Result`; `gantt_size`, `gantt_window`
     and `gantt_ranks` as `plot_gantt`'s size, window and ranks. The plots are drawn by
     `plotter` (`start_plotting()`, started here when not given), each handed over as soon as
-    its data is ready, while this process builds and writes the rest. Each file is written
-    beside its target and renamed over it (safe_files): never through a link, never torn."""
+    its data is ready, while this process builds and writes the rest; `memory_drawn`: the
+    memory plot was handed to it already (`draw_memory_early`); `then` is called once the
+    Gantt chart has its data, before any file is written (the CLI prints its summary there,
+    while the chart is drawn). Each file is written beside its target and renamed over it
+    (safe_files): never through a link, never torn. No pandas here: the tables are numpy
+    columns (`trace_columns`, `Result.link_table`)."""
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"--trace {trace_format!r}: expected one of {', '.join(TRACE_FORMATS)}")
     refuse_unsafe(planned_outputs(folder, plots, trace_format, pdf))
@@ -88,37 +110,36 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         plotter.close()
     written = [folder / "summary.json", folder / "links.csv", folder / "trace.csv", folder / "schedule.csv"]
     try:
-        # a rank folded into its twin ran exactly as the twin did (same work, same times): asked
-        # for by name, it is drawn under its own name with its twin's rows
         twins = {r: result.sim.represented[r] for r in (gantt_ranks or ()) if r in result.sim.represented}
         labels = rank_labels(s, sorted(set(result.sim.ranks) | set(twins)))
         if plots:
-            bars, hbm_gib = plain_rows(result.memory)
-            plotter.submit(draw_memory, plotted[-2], bars, hbm_gib, f"{s.name}: memory per pipeline stage")
-            # a folded trace goes as its rows, so that the plots need not wait for this process
-            # to build the table; a large one as the table's columns (rows pickle slowly)
-            rows = result.sim.rows
-            if twins:
-                rows = list(rows) + [row._replace(rank=r) for r, twin in twins.items() for row in rows if row[0] == twin]
-            plotter.submit(draw_gantt, plotted[:-2], rows if len(rows) <= ROWS_SENT_AS_ROWS else
-                           trace_columns(rows if twins else result.trace), labels,
+            if memory_drawn:
+                plotter.submit(write_drawn, plotted[-2], "memory")
+            else:
+                bars, hbm_gib = plain_rows(result.memory)
+                plotter.submit(draw_memory, plotted[-2], bars, hbm_gib, memory_title(s))
+        trace = trace_columns(result.sim.rows)
+        if plots:
+            plotter.submit(draw_gantt, plotted[:-2], _with_twins(trace, twins), labels,
                            f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                            f"step {summary['step_time_s']:.2f} s",
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
+        if then is not None:  # the Gantt chart, the longest plot, is being drawn: the links wait for it
+            then()
         from ..trace import parquet_available, write_trace_csv, write_trace_parquet
         from ..analysis.summary import write_summary
         from .trace import write_chrome_trace
-        trace = result.trace
-        links = result.links
+        links = result.link_table
         if plots:
-            plotter.submit(draw_links, plotted[-1], {name: links[name].to_numpy() for name in links.columns},
+            plotter.submit(draw_links, plotted[-1], links,
                            f"{s.name}: link traffic over one step, {s.cluster.inter_node.fabric} "
                            f"(oversubscription {s.cluster.inter_node.oversubscription:g})")
         # the file also names the busiest link directions (all of them are in links.csv)
-        busiest = [{"src": r.src, "dst": r.dst, "kind": r.kind, "bytes": float(r.bytes),
-                    "busy_fraction": float(r.busy_fraction)} for r in links.head(8).itertuples()]
+        busiest = [{"src": src, "dst": dst, "kind": kind, "bytes": float(nbytes), "busy_fraction": float(busy)}
+                   for src, dst, kind, nbytes, busy in zip(*(links[c][:8].tolist() for c in (
+                       "src", "dst", "kind", "bytes", "busy_fraction")))]
         write_with(written[0], lambda path: write_summary({**summary, "busiest_links": busiest}, path))
-        write_with(written[1], lambda path: links.to_csv(path, index=False, float_format="%.6g"))
+        write_bytes(written[1], links_csv(links))
         write_with(written[2], lambda path: write_trace_csv(trace, path))
         write_bytes(written[3], result.schedule.to_csv().encode())
         if parquet_available():  # the same table, typed and compressed, for pandas / Arrow users
@@ -135,11 +156,49 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     return written + plotted
 
 
+def _with_twins(trace: dict, twins: dict[int, int]) -> dict:
+    """The trace's columns plus, for each rank folded into a twin and asked for by name, the
+    twin's rows under the rank's own name: it ran exactly as the twin did (same work, same
+    times)."""
+    if not twins:
+        return trace
+    import numpy as np
+    picks = [np.flatnonzero(trace["rank"] == twin) for twin in twins.values()]
+    out = {name: np.concatenate([column] + [column[pick] for pick in picks]) for name, column in trace.items()}
+    out["rank"][len(trace["rank"]):] = np.repeat(list(twins), [len(pick) for pick in picks])
+    return out
+
+
+def links_csv(links: dict) -> bytes:
+    """links.csv of `Result.link_table`, as pandas wrote the DataFrame (QUOTE_MINIMAL labels,
+    floats in %.6g), without pandas."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(links)
+    floats = [links[name].dtype.kind == "f" for name in links]
+    columns = [column.tolist() for column in links.values()]
+    writer.writerows([[("%.6g" % v) if is_float else v for v, is_float in zip(row, floats)] for row in zip(*columns)])
+    return text.getvalue().encode()
+
+
 # The plots, as run in the plotting process: plain data in, files out (matplotlib is imported
 # there, never here).
+_DRAWN: dict[str, bytes] = {}  # plots drawn before their files may be written (draw_memory_early)
+
+
 def draw_memory(path: Path, bars, hbm_gib: float, title: str) -> None:
     from .memory_plot import plot_memory
     write_with(path, lambda temp: plot_memory(bars, temp, title=title, hbm_gib=hbm_gib))
+
+
+def draw_memory_unwritten(bars, hbm_gib: float, title: str) -> None:
+    from .figure import png_bytes
+    from .memory_plot import DPI, memory_figure
+    _DRAWN["memory"] = png_bytes(memory_figure(bars, title, hbm_gib), DPI)
+
+
+def write_drawn(path: Path, key: str) -> None:
+    write_bytes(path, _DRAWN.pop(key))
 
 
 def draw_gantt(paths: list[Path], trace, labels, title: str, options: dict) -> None:

@@ -26,36 +26,50 @@ def add_p2p(schedule: Schedule) -> Schedule:
     stages, pp = schedule.stages, schedule.pp
     todo = [list(actions) for actions in schedule.ranks]
     head = [0] * pp
+    left = sum(len(actions) for actions in todo)
     out: list[list[Action]] = [[] for _ in range(pp)]
     produced: set[tuple[int, Kind, int]] = set()  # (stage, kind family, mb) placed so far
     posted: set[tuple[int, Kind, int]] = set()  # receives posted: (stage, RECV kind, mb)
+    # What an action waits for and sends depends on its rank, kind and chunk, not on its
+    # micro-batch: worked out once per (rank, kind, chunk), not for each of thousands of actions.
+    edges: dict[tuple[int, Kind, int], tuple] = {}
 
-    def ready(rank: int, a: Action) -> bool:
-        src = input_of(stages, rank, a)
-        if src is None:
-            return True
-        if src.rank == rank:  # V turnaround: producer on this rank
-            return (src.stage, src.family, a.mb) in produced
-        return (schedule.stage_of(rank, a), RECV_OF[a.kind], a.mb) in posted
+    def edges_of(rank: int, a: Action) -> tuple:
+        key = (rank, a.kind, a.chunk)
+        if key not in edges:
+            stage = schedule.stage_of(rank, a)
+            src = input_of(stages, rank, a)
+            if src is None:
+                needs = None  # its input is on the stage already
+            elif src.rank == rank:  # V turnaround: producer on this rank
+                needs = (produced, src.stage, src.family)
+            else:
+                needs = (posted, stage, RECV_OF[a.kind])
+            dst = output_to(stages, rank, a)
+            sends = None if dst is None or dst.rank == rank else (SEND_OF[a.kind], RECV_OF[a.kind], dst)
+            edges[key] = (needs, stage, family(a.kind), sends)
+        return edges[key]
 
-    while any(head[r] < len(todo[r]) for r in range(pp)):
+    while left:
         progress = False
         for rank in range(pp):
             if head[rank] >= len(todo[rank]):
                 continue
             a = todo[rank][head[rank]]
-            if not ready(rank, a):
+            needs, stage, produces, sends = edges_of(rank, a)
+            if needs is not None and (needs[1], needs[2], a.mb) not in needs[0]:
                 continue
             head[rank] += 1
+            left -= 1
             progress = True
             out[rank].append(a)
-            produced.add((schedule.stage_of(rank, a), family(a.kind), a.mb))
-            dst = output_to(stages, rank, a)
-            if dst is None or dst.rank == rank:
+            produced.add((stage, produces, a.mb))
+            if sends is None:
                 continue
-            out[rank].append(Action(SEND_OF[a.kind], a.mb, a.chunk, dst.rank))
-            out[dst.rank].append(Action(RECV_OF[a.kind], a.mb, dst.chunk, rank))
-            posted.add((dst.stage, RECV_OF[a.kind], a.mb))
+            send, recv, dst = sends
+            out[rank].append(Action(send, a.mb, a.chunk, dst.rank))
+            out[dst.rank].append(Action(recv, a.mb, dst.chunk, rank))
+            posted.add((dst.stage, recv, a.mb))
         if not progress:
             stuck = [f"rank {r}: {todo[r][head[r]]}" for r in range(pp) if head[r] < len(todo[r])]
             raise MalformedSchedule("no rank can make progress (cyclic wait): " + "; ".join(stuck))
