@@ -31,6 +31,7 @@ def goodput_figure(rows: list[dict], chosen: dict, reported: tuple[int, float] |
     interval.set_ylabel("minutes")
     for ax in (share, interval):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(gpus, labels=[f"{n // 1024}k" if n >= 1024 else str(n) for n in gpus])
         ax.set_xlabel("GPUs in the job")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8, loc="lower left")
