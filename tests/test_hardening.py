@@ -175,7 +175,8 @@ def test_a_profile_of_another_device_is_named_not_silently_applied(tmp_path):
 @pytest.mark.parametrize("args, expected", [
     ([ROOT / "scenarios" / "gpt3.yaml"], "local processes; the limit is"),
     ([ROOT / "scenarios" / "tiny.yaml", "--backend", "nccl"], "needs a GPU per rank"),
-    ([ROOT / "scenarios" / "tiny.yaml", "--set", "parallel.cp=2"], "context parallelism"),
+    ([ROOT / "scenarios" / "tiny.yaml", "--set", "training.precision=fp8", "--set", "cluster.gpu=h100-sxm"],
+     "torchao.float8"),
 ])
 def test_execute_refusals_are_bad_input(tmp_path, args, expected):
     result = invoke("execute", *args, "--out", tmp_path)
