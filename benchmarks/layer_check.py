@@ -27,7 +27,7 @@ PROFILE = ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb.csv"
 
 
 def layer_ms(scenario, profile=None) -> float:
-    compute = CostModel(scenario, profile=profile).compute
+    compute = CostModel(scenario, profile=profile).compute_model
     total = 0.0
     for op in layer_ops(scenario):
         t = compute.op_time(op)
