@@ -58,4 +58,5 @@ def test_the_readme_is_a_manual_of_readable_length():
 
 def test_masking_allows_the_clock_and_nothing_else():
     assert generate.masked("24,080 actions in 0.40 s") == generate.masked("24,080 actions in 0.07 s")
+    assert generate.masked("estimating 1,016/s") == generate.masked("estimating 2,401/s")
     assert generate.masked("step 27.789 s") != generate.masked("step 27.790 s")

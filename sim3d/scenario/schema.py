@@ -354,10 +354,8 @@ class Scenario(_Strict):
     @field_validator("name")
     @classmethod
     def _printable_name(cls, name: str) -> str:
-        # the name is printed in every table and titles every figure: a control character there
-        # (an escape sequence) would rewrite the user's terminal
-        bad = next((c for c in name if not c.isprintable()), None)
-        if bad is not None:
+        # printed in every table and figure: an escape sequence there would reach the terminal
+        if bad := next((c for c in name if not c.isprintable()), None):
             raise ValueError(f"holds the control character {bad!r}; a name must be printable text")
         return name
 
