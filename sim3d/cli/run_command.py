@@ -37,19 +37,30 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         gantt_window: Optional[str] = typer.Option(None, "--gantt-window", help="START,END: seconds of the step "
                                                    "to draw (zoom in)."),
         gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
-                                                  "(default: all, or one per pipeline stage).")):
+                                                  "(default: all, or one per pipeline stage)."),
+        samples: int = typer.Option(0, "--samples", help="Also replay N draws of the scenario's variability: the "
+                                    "step's distribution with confidence intervals, samples.csv and its plot."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the --samples draws (the same seed, the same samples)."),
+        workers: int = typer.Option(1, "--workers", help="Processes (or Ray tasks) replaying --samples."),
+        backend: str = typer.Option("local", "--backend", help="Where --samples run: local or ray.")):
     """Simulate one training step and write summary, trace and plots."""
     from ..report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
     gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
+    sampling = None
+    if samples:
+        from .sampling import SamplingOptions
+        sampling = SamplingOptions(samples, seed, workers, backend)
+        sampling.check()
     if torchtitan_toml:  # refused before the run when torchtitan cannot express the layout
         from ..scenario.torchtitan import to_torchtitan_toml
         try:
             toml = to_torchtitan_toml(_load(scenario, set_))
         except ValueError as e:
             raise BadInput(f"--torchtitan-toml: {e}") from None
-    summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf, gantt)
+    summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf, gantt,
+                   sampling)
     if torchtitan_toml and not as_json:
         out.print("torchtitan train config (layout sections):\n" + toml, highlight=False, markup=False)
     if strict and not summary["fits_in_memory"]:
@@ -57,7 +68,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
-         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict) -> dict:
+         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict, sampling=None) -> dict:
     from ..report.outputs import draw_memory_early, planned_outputs, start_plotting
     from ..report.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
@@ -72,7 +83,11 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         s = _load(scenario, set_)
         folder = _writable_folder(out_dir or _default_folder(s.name))
         lock = folder_lock(folder, "run")  # released in `finally`, after an error too
-        refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME])
+        refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME,
+                       *(sampling.planned_outputs(folder, plots) if sampling else ())])
+        if sampling:  # refused before the run, as every bad input is
+            from ..studies.monte_carlo import check_sampled
+            check_sampled(s)
         if plots:  # drawn while this process simulates (`simulate` makes the same report again: 0.01 s)
             from ..model.memory import memory_report
             draw_memory_early(plotter, s, memory_report(s, check_schedule=False))
@@ -86,6 +101,11 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         else:
             result = simulate(s, full_fidelity=every_gpu)
         summary = result.summary
+        sampled = None
+        if sampling:
+            from .sampling import SampledRun
+            sampled = SampledRun.of(s, result.step_time, sampling, quiet=as_json)
+            summary["step_distribution"] = sampled.stats
         window = gantt["gantt_window"]
         if window and plots and window[0] >= result.step_time:
             raise BadInput(f"--gantt-window {window[0]:g},{window[1]:g}: starts after the step ends "
@@ -107,6 +127,8 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                 return
             out.print(summary_table(summary))
             out.print(breakdown_table(summary))
+            if sampled:
+                sampled.print(variability_off=s.variability is None or s.variability.off)
             _print_memory(result.memory, s.gpu.hbm_gib)
             for w in summary["warnings"]:
                 say("warning:", w, "yellow")
@@ -119,9 +141,12 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         # printed once the plots have their data: the plotting process draws while this one prints
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
                                  memory_drawn=plots, then=report, **gantt)
+        if sampled:
+            written += sampled.write(folder, s.name, plots)
         from ..report.outputs import run_output_names
+        from .sampling import SAMPLE_OUTPUTS
         removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),
-                                                   "sets": list(set_)}, run_output_names())
+                                                   "sets": list(set_)}, run_output_names() | set(SAMPLE_OUTPUTS))
         if not as_json:
             out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/")
         if removed:  # an earlier run's files would otherwise pass for this run's

@@ -16,7 +16,7 @@ from ..errors import ScenarioError
 from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib, GpusPerNode, HeadDim, Heads,
                      Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, shown)
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
-
+from .variability import Variability
 
 
 def _alias(*names: str):
@@ -350,6 +350,7 @@ class Scenario(_Strict):
     cluster: Cluster = Cluster()
     costs: Costs = Costs()
     faults: list[Fault] = []
+    variability: Variability | None = None  # drawn per sample by `run --samples` (variability.py)
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,97 @@
+"""`sim3d run --samples N --seed S`: the step's distribution over the scenario's variability,
+beside the deterministic run's outputs (samples.csv, step_distribution.png, and the
+summary's `step_distribution`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .progress import progress_bars
+from .support import BadInput, err, out, print_whole
+
+SAMPLE_OUTPUTS = ("samples.csv", "step_distribution.png")
+
+
+@dataclass
+class SamplingOptions:
+    samples: int
+    seed: int
+    workers: int
+    backend: str
+
+    def check(self) -> None:
+        if self.samples < 1:
+            raise BadInput(f"--samples {self.samples}: give at least 1")
+        if self.seed < 0:
+            raise BadInput(f"--seed {self.seed}: give a seed of 0 or more")
+        if self.workers < 1:
+            raise BadInput(f"--workers {self.workers}: give at least 1")
+        from ..studies.runner import check_backend
+        try:
+            check_backend(self.backend)
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+
+    def planned_outputs(self, folder: Path, plots: bool) -> list[Path]:
+        return [folder / name for name in SAMPLE_OUTPUTS if plots or not name.endswith(".png")]
+
+
+@dataclass
+class SampledRun:
+    samples: object  # studies.monte_carlo.StepSamples
+    stats: dict
+
+    @classmethod
+    def of(cls, scenario, deterministic: float, options: SamplingOptions, quiet: bool) -> "SampledRun":
+        from ..studies.monte_carlo import check_sampled, sample_steps
+        from ..studies.step_distribution import describe
+        from ..cluster.placement import Placement
+        check_sampled(scenario)
+        run = dict(samples=options.samples, seed=options.seed, workers=options.workers, backend=options.backend,
+                   deterministic=deterministic)
+        if quiet:
+            samples = sample_steps(scenario, **run)
+        else:
+            with progress_bars("sample", err) as bar:
+                task = bar.add_task(f"sampling {options.samples:,} steps (seed {options.seed})", total=options.samples)
+                samples = sample_steps(scenario, **run, progress=lambda done: bar.update(task, completed=done))
+        return cls(samples, describe(samples, Placement.of(scenario)))
+
+    def print(self, variability_off: bool) -> None:
+        from rich.table import Table
+        s = self.stats
+        table = Table(title=f"step time over {s['samples']:,} samples (seed {s['seed']})", title_justify="left")
+        for column in ("", "step (s)", f"{s['confidence']:.0%} interval (s)", "vs deterministic"):
+            table.add_column(column, justify="left" if not column else "right")
+        det = s["deterministic_step_s"]
+        table.add_row("deterministic", f"{det:.4f}", "", "")
+        for name in ("mean", "p50", "p95", "p99"):
+            low, high = s["intervals_s"][name]
+            table.add_row(name, f"{s[f'{name}_s']:.4f}", f"{low:.4f} - {high:.4f}", f"{s[f'{name}_s'] / det - 1:+.2%}")
+        print_whole(out, table)
+        if variability_off:
+            out.print("the scenario has no variability section: every sample is the deterministic step")
+            return
+        tail = s["tail"]
+        slow, flaky = tail["slow_gpus_per_sample"], tail["flaky_nodes_per_sample"]
+        ranks = ", ".join(f"{rank} ({count})" for rank, count in tail["critical_ranks"].items())
+        out.print(f"tail (the {tail['samples']} samples at or above p95): {slow['tail']:.2f} slow GPUs and "
+                  f"{flaky['tail']:.2f} degraded nodes per sample (all samples: {slow['all']:.2f} and "
+                  f"{flaky['all']:.2f}); ended by rank(s) {ranks}", highlight=False)
+
+    def write(self, folder: Path, title: str, plots: bool) -> list[Path]:
+        import csv
+        import io
+        from ..studies.step_distribution import samples_table
+        from ..report.safe_files import write_bytes
+        table = samples_table(self.samples)
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(table)
+        writer.writerows(zip(*table.values()))
+        written = [write_bytes(folder / "samples.csv", text.getvalue().encode())]
+        if plots:
+            from ..report.distribution_plot import plot_distribution
+            written.append(plot_distribution(self.samples.steps, self.stats, title, folder / "step_distribution.png"))
+        return written

@@ -1,0 +1,181 @@
+"""Sampled steps (engine/sampled.py, studies/monte_carlo.py) against the simpy replay and
+against closed forms of maxima of random variables."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim3d.engine import replay_step
+from sim3d.errors import ScenarioError
+from sim3d.scenario.load import load_scenario, scenario_from_dict
+from sim3d.studies.monte_carlo import Sampler, _InverseCdf, sample_steps
+from sim3d.scenario.variability import Jitter
+
+SCENARIOS = sorted(Path("scenarios").glob("*.yaml"))
+
+
+def small(tp=1, pp=1, dp=1, variability=None, faults=(), m=4, schedule="1f1b", **training):
+    world = tp * pp * dp
+    return scenario_from_dict({
+        "name": "mc", "schedule": schedule,
+        "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256},
+        "parallel": {"tp": tp, "pp": pp, "dp": dp},
+        "training": {"micro_batch": 1, "global_batch": m * dp, **training},
+        "cluster": {"nodes": -(-world // 8), "gpus_per_node": min(8, world)},
+        "faults": list(faults), "variability": variability})
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_without_variability_every_sample_is_todays_step(path):
+    """Bit for bit: the sampled replay performs the simpy replay's floating-point operations."""
+    s = load_scenario(path)
+    if s.costs.network == "flow" or s.network_asymmetric:
+        pytest.skip("sampled steps need the analytical, symmetric network")
+    today = replay_step(s).result.step_time
+    steps = Sampler(s, seed=0).run(list(range(3)))[0]
+    assert (steps == today).all(), (steps, today)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_sampled_replay_equals_the_simpy_replay_on_random_layouts(data):
+    """Random layouts, schedules, overlap switches and ZeRO stages, with stragglers on random
+    ranks and no other variability: every sample is the full-fidelity simpy step."""
+    tp, pp, dp = data.draw(st.sampled_from([1, 2, 4])), data.draw(st.sampled_from([1, 2, 4])), data.draw(st.sampled_from([1, 2, 3]))
+    cp = data.draw(st.sampled_from([1, 1, 2]))
+    schedule = data.draw(st.sampled_from(["1f1b", "interleaved-1f1b", "zb-h1", "gpipe"] if pp > 1 else ["1f1b"]))
+    world = tp * pp * dp * cp
+    if world % 8 and world > 8:
+        return
+    stragglers = data.draw(st.lists(st.integers(0, world - 1), max_size=2, unique=True))
+    zero = data.draw(st.sampled_from([0, 1, 2, 3]))
+    s = scenario_from_dict({
+        "name": "mc", "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256},
+        "parallel": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": 2 if schedule == "interleaved-1f1b" else 1,
+                     "zero": zero},
+        "training": {"micro_batch": 1, "global_batch": 4 * dp, "overlap_grad_reduce": data.draw(st.booleans()),
+                     "overlap_p2p": data.draw(st.booleans()),
+                     "overlap_param_gather": zero >= 1 and data.draw(st.booleans())},
+        "schedule": schedule, "cluster": {"nodes": -(-world // 8), "gpus_per_node": min(8, world)},
+        "faults": [{"straggler": {"rank": r, "slowdown": data.draw(st.sampled_from([1.2, 2.0]))}} for r in stragglers]})
+    simpy_step = replay_step(s, full_fidelity=True, fold=False).result.step_time
+    steps = Sampler(s, seed=0).run([0, 1])[0]
+    assert steps.tolist() == [simpy_step, simpy_step]
+
+
+def test_every_sample_with_one_slowed_rank_is_the_straggler_run():
+    s = load_scenario("scenarios/gpt3.yaml", ['faults=[{"straggler": {"rank": 300, "slowdown": 1.5}}]'])
+    straggler_run = replay_step(s).result.step_time
+    out = sample_steps(s, samples=5, seed=3)
+    assert out.deterministic == straggler_run
+    assert (out.steps == straggler_run).all()
+    assert straggler_run > replay_step(load_scenario("scenarios/gpt3.yaml")).result.step_time * 1.2
+
+
+def test_slow_gpus_drawn_everywhere_equal_a_straggler_on_every_rank():
+    """fraction 1: every GPU is slowed in every sample, as if each were a straggler."""
+    faults = [{"straggler": {"rank": r, "slowdown": 1.25}} for r in range(8)]
+    everyone = replay_step(small(tp=2, pp=2, dp=2, faults=faults)).result.step_time
+    s = small(tp=2, pp=2, dp=2, variability={"slow_gpus": {"fraction": 1.0, "slowdown": 1.25}})
+    out = sample_steps(s, samples=4, seed=0)
+    assert (out.steps == everyone).all()
+    assert all(len(g) == 8 for g in out.slow_gpus)
+
+
+def _expected_max_of_lognormals(sigma: float, n: int) -> float:
+    """E[max of n iid lognormal(-sigma^2/2, sigma)] = integral of exp(mu + sigma z) n Phi^(n-1) phi dz."""
+    z = np.linspace(-10, 10, 200_001)
+    pdf = np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+    f = np.exp(sigma * z - sigma ** 2 / 2) * n * cdf ** (n - 1) * pdf
+    return float(np.sum((f[1:] + f[:-1]) / 2 * np.diff(z)))
+
+
+def test_a_tp_group_takes_the_expected_maximum_of_its_members_at_every_compute():
+    """pp = dp = 1, tp = 8: each compute lasts its slowest member's jittered time, so the mean
+    step is the optimizer plus every compute's priced time times E[max of 8 lognormals]."""
+    sigma, tp = 0.1, 8
+    s = small(tp=tp, m=6, variability={"jitter": {"lognormal_sigma": sigma}})
+    sampler = Sampler(s, seed=11)
+    computes = sum(op[2] for op in sampler.replay.programs[0] if op[0] == 0)
+    deterministic = replay_step(s).result.step_time
+    steps = sample_steps(s, samples=400, seed=11).steps
+    expected = deterministic + computes * (_expected_max_of_lognormals(sigma, tp) - 1)
+    error = steps.std(ddof=1) / math.sqrt(len(steps))
+    assert abs(steps.mean() - expected) < 4 * error, (steps.mean(), expected, error)
+    assert steps.mean() > deterministic + 0.1 * computes  # E[max of 8] is ~1.14 at sigma 0.1
+
+
+def test_data_parallel_replicas_meet_at_the_slowest_at_each_bucket():
+    """tp = pp = 1, dp = 8, one micro-batch, reduction after the backward: every replica waits
+    for the slowest one's forward + backward, so the step is the deterministic one plus the
+    maximum over replicas of F (J1 - 1) + B (J2 - 1) -- drawn here independently with numpy."""
+    sigma, dp = 0.2, 8
+    s = small(dp=dp, m=1, variability={"jitter": {"lognormal_sigma": sigma}}, overlap_grad_reduce=False)
+    sampler = Sampler(s, seed=5)
+    forward, backward = [op[2] for op in sampler.replay.programs[0] if op[0] == 0]
+    deterministic = replay_step(s).result.step_time
+    steps = sample_steps(s, samples=600, seed=5).steps - deterministic
+    rng = np.random.default_rng(0)
+    j = rng.lognormal(-sigma ** 2 / 2, sigma, size=(200_000, dp, 2))
+    reference = (forward * (j[..., 0] - 1) + backward * (j[..., 1] - 1)).max(axis=1)
+    error = math.hypot(steps.std(ddof=1) / math.sqrt(len(steps)), reference.std() / math.sqrt(len(reference)))
+    assert abs(steps.mean() - reference.mean()) < 4 * error, (steps.mean(), reference.mean(), error)
+    assert abs(np.quantile(steps, 0.9) - np.quantile(reference, 0.9)) < 0.1 * reference.std() + 8 * error
+
+
+def test_the_slowest_of_n_draws_is_drawn_at_once_from_the_maximum_distribution():
+    rng = np.random.default_rng(1)
+    inverse = _InverseCdf(Jitter(lognormal_sigma=0.3))
+    at_once = inverse(rng.random(200_000) ** (1 / 8))
+    each = rng.lognormal(-0.045, 0.3, size=(200_000, 8)).max(axis=1)
+    assert np.quantile(at_once, [0.1, 0.5, 0.9, 0.99]) == pytest.approx(np.quantile(each, [0.1, 0.5, 0.9, 0.99]), rel=0.01)
+    assert inverse(rng.random(400_000)).mean() == pytest.approx(1.0, abs=0.002)  # mean 1 by construction
+    measured = _InverseCdf(Jitter(quantiles=[0.9, 1.0, 1.3]))
+    assert measured(np.array([0.0, 0.25, 0.5, 1.0])).tolist() == pytest.approx([0.9, 0.95, 1.0, 1.3])
+
+
+def test_samples_depend_on_the_seed_alone_not_on_chunks_or_workers():
+    s = small(tp=2, pp=2, dp=2, variability={"jitter": {"lognormal_sigma": 0.05},
+                                             "slow_gpus": {"fraction": 0.2, "slowdown": 1.3}})
+    ten = sample_steps(s, samples=10, seed=42)
+    thirty = sample_steps(s, samples=30, seed=42, workers=2)
+    assert thirty.steps[:10].tolist() == ten.steps.tolist()
+    assert [g.tolist() for g in thirty.slow_gpus[:10]] == [g.tolist() for g in ten.slow_gpus]
+    assert sample_steps(s, samples=10, seed=43).steps.tolist() != ten.steps.tolist()
+    assert len(set(thirty.steps.tolist())) > 20  # jitter makes every sample its own
+
+
+def test_flaky_nodes_slow_only_the_transfers_that_leave_a_node(monkeypatch):
+    """pp 2 over two nodes of 8 GPUs: with every node degraded 3x, each pipeline transfer
+    takes 3x its price (they all cross) and nothing else changes."""
+    from sim3d.costs.cost_model import CostModel
+    s = small(tp=8, pp=2, variability={"flaky_links": {"probability": 1.0, "slowdown": 3.0}})
+    steps = sample_steps(s, samples=2, seed=0).steps
+    priced = CostModel.transfer
+    monkeypatch.setattr(CostModel, "transfer", lambda self, src, dst: priced(self, src, dst) * 3.0)
+    assert steps.tolist() == [replay_step(small(tp=8, pp=2)).result.step_time] * 2
+    monkeypatch.undo()
+    one_node = small(tp=4, pp=2, variability={"flaky_links": {"probability": 1.0, "slowdown": 3.0}})
+    assert sample_steps(one_node, samples=2, seed=0).steps.tolist() == [replay_step(one_node).result.step_time] * 2
+
+
+def test_samples_are_refused_where_they_cannot_share_one_replay():
+    with pytest.raises(ScenarioError, match="flow"):
+        sample_steps(small(tp=2, pp=2, variability={"jitter": {"lognormal_sigma": 0.1}}).model_copy(
+            update={"costs": small().costs.model_copy(update={"network": "flow"})}), samples=2)
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"jitter": {}}, "one of lognormal_sigma or quantiles"),
+    ({"jitter": {"quantiles": [1.1, 1.0]}}, "must not decrease"),
+    ({"slow_gpus": {"fraction": 1.5, "slowdown": 2}}, "less than or equal to 1"),
+    ({"preset": "nope"}, "unknown preset"),
+])
+def test_bad_variability_is_refused_with_its_field(bad, message):
+    with pytest.raises(ScenarioError, match=message):
+        small(variability=bad)
