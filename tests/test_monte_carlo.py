@@ -18,12 +18,12 @@ from sim3d.scenario.variability import Jitter
 SCENARIOS = sorted(Path("scenarios").glob("*.yaml"))
 
 
-def small(tp=1, pp=1, dp=1, variability=None, faults=(), m=4, schedule="1f1b", **training):
+def small(tp=1, pp=1, dp=1, variability=None, faults=(), m=4, schedule="1f1b", vpp=1, **training):
     world = tp * pp * dp
     return scenario_from_dict({
         "name": "mc", "schedule": schedule,
         "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 256},
-        "parallel": {"tp": tp, "pp": pp, "dp": dp},
+        "parallel": {"tp": tp, "pp": pp, "dp": dp, "vpp": vpp},
         "training": {"micro_batch": 1, "global_batch": m * dp, **training},
         "cluster": {"nodes": -(-world // 8), "gpus_per_node": min(8, world)},
         "faults": list(faults), "variability": variability})
@@ -179,3 +179,73 @@ def test_samples_are_refused_where_they_cannot_share_one_replay():
 def test_bad_variability_is_refused_with_its_field(bad, message):
     with pytest.raises(ScenarioError, match=message):
         small(variability=bad)
+
+
+def test_a_recorded_sample_without_variability_has_the_simpy_trace():
+    """The recorded trace of a sample whose factors are 1 has the simpy replay's compute,
+    send, bucket and optimizer rows, times included."""
+    s = small(tp=2, pp=4, dp=2, m=8, schedule="interleaved-1f1b", vpp=2)
+    simpy_rows = replay_step(s).result.rows
+    wanted = {"compute", "pp", "dp"}
+    pipeline = {row.rank for row in simpy_rows}
+    expected = sorted(r for r in simpy_rows if r.stream in wanted and not r.kind.startswith("RECV")
+                      and not r.kind.endswith("_COMM"))
+    recorded = sorted(r for r in Sampler(s, seed=0).trace(0) if r.rank in pipeline)
+    assert recorded == expected
+
+
+# ---- the command ----------------------------------------------------------------------------
+def _invoke(*args):
+    from typer.testing import CliRunner
+    from sim3d.cli.app import app
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_run_samples_writes_the_distribution_its_samples_and_the_worst_gantt(tmp_path):
+    import csv
+    import json
+    varied = 'variability={"jitter": {"lognormal_sigma": 0.05}, "slow_gpus": {"fraction": 0.1, "slowdown": 1.5}}'
+    result = _invoke("run", "scenarios/mesh-32.yaml", "--set", varied, "--samples", 40, "--seed", 9, "--worst-gantt",
+                     "--json", "--out", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    dist = summary["step_distribution"]
+    assert dist["samples"] == 40 and dist["seed"] == 9
+    assert dist["deterministic_step_s"] == summary["step_time_s"]
+    for name in ("mean", "p50", "p95", "p99"):
+        low, high = dist["intervals_s"][name]
+        assert low <= dist[f"{name}_s"] <= high
+    assert dist["p50_s"] <= dist["p95_s"] <= dist["p99_s"] <= dist["max_s"]
+    rows = list(csv.DictReader((tmp_path / "samples.csv").open()))
+    steps = [float(r["step_time_s"]) for r in rows]
+    assert len(rows) == 40 and max(steps) == dist["max_s"] and sum(steps) / 40 == pytest.approx(dist["mean_s"])
+    assert all(float(r["step_time_s"]) > summary["step_time_s"] for r in rows if r["slow_gpus"])
+    for name in ("step_distribution.png", "gantt_worst.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+    assert json.loads((tmp_path / "summary.json").read_text())["step_distribution"] == dist
+    again = _invoke("run", "scenarios/mesh-32.yaml", "--no-plots", "--json", "--out", tmp_path)
+    assert again.exit_code == 0
+    assert not (tmp_path / "samples.csv").exists()  # an earlier run's samples would pass for this run's
+
+
+def test_run_samples_without_variability_says_so_and_every_sample_is_the_step(tmp_path):
+    result = _invoke("run", "scenarios/tiny.yaml", "--samples", 5, "--no-plots", "--out", tmp_path)
+    assert result.exit_code == 0
+    assert "no variability section: every sample is the deterministic step" in result.stdout
+    import csv
+    steps = {r["step_time_s"] for r in csv.DictReader((tmp_path / "samples.csv").open())}
+    assert len(steps) == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--samples", 0), "--samples 0: give at least 1"),
+    (("--samples", 3, "--seed", -1), "--seed -1"),
+    (("--samples", 3, "--backend", "slurm"), "expected local or ray"),
+    (("--worst-gantt",), "give --samples too"),
+    (("--samples", 3, "--set", "costs.network=flow"), "costs.network is flow"),
+])
+def test_run_samples_refuses_bad_input_before_any_work(tmp_path, args, message):
+    result = _invoke("run", "scenarios/tiny.yaml", *args, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not (tmp_path / "out" / "summary.json").exists()

@@ -38,21 +38,25 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
                                                    "to draw (zoom in)."),
         gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
                                                   "(default: all, or one per pipeline stage)."),
-        samples: int = typer.Option(0, "--samples", help="Also replay N draws of the scenario's variability: the "
+        samples: Optional[int] = typer.Option(None, "--samples", help="Also replay N draws of the scenario's variability: the "
                                     "step's distribution with confidence intervals, samples.csv and its plot."),
         seed: int = typer.Option(0, "--seed", help="Seed of the --samples draws (the same seed, the same samples)."),
         workers: int = typer.Option(1, "--workers", help="Processes (or Ray tasks) replaying --samples."),
-        backend: str = typer.Option("local", "--backend", help="Where --samples run: local or ray.")):
+        backend: str = typer.Option("local", "--backend", help="Where --samples run: local or ray."),
+        worst_gantt: bool = typer.Option(False, "--worst-gantt", help="With --samples: also the Gantt chart of the "
+                                         "slowest sample (gantt_worst.png).")):
     """Simulate one training step and write summary, trace and plots."""
     from ..report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
     gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
     sampling = None
-    if samples:
+    if samples is not None:
         from .sampling import SamplingOptions
-        sampling = SamplingOptions(samples, seed, workers, backend)
+        sampling = SamplingOptions(samples, seed, workers, backend, worst_gantt)
         sampling.check()
+    elif worst_gantt:
+        raise BadInput("--worst-gantt draws the slowest of --samples N: give --samples too")
     if torchtitan_toml:  # refused before the run when torchtitan cannot express the layout
         from ..scenario.torchtitan import to_torchtitan_toml
         try:
@@ -142,7 +146,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
                                  memory_drawn=plots, then=report, **gantt)
         if sampled:
-            written += sampled.write(folder, s.name, plots)
+            written += sampled.write(folder, s.name, plots, sampling.worst_gantt, gantt["gantt_size"])
         from ..report.outputs import run_output_names
         from .sampling import SAMPLE_OUTPUTS
         removed = record_outputs(folder, written, {"written_by": "sim3d run", "scenario": str(scenario),

@@ -10,7 +10,7 @@ from pathlib import Path
 from .progress import progress_bars
 from .support import BadInput, err, out, print_whole
 
-SAMPLE_OUTPUTS = ("samples.csv", "step_distribution.png")
+SAMPLE_OUTPUTS = ("samples.csv", "step_distribution.png", "gantt_worst.png")
 
 
 @dataclass
@@ -19,6 +19,7 @@ class SamplingOptions:
     seed: int
     workers: int
     backend: str
+    worst_gantt: bool = False
 
     def check(self) -> None:
         if self.samples < 1:
@@ -34,29 +35,32 @@ class SamplingOptions:
             raise BadInput(str(e)) from None
 
     def planned_outputs(self, folder: Path, plots: bool) -> list[Path]:
-        return [folder / name for name in SAMPLE_OUTPUTS if plots or not name.endswith(".png")]
+        names = ["samples.csv"] + (["step_distribution.png"] if plots else []) + (
+            ["gantt_worst.png"] if self.worst_gantt else [])
+        return [folder / name for name in names]
 
 
 @dataclass
 class SampledRun:
     samples: object  # studies.monte_carlo.StepSamples
     stats: dict
+    sampler: object  # studies.monte_carlo.Sampler: replays any one sample again, with its trace
 
     @classmethod
     def of(cls, scenario, deterministic: float, options: SamplingOptions, quiet: bool) -> "SampledRun":
-        from ..studies.monte_carlo import check_sampled, sample_steps
+        from ..studies.monte_carlo import Sampler, sample_steps
         from ..studies.step_distribution import describe
         from ..cluster.placement import Placement
-        check_sampled(scenario)
+        sampler = Sampler(scenario, options.seed)
         run = dict(samples=options.samples, seed=options.seed, workers=options.workers, backend=options.backend,
-                   deterministic=deterministic)
+                   deterministic=deterministic, sampler=sampler)
         if quiet:
             samples = sample_steps(scenario, **run)
         else:
             with progress_bars("sample", err) as bar:
                 task = bar.add_task(f"sampling {options.samples:,} steps (seed {options.seed})", total=options.samples)
                 samples = sample_steps(scenario, **run, progress=lambda done: bar.update(task, completed=done))
-        return cls(samples, describe(samples, Placement.of(scenario)))
+        return cls(samples, describe(samples, Placement.of(scenario)), sampler)
 
     def print(self, variability_off: bool) -> None:
         from rich.table import Table
@@ -80,7 +84,7 @@ class SampledRun:
                   f"{flaky['tail']:.2f} degraded nodes per sample (all samples: {slow['all']:.2f} and "
                   f"{flaky['all']:.2f}); ended by rank(s) {ranks}", highlight=False)
 
-    def write(self, folder: Path, title: str, plots: bool) -> list[Path]:
+    def write(self, folder: Path, title: str, plots: bool, worst_gantt: bool = False, gantt_size: str = "screen") -> list[Path]:
         import csv
         import io
         from ..studies.step_distribution import samples_table
@@ -94,4 +98,22 @@ class SampledRun:
         if plots:
             from ..report.distribution_plot import plot_distribution
             written.append(plot_distribution(self.samples.steps, self.stats, title, folder / "step_distribution.png"))
+        if worst_gantt:
+            written.append(self._worst_gantt(folder / "gantt_worst.png", title, gantt_size))
         return written
+
+    def _worst_gantt(self, path: Path, title: str, size: str) -> Path:
+        """The Gantt chart of the slowest sample, replayed again with its own draws."""
+        from ..report.gantt import plot_gantt
+        from ..report.safe_files import replacing
+        steps = self.samples.steps
+        worst = int(steps.argmax())
+        critical = int(self.samples.critical_rank[worst])
+        lanes = self.sampler.replay.lane_ranks
+        pipeline = lanes[(lanes == critical).any(axis=1)][0].tolist()
+        title = (f"{title}: the slowest of {len(steps):,} samples (sample {worst}, seed {self.samples.seed}), "
+                 f"{steps[worst]:.4g} s against {self.samples.deterministic:.4g} s without variability\n"
+                 f"the pipeline of rank {critical}, which ended the step")
+        with replacing(path) as temps:
+            plot_gantt(self.sampler.trace(worst), temps, title=title, size=size, ranks=pipeline)
+        return path

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..cluster.placement import GRADIENT_AXIS
 from ..schedule.ir import Kind, Schedule
+from ..trace import TraceRow
 from .rank_replay import COMPUTE_KINDS, action_plan
 from .replay import DeadlockError, ReplayOptions
 
@@ -49,6 +50,7 @@ class SampledSteps:
     step_time: np.ndarray  # (samples,)
     finish: np.ndarray  # (samples, pipeline ranks, lanes): when each lane's rank ended
     lane_ranks: np.ndarray  # (lanes, pipeline ranks): the global rank (TP rank 0) of each
+    rows: list[TraceRow] | None = None  # the trace of a recorded sample
 
     def critical_rank(self) -> np.ndarray:
         """Per sample, the global rank whose TP group ended the step."""
@@ -113,7 +115,8 @@ class SampledReplay:
                 waits = None if waits_on is None else (waits_on[0], waits_on[1], a.mb, waits_on[2])
                 made = None if produces is None else (stage, produces, a.mb, "local")
                 seconds = self._priced(lambda rank: costs.action(stage, kind, rank).seconds, ranks)
-                program.append((_COMPUTE, waits, seconds, a.chunk if backward else None, made))
+                program.append((_COMPUTE, waits, seconds, a.chunk if backward else None, made,
+                                (stage, a.chunk, a.mb, kind, "compute", 0, None)))
             elif a.kind in (Kind.SEND_F, Kind.SEND_B):
                 stage, _kind, consumer, _recv = plan[a.chunk, a.kind]
                 if a.peer not in transfers:
@@ -121,27 +124,35 @@ class SampledReplay:
                                                   for src, dst in zip(peers[:, r], peers[:, a.peer])])
                 seconds = transfers[a.peer]
                 program.append((_SEND, (a.peer, a.kind is Kind.SEND_F), seconds, (stage, consumer.family, a.mb, "remote"),
-                                a.peer))
+                                a.peer, (stage, a.chunk, a.mb, a.kind.value, "pp", round(costs.p2p_bytes), peers[:, a.peer])))
             elif a.kind is Kind.DP_REDUCE:
                 stage = stages.stage(r, a.chunk)
-                seconds = self._priced(lambda rank: costs.dp_reduce(rank, stage, buckets)[0], ranks)
-                program.append((_REDUCE, a.chunk, a.bucket - a.chunk * buckets, seconds))
+                seconds, nbytes = self._priced(lambda rank: costs.dp_reduce(rank, stage, buckets), ranks)
+                program.append((_REDUCE, a.chunk, a.bucket - a.chunk * buckets, seconds,
+                                (stage, a.chunk, a.bucket, "DP_REDUCE", "dp", round(nbytes), None)))
             elif a.kind is Kind.PARAM_GATHER:
                 stage = stages.stage(r, a.chunk)
-                program.append((_GATHER, self._priced(lambda rank: costs.param_gather(rank, stage, buckets)[0], ranks)))
+                seconds, nbytes = self._priced(lambda rank: costs.param_gather(rank, stage, buckets), ranks)
+                program.append((_GATHER, seconds, (stage, a.chunk, a.bucket, "PARAM_GATHER", "dp", round(nbytes), None)))
             elif a.kind is Kind.OPT_STEP:
                 held = tuple(stages.stage(r, chunk) for chunk in range(stages.vpp))
                 program.append((_OPTIMIZER, self._priced(lambda rank: costs.optimizer(rank, held), ranks),
-                                self._priced(lambda rank: costs.embedding_sync(rank, held), ranks)))
+                                self._priced(lambda rank: costs.embedding_sync(rank, held), ranks),
+                                (held[0], -1, -1, "OPT_STEP", "compute", 0, None)))
             elif a.kind not in (Kind.RECV_F, Kind.RECV_B):  # a receive is a post: it takes no time
                 raise ValueError(f"the sampled replay does not know action kind {a.kind}")
         return program
 
-    def run(self, factors: SampleFactors) -> SampledSteps:
+    def run(self, factors: SampleFactors, record: bool = False) -> SampledSteps:
         """Replays `factors.samples` draws. Ranks are walked until each waits for an output not
-        yet produced; another rank produces it, so the walk ends when every rank is done."""
+        yet produced; another rank produces it, so the walk ends when every rank is done.
+        `record` (one sample): also the trace rows of its computes, sends, buckets and
+        optimizer steps, one per lane (TP rank 0 standing for its group)."""
+        if record and factors.samples != 1:
+            raise ValueError("the sampled replay records the trace of one sample at a time")
         shape = (factors.samples, self.lanes)
-        walks = [_RankWalk(self, r, factors, shape) for r in range(self.schedule.pp)]
+        rows: list[TraceRow] | None = [] if record else None
+        walks = [_RankWalk(self, r, factors, shape, rows) for r in range(self.schedule.pp)]
         arrivals: dict[tuple, np.ndarray] = {}
         pending = list(walks)
         while pending:
@@ -151,14 +162,16 @@ class SampledReplay:
                 raise DeadlockError(f"deadlock: {len(pending)} rank(s) wait for outputs nobody produces: {waiting}")
             pending = [walk for walk in pending if not walk.done]
         finish = np.stack([walk.now for walk in walks], axis=1)  # (samples, pp, lanes)
-        return SampledSteps(finish.max(axis=(1, 2)), finish, self.lane_ranks)
+        return SampledSteps(finish.max(axis=(1, 2)), finish, self.lane_ranks, rows)
 
 
 class _RankWalk:
     """One pipeline rank's walk over every lane and sample: its clocks are arrays."""
 
-    def __init__(self, replay: SampledReplay, r: int, factors: SampleFactors, shape: tuple[int, int]):
-        self.replay, self.r, self.program = replay, r, replay.programs[r]
+    def __init__(self, replay: SampledReplay, r: int, factors: SampleFactors, shape: tuple[int, int],
+                 rows: list | None):
+        self.replay, self.r, self.program, self.rows = replay, r, replay.programs[r], rows
+        self.ranks = replay.lane_ranks[:, r].tolist()
         self.options, self.buckets = replay.options, replay.schedule.buckets_per_chunk
         self.groups = replay._dp_groups
         self.meets = self.groups is None or len(self.groups[0]) > 1
@@ -192,7 +205,7 @@ class _RankWalk:
             elif op[0] == _REDUCE:
                 self._reduce(op)
             elif op[0] == _GATHER:
-                self._gather(op[1])
+                self._gather(op)
             else:
                 self._optimizer(op)
             self.at += 1
@@ -201,7 +214,7 @@ class _RankWalk:
         return self.at > start
 
     def _compute(self, op, arrivals) -> None:
-        _, waits, seconds, backward_chunk, made = op
+        _, waits, seconds, backward_chunk, made, row = op
         if waits is not None:
             self.now = np.maximum(self.now, arrivals.pop(waits))
         jitter = self.jitter
@@ -214,9 +227,11 @@ class _RankWalk:
             self.last_backward[backward_chunk] = (begin, self.now - begin)
         if made is not None:
             arrivals[made] = self.now
+        if self.rows is not None:
+            self._record(row, begin, self.now)
 
     def _send(self, op, arrivals) -> None:
-        _, channel, seconds, delivers, peer = op
+        _, channel, seconds, delivers, peer, row = op
         factor = self.transfer_factor[peer]
         if factor is not None:
             seconds = seconds * factor
@@ -228,9 +243,11 @@ class _RankWalk:
         arrivals[delivers] = delivered
         if not self.options.overlap_p2p:
             self.now = delivered
+        if self.rows is not None:
+            self._record(row, begin, end)
 
     def _reduce(self, op) -> None:
-        _, chunk, k, seconds = op
+        _, chunk, k, seconds, row = op
         ready = self.now
         if self.options.overlap_grad_reduce and chunk in self.last_backward:
             begin, duration = self.last_backward[chunk]
@@ -239,7 +256,10 @@ class _RankWalk:
             self.now, ready = self._group_max(self.now), self._group_max(ready)
         if self.dp_factor is not None:
             seconds = seconds * self.dp_factor
-        self.free = np.maximum(ready, self.free) + seconds
+        begin = np.maximum(ready, self.free)
+        self.free = begin + seconds
+        if self.rows is not None:
+            self._record(row, begin, self.free)
 
     def _group_max(self, times: np.ndarray) -> np.ndarray:
         if self.groups is None:
@@ -249,19 +269,33 @@ class _RankWalk:
             out[:, lanes] = times[:, lanes].max(axis=1, keepdims=True)
         return out
 
-    def _gather(self, seconds) -> None:
+    def _gather(self, op) -> None:
+        _, seconds, row = op
         if self.dp_factor is not None:
             seconds = seconds * self.dp_factor
-        self.gather_free = np.maximum(np.maximum(self.now, self.free), self.gather_free) + seconds
+        begin = np.maximum(np.maximum(self.now, self.free), self.gather_free)
+        self.gather_free = begin + seconds
+        if self.rows is not None:
+            self._record(row, begin, self.gather_free)
         if not self.options.overlap_param_gather:  # the step ends when the parameters are back
             self.free = self.gather_free
 
     def _optimizer(self, op) -> None:
-        _, seconds, sync = op
+        _, seconds, sync, row = op
         self._drain()  # the optimizer needs every reduced gradient
         if self.optimizer_factor is not None:
             seconds = seconds * self.optimizer_factor
-        self.now = self.now + (seconds + sync)
+        begin = self.now
+        self.now = begin + (seconds + sync)
+        if self.rows is not None:
+            self._record(row, begin, self.now)
 
     def _drain(self) -> None:
         self.now = np.where(self.free > self.now, self.now + (self.free - self.now), self.now)
+
+    def _record(self, row: tuple, begin: np.ndarray, end: np.ndarray) -> None:
+        stage, chunk, mb, kind, stream, nbytes, peers = row
+        begin, end = np.broadcast_to(begin, end.shape)[0].tolist(), end[0].tolist()
+        for lane, rank in enumerate(self.ranks):
+            peer = -1 if peers is None else int(peers[lane])
+            self.rows.append(TraceRow(rank, stage, chunk, mb, kind, stream, begin[lane], end[lane], nbytes, peer))

@@ -217,6 +217,13 @@ class Sampler:
         return steps.step_time, steps.critical_rank(), draws.slow_gpus, draws.flaky_nodes
 
 
+    def trace(self, index: int) -> list:
+        """The trace rows of sample `index` (as drawn in any run with this seed), one rank per
+        TP group."""
+        draws = SampleDraws(self.variability, self.stragglers, self.replay, self.layout, self.seed, [index])
+        return self.replay.run(draws, record=True).rows
+
+
 def _profile(scenario):
     if not scenario.costs.profile:
         return None
@@ -239,13 +246,15 @@ def _worker_run(indices: list[int]):
 
 
 def sample_steps(scenario, samples: int, seed: int = 0, workers: int = 1, backend: str = "local",
-                 deterministic: float | None = None, progress: Callable[[int], None] | None = None) -> StepSamples:
+                 deterministic: float | None = None, progress: Callable[[int], None] | None = None,
+                 sampler: Sampler | None = None) -> StepSamples:
     """`samples` draws of the scenario's step, in chunks; `workers` > 1 replays chunks in that
     many processes (or Ray tasks, `backend="ray"`). `deterministic`: the step without
-    variability, where the caller has it. `progress(done)` after each chunk, in order."""
+    variability, where the caller has it. `progress(done)` after each chunk, in order.
+    `sampler`: the scenario's Sampler with this seed, where the caller made one."""
     if samples < 1:
         raise ScenarioError(f"--samples: {samples}; give at least 1")
-    sampler = Sampler(scenario, seed)
+    sampler = sampler or Sampler(scenario, seed)
     if deterministic is None:
         deterministic = replay_step(scenario).result.step_time
     size = sampler.chunk(samples, workers)
