@@ -249,3 +249,31 @@ def test_run_samples_refuses_bad_input_before_any_work(tmp_path, args, message):
     assert result.exit_code == 2
     assert message in result.stderr
     assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_samples_on_ray_are_the_local_samples_with_at_most_workers_in_flight(monkeypatch):
+    """A stand-in `ray` module runs each task in this process when its result is asked for."""
+    import sys
+    import types
+    in_flight, peak = [0], [0]
+
+    def remote_fn(fn):
+        def submit(*args):
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+            return args
+
+        return types.SimpleNamespace(remote=submit)
+
+    def get(args):
+        in_flight[0] -= 1
+        return remote_fn.target(*args)
+
+    from sim3d.studies import monte_carlo
+    remote_fn.target = monte_carlo._ray_chunk
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(init=lambda **kw: None, remote=remote_fn, get=get))
+    s = small(tp=2, pp=2, dp=2, variability={"jitter": {"lognormal_sigma": 0.05}})
+    monkeypatch.setattr(monte_carlo.Sampler, "chunk", lambda self, samples, workers: 4)
+    on_ray = sample_steps(s, samples=18, seed=2, workers=2, backend="ray")
+    assert on_ray.steps.tolist() == sample_steps(s, samples=18, seed=2).steps.tolist()
+    assert peak[0] == 2

@@ -58,7 +58,7 @@ class SampledRun:
             samples = sample_steps(scenario, **run)
         else:
             with progress_bars("sample", err) as bar:
-                task = bar.add_task(f"sampling {options.samples:,} steps (seed {options.seed})", total=options.samples)
+                task = bar.add_task(f"sampling {options.samples:,} steps, seed {options.seed}", total=options.samples)
                 samples = sample_steps(scenario, **run, progress=lambda done: bar.update(task, completed=done))
         return cls(samples, describe(samples, Placement.of(scenario)), sampler)
 
