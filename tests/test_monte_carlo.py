@@ -95,13 +95,16 @@ def _expected_max_of_lognormals(sigma: float, n: int) -> float:
     return float(np.sum((f[1:] + f[:-1]) / 2 * np.diff(z)))
 
 
-def test_a_tp_group_takes_the_expected_maximum_of_its_members_at_every_compute():
-    """pp = dp = 1, tp = 8: each compute lasts its slowest member's jittered time, so the mean
-    step is the optimizer plus every compute's priced time times E[max of 8 lognormals]."""
+@pytest.mark.parametrize("pp,m", [(1, 6), (4, 1)])
+def test_a_tp_group_takes_the_expected_maximum_of_its_members_at_every_compute(pp, m):
+    """tp = 8, every compute on the step's critical path (one rank's computes in a row, or a
+    pipeline of one micro-batch: forwards down, backwards up): each lasts its TP group's
+    slowest member's jittered time, so the mean step is the deterministic one plus every
+    compute's priced time times (E[max of 8 lognormals] - 1)."""
     sigma, tp = 0.1, 8
-    s = small(tp=tp, m=6, variability={"jitter": {"lognormal_sigma": sigma}})
+    s = small(tp=tp, pp=pp, m=m, variability={"jitter": {"lognormal_sigma": sigma}})
     sampler = Sampler(s, seed=11)
-    computes = sum(op[2] for op in sampler.replay.programs[0] if op[0] == 0)
+    computes = sum(op[2] for program in sampler.replay.programs for op in program if op[0] == 0)
     deterministic = replay_step(s).result.step_time
     steps = sample_steps(s, samples=400, seed=11).steps
     expected = deterministic + computes * (_expected_max_of_lognormals(sigma, tp) - 1)
