@@ -22,7 +22,7 @@ step on average (the caller passes the steps).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .gemm import KERNEL_OVERHEAD_S, MEMORY_EFFICIENCY
 
@@ -65,6 +65,23 @@ AMPERE = AttentionKernels(0.73, 0.63, HOPPER.fwd_cta_blocks, HOPPER.bwd_cta_bloc
 # of peak), where the Hopper figures above stand at 0.53-0.64 for long sequences; Transformer
 # Engine runs cuDNN's kernel.
 FAMILIES = {"hopper": HOPPER, "ampere": AMPERE}
+# FlashAttention written in Triton (llm-foundry's `attn_impl: triton`: flash_attn_triton.py, which
+# starts from Tillet's Triton kernel): FlashAttention-2 is "around 1.3-1.5x faster than
+# FlashAttention in Triton in the forward pass and around 2x faster in the backward pass" on an
+# A100 80GB SXM4 (Dao 2023, arXiv:2307.08691, section 4.1, Figs. 5-6). The middle of the
+# forward range and the backward figure, as fractions of the GPU family's own FlashAttention
+# rates; the same algorithm's per-CTA cost. The kernel's own docstring agrees in order: its
+# forward + backward is "slightly slower" than FlashAttention-1's CUDA kernels, which
+# FlashAttention-2 outruns about 2x (same section).
+TRITON_FWD_SLOWDOWN = 1.4
+TRITON_BWD_SLOWDOWN = 2.0
+
+
+def triton_family(base: AttentionKernels) -> AttentionKernels:
+    return replace(base, fwd_efficiency=base.fwd_efficiency / TRITON_FWD_SLOWDOWN,
+                   bwd_efficiency=base.bwd_efficiency / TRITON_BWD_SLOWDOWN,
+                   source=f"FlashAttention in Triton: {base.source} / {TRITON_FWD_SLOWDOWN} forward, "
+                          f"/ {TRITON_BWD_SLOWDOWN} backward (FlashAttention-2 paper, section 4.1)")
 
 
 def head_dim_factor(head_dim: int) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention import FAMILIES, attention_seconds
+from .attention import FAMILIES, attention_seconds, triton_family
 from .gemm import (GEMM_K_OVERHEAD, GEMM_K_OVERHEAD_FP8, GEMM_MAX_SPLIT_K, KERNEL_OVERHEAD_S, MEMORY_EFFICIENCY,
                    gemm_peak_efficiency, gemm_shape_efficiency)
 
@@ -66,6 +66,10 @@ class ComputeModel:
         self.gemm_eff = gemm_peak_efficiency(gpu, self.precision16)
         self.gemm_eff_fp8 = gemm_peak_efficiency(gpu, "fp8") if self.peak_fp8 else None
         self.profile = profile
+        # the flash kernel family: the GPU's own (FlashAttention-2 / cuDNN), or Triton's
+        self.triton_attention = scenario.training.kernels.attention == "triton"
+        family = FAMILIES[gpu.attention_family]
+        self.attention_family = triton_family(family) if self.triton_attention else family
         # profile rows: FP8 only for Transformer Engine's linears, 16-bit for everything else
         self.dtype = self.precision16
 
@@ -102,6 +106,9 @@ class ComputeModel:
                 if op.bwd_weight_flops else 0.0
             cast_fwd, cast_bi = self._fp8_casts(op)
             fwd, bi = fwd + cast_fwd, bi + cast_bi
+        elif op.kernel_bytes is not None:  # kernel by kernel, each paying its launch (model/kernel_stack.py)
+            fwd_kernels, bwd_kernels = op.kernel_bytes
+            fwd, bi, bw = sum(map(self.memory_time, fwd_kernels)), sum(map(self.memory_time, bwd_kernels)), 0.0
         else:
             fwd = self.roofline(0.0, op.fwd_bytes)
             bi, bw = self.roofline(0.0, 2 * op.fwd_bytes), 0.0
@@ -133,8 +140,8 @@ class ComputeModel:
         profile path prices it."""
         bh, sq, sk, head_dim = op.attention
         steps = sk / sq
-        fwd, bwd = (attention_seconds(self.gpu, bh, sq, head_dim, direction, nbytes=op.fwd_bytes / steps)
-                    for direction in ("fwd", "bwd"))
+        fwd, bwd = (attention_seconds(self.gpu, bh, sq, head_dim, direction, nbytes=op.fwd_bytes / steps,
+                                      family=self.attention_family) for direction in ("fwd", "bwd"))
         return OpTime(fwd * steps, bwd * steps, 0.0, "analytical")
 
     def _from_profile(self, op) -> OpTime | None:
@@ -143,6 +150,8 @@ class ComputeModel:
         if self.profile is None:
             return None
         if op.attention is not None:
+            if self.triton_attention:
+                return None  # a profile times the GPU's own flash kernels, not Triton's
             bh, sq, sk, head_dim = op.attention
             fwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "fwd")
             bwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "bwd")
@@ -180,7 +189,7 @@ class ComputeModel:
     def describe(self, kind: str = "compute: GEMMs") -> str:
         memory = f"memory-bound: {self.hbm / 1e12:.2f} TB/s x {MEMORY_EFFICIENCY:.2f} + {KERNEL_OVERHEAD_S * 1e6:.0f} us"
         if "flash" in kind:
-            family = FAMILIES[self.gpu.attention_family]
+            family = self.attention_family
             return (f"fused causal attention: {self.gpu.sms} SMs run one CTA per 128-query (forward) or 128-key "
                     f"(backward) block, masked blocks skipped; {family.fwd_efficiency:.3f} / "
                     f"{family.bwd_efficiency:.3f} of the peak inside a CTA (forward / backward, head dim 128), "

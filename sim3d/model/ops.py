@@ -98,6 +98,10 @@ class Op:
     fp8: bool = False  # a Transformer Engine linear whose GEMMs run on FP8 tensor cores
     fp8_cast_bytes: float = 0.0  # bytes its FP8 casts move in forward (the same again in backward)
     attention: tuple[int, int, int, int] | None = None  # fused attention kernel: (batch*heads, s_q, s_k, head_dim)
+    # (forward, backward) bytes of each kernel the op launches, when the kernel stack prices it
+    # kernel by kernel (model/kernel_stack.py: eager PyTorch); None: one kernel each way, the
+    # backward moving twice the forward's bytes
+    kernel_bytes: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     @property
     def flops(self) -> float:
@@ -130,6 +134,7 @@ class Dims:
     flash: bool = False  # fused attention (FlashAttention / cuDNN / TE) instead of materialised scores
     hidden_dropout: bool = True  # dropout after attention, MLP and embedding (keeps 1-byte masks)
     attention_dropout: bool = True  # dropout on the attention probabilities (unfused: an s^2 mask)
+    stack: str = "te"  # training.kernels.stack: te | compiled | eager (model/kernel_stack.py)
 
     @classmethod
     def of(cls, s, capacity: float | None = None) -> "Dims":
@@ -142,7 +147,7 @@ class Dims:
                    experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 1,
                    expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
-                   attention_dropout=m.attention_dropout > 0)
+                   attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack)
 
     def unsharded(self) -> "Dims":
         return replace(self, tp=1, cp=1, ep=1, etp=1, sp=False)
@@ -385,7 +390,11 @@ def _moe_mlp(d: Dims) -> list[Op]:
 
 def ops_for(d: Dims, moe_layer: bool = False) -> list[Op]:
     """The ops of one transformer layer for explicit sizes (see `layer_ops`)."""
-    return _attention(d) + (_moe_mlp(d) if moe_layer and d.experts else _dense_mlp(d))
+    ops = _attention(d) + (_moe_mlp(d) if moe_layer and d.experts else _dense_mlp(d))
+    if d.stack == "eager":
+        from .kernel_stack import eager_ops
+        return eager_ops(ops, d)
+    return ops
 
 
 def layer_ops(s, moe_layer: bool = False) -> list[Op]:

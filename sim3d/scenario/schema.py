@@ -16,6 +16,7 @@ from ..errors import ScenarioError
 from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib, GpusPerNode, HeadDim, Heads,
                      Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, shown)
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
+from .kernels import Kernels
 from .variability import Variability
 
 
@@ -182,10 +183,10 @@ class Training(_Strict):
     global_batch: Batch = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
     recompute: Literal["none", "selective", "full"] = "none"
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
-    # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's
-    # --attention-backend flash|fused|auto); unfused: scores materialised in HBM (Megatron
-    # 2020-22, --attention-backend local|unfused). `use_flash_attn: true` means flash.
+    # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's --attention-backend
+    # flash|fused|auto); unfused: scores in HBM (Megatron 2020-22, local|unfused). `use_flash_attn: true` = flash.
     attention_backend: Literal["flash", "unfused"] = "flash"
+    kernels: Kernels = Kernels()  # te | compiled | eager, and the flash kernel family (kernels.py)
     overlap_grad_reduce: bool = Field(True, validation_alias=AliasChoices("overlap_grad_reduce", "overlap_grad_sync"))
     # Gradients kept and reduced in an fp32 buffer (Megatron's accumulate_allreduce_grads_in_fp32,
     # NeMo's grad_reduce_in_fp32). Unset: Megatron's default, true for bf16 and fp8 (arguments.py

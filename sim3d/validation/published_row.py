@@ -288,8 +288,15 @@ def _llm_foundry(row: dict, notes: str, settings: dict[str, str]) -> dict:
     overlap. Composer's FSDP mixed precision (composer/distributed/mixed_precision.py): PURE
     reduces gradients in bf16, DEFAULT (amp_bf16) in fp32."""
     pure = "pure bf16" in notes.lower() or "mixed_precision PURE" in notes
+    # Composer trains the model as plain PyTorch modules (no torch.compile unless asked; none of
+    # the benchmark yamls asks), so every norm, activation, add and bias gradient is its own kernel.
+    # The flash kernel is the row's attn_impl: `triton` runs FlashAttention written in Triton
+    # (llmfoundry/models/layers/attention.py, triton_flash_attn_fn), `flash` the CUDA one.
+    attn_impl = re.search(r"\battn_impl[ :=]+(\w+)", notes)
+    attention = "triton" if attn_impl and attn_impl[1].lower() == "triton" else "default"
     return {"model": {"activation": "gelu", "hidden_dropout": 0.0, "attention_dropout": 0.0},
-            "training": {"attention_backend": "flash", "tp_comm_overlap": False, "grad_reduce_in_fp32": not pure}}
+            "training": {"attention_backend": "flash", "tp_comm_overlap": False, "grad_reduce_in_fp32": not pure,
+                         "kernels": {"stack": "eager", "attention": attention}}}
 
 
 # row family -> the software of its era (validation/README.md)

@@ -1,0 +1,38 @@
+"""`training.kernels`: which kernels the training software launches besides its GEMMs.
+
+The GEMMs are the same cuBLAS kernels whatever the stack; what differs is everything around
+them, and the flash-attention kernel:
+
+* `stack` -- `te`: Megatron-Core / NeMo with Transformer Engine (fused norms, bias-GeLU,
+  bias-dropout-add; bias gradients from the GEMM epilogue; packed QKV into the fused attention);
+  `compiled`: torch.compile (Inductor fuses each pointwise chain into one kernel, priced as
+  `te`'s counts); `eager`: plain PyTorch modules, one ATen kernel per operator
+  (sim3d/model/kernel_stack.py counts their bytes).
+* `attention` -- the flash-attention kernel family: `default` (FlashAttention-2 on Ampere,
+  cuDNN on Hopper and later, what the GPU's preset names) or `triton` (FlashAttention written
+  in Triton, as llm-foundry's `attn_impl: triton` runs it).
+
+A scenario may write the stack alone (`kernels: eager`), as DESIGN.md shows, or both
+(`kernels: {stack: eager, attention: triton}`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+STACKS = ("te", "compiled", "eager")
+ATTENTION_KERNELS = ("default", "triton")
+
+
+class Kernels(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    stack: Literal["te", "compiled", "eager"] = "te"
+    attention: Literal["default", "triton"] = "default"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stack_alone(cls, raw):
+        # `kernels: eager` (the form DESIGN.md gives) names the stack with the default attention
+        return {"stack": raw} if isinstance(raw, str) else raw
