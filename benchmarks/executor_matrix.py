@@ -39,6 +39,13 @@ def cases():
     yield 1, 2, 1, "1f1b", 1, ["parallel.cp=2"]
     yield 2, 1, 1, "1f1b", 1, ["parallel.cp=2", "parallel.sequence_parallel=true", "training.precision=bf16",
                                "model.activation=swiglu", "model.kv_heads=2"]
+    # experts: all-to-all over ep ranks, experts split over TP (etp = tp) or whole (etp 1)
+    moe = 'model.moe={"experts": 4, "top_k": 2}'
+    yield 1, 1, 2, "1f1b", 1, [moe, "parallel.ep=2"]
+    yield 2, 1, 2, "1f1b", 1, [moe, "parallel.ep=2", "parallel.sequence_parallel=true"]
+    yield 2, 1, 2, "1f1b", 1, [moe, "parallel.ep=2", "parallel.etp=1", "parallel.sequence_parallel=true"]
+    yield 2, 2, 2, "1f1b", 1, [moe, "parallel.ep=2", "parallel.sequence_parallel=true", "training.precision=bf16",
+                               "model.activation=swiglu", "routing=balanced"]
 
 
 def main() -> None:
@@ -61,13 +68,16 @@ def main() -> None:
         if (args.only and schedule != args.only) or (args.with_ and not any(args.with_ in e for e in extra)):
             continue
         cp = next((int(e.split("=")[1]) for e in extra if e.startswith("parallel.cp=")), 1)
+        routing = next((e.split("=")[1] for e in extra if e.startswith("routing=")), "topk")
         overrides = [f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.vpp={vpp}",
-                     f"schedule={schedule}", f"cluster.gpus_per_node={tp * pp * dp * cp}", *extra]
+                     f"schedule={schedule}", f"cluster.gpus_per_node={tp * pp * dp * cp}",
+                     *(e for e in extra if not e.startswith("routing="))]
         start = time.perf_counter()
-        r = execute(str(SCENARIO), steps=args.steps, check=True, overrides=overrides)
+        r = execute(str(SCENARIO), steps=args.steps, check=True, overrides=overrides, routing=routing)
         c = r.check
         table.add_row(str(tp), str(pp), str(dp), schedule, str(vpp),
-                      " ".join(e.split(".")[-1] for e in extra) or "-", r.numerics["dtype"],
+                      " ".join("moe" if e.startswith("model.moe") else e.split(".")[-1] for e in extra) or "-",
+                      r.numerics["dtype"],
                       r.numerics["attention"], f"{r.losses[-1]:.6f}",
                       f"{c['loss_rel']:.1e}", f"{c['param_rel']:.1e}", f"{c['grad_rel']:.1e}", f"{c['tolerance']:.1e}",
                       "PASS" if c["passed"] else "FAIL", f"{time.perf_counter() - start:.1f}")

@@ -19,7 +19,9 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
             check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/)."),
-            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+            routing: str = typer.Option("topk", "--routing", help="MoE: topk (the router's scores) or balanced "
+                                        "(each expert the same load, as benchmarks force).")):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
     from ..executor import ExecutorError, ExecutorRefusal, RankKilled, execute as run_executor
     from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
@@ -37,7 +39,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             with status_messages(f"executing {s.name} on {s.world_size} process(es) ...", err,
                                  every_message=True) as status:
                 result = run_executor(s, steps=steps, backend=backend, check=check, out_dir=folder,
-                                      progress=status.update)
+                                      progress=status.update, routing=routing)
             # a run's outputs beside this measured trace.csv would pass for its own
             from ..report.outputs import run_output_names
             removed = record_outputs(folder, [result.trace_path] if result.trace_path else [],

@@ -23,6 +23,7 @@ pipeline chunks by global stage.
   (biases, LayerNorm, learned positions), `swiglu` is LLaMA (gated MLP, RMSNorm, rotary
   positions, no biases), `squared-relu` is Nemotron-4 (relu(x)^2, LayerNorm, rotary, no
   biases). Attention runs the kernel `training.attention_backend` names (attention.py).
+  `model.moe` replaces the MLP of every `every`-th layer with experts (experts.py).
 * Weights are created in the run's compute dtype (bf16 / fp16 under mixed precision); the
   cross-entropy is computed in fp32 at least, as Megatron-Core's vocab-parallel loss casts
   its logits to float.
@@ -39,6 +40,7 @@ from torch import nn
 
 from .attention import attention_kernel, compute_dtype, core_attention, rotary
 from .context_parallel import CPContext, ring_attention
+from .experts import EPContext, MoE
 from .tensor_parallel import (TPContext, enter_tp_region, exit_tp_region, reduce_from_tp,
                               reduce_scatter_seq, vocab_parallel_cross_entropy)
 
@@ -57,12 +59,22 @@ class GPTConfig:
     activation: str = "gelu"
     kv_channels: int | None = None  # head dim when it is not hidden / heads
     attention: str = "unfused"  # the kernel: "sdpa" | "unfused" (attention.py)
+    # mixture of experts (experts.py): 0 experts is a dense model
+    experts: int = 0
+    top_k: int = 1
+    expert_ffn: int = 0
+    moe_every: int = 1
+    expert_tp: int = 1
+    routing: str = "topk"  # "topk" | "balanced"
 
     @classmethod
-    def of(cls, scenario) -> "GPTConfig":
-        m = scenario.model
+    def of(cls, scenario, routing: str = "topk") -> "GPTConfig":
+        m, moe = scenario.model, scenario.model.moe
+        experts = {} if moe is None else dict(
+            experts=moe.experts, top_k=moe.top_k, expert_ffn=moe.expert_ffn_hidden or m.ffn, moe_every=moe.every,
+            expert_tp=scenario.parallel.etp or scenario.tp, routing=routing)
         return cls(m.layers, m.hidden, m.heads, m.num_kv_heads, m.ffn, m.vocab, m.seq_len, m.activation,
-                   m.kv_channels, attention_kernel(scenario.training.attention_backend))
+                   m.kv_channels, attention_kernel(scenario.training.attention_backend), **experts)
 
     @property
     def head_dim(self) -> int:
@@ -93,9 +105,10 @@ def shard(full: torch.Tensor, tp_dim: int | None, tp: TPContext) -> torch.Tensor
 
 
 class _Builder:
-    def __init__(self, seed: int, tp: TPContext, dtype: torch.dtype, device, cp: CPContext | None = None):
+    def __init__(self, seed: int, tp: TPContext, dtype: torch.dtype, device, cp: CPContext | None = None,
+                 ep: EPContext | None = None):
         self.seed, self.tp, self.dtype, self.device = seed, tp, dtype, device
-        self.cp = cp or CPContext()
+        self.cp, self.ep = cp or CPContext(), ep or EPContext()
 
     def param(self, name: str, shape: tuple[int, ...], tp_dim: int | None = None, kind: str = "weight") -> nn.Parameter:
         value = shard(full_tensor(self.seed, name, shape, kind), tp_dim, self.tp)
@@ -222,7 +235,8 @@ class Block(nn.Module):
         self.ln1 = make_norm(b, f"{name}.ln1", cfg)
         self.attn = Attention(b, f"{name}.attn", cfg)
         self.ln2 = make_norm(b, f"{name}.ln2", cfg)
-        self.mlp = MLP(b, f"{name}.mlp", cfg)
+        moe = cfg.experts and index % cfg.moe_every == 0  # Megatron's moe_layer_freq (sim3d.model.ops.is_moe_layer)
+        self.mlp = MoE(b, f"{name}.moe", cfg, b.ep) if moe else MLP(b, f"{name}.mlp", cfg)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -274,11 +288,12 @@ class GPTChunk(nn.Module):
     loss on the last stage."""
 
     def __init__(self, cfg: GPTConfig, stage_layers: tuple[int, ...], stage: int, tp: TPContext,
-                 seed: int, dtype=torch.float32, device="cpu", cp: CPContext | None = None):
+                 seed: int, dtype=torch.float32, device="cpu", cp: CPContext | None = None,
+                 ep: EPContext | None = None):
         super().__init__()
         if sum(stage_layers) != cfg.layers:
             raise ValueError(f"stage_layers {stage_layers} do not add up to {cfg.layers} layers")
-        b = _Builder(seed, tp, dtype, device, cp)
+        b = _Builder(seed, tp, dtype, device, cp, ep)
         self.stage, self.first, self.last = stage, stage == 0, stage == len(stage_layers) - 1
         start = sum(stage_layers[:stage])
         self.embed = Embedding(b, cfg) if self.first else None

@@ -100,9 +100,10 @@ class ExecuteResult:
     def numerics(self) -> dict:
         """What the run computed with: `precision` (the scenario's word, float64 for a checked
         fp32 run), `dtype` (weights and activations), `master_dtype`, `grad_dtype`,
-        `loss_scale` (fp16's last scale, else null), `attention` (sdpa | unfused), `device`."""
+        `loss_scale` (fp16's last scale, else null), `attention` (sdpa | unfused), `routing`
+        (topk | balanced for experts, else null), `device`."""
         return {k: self.meta.get(k) for k in ("precision", "dtype", "master_dtype", "grad_dtype", "loss_scale",
-                                              "attention", "device")}
+                                              "attention", "routing", "device")}
 
     @property
     def passed(self) -> bool | None:
@@ -147,7 +148,7 @@ def _env_hooks(sabotage, kill):
 
 
 def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, timeout_s=30.0,
-              sabotage=None, kill=None, buckets_per_chunk=None):
+              sabotage=None, kill=None, buckets_per_chunk=None, routing="topk"):
     """Validate the request (no torch needed) and build the per-rank RunSpec. Gradient
     buckets per chunk: Megatron's count for the scenario (as `sim3d run` replays it) unless
     `buckets_per_chunk` is given."""
@@ -155,8 +156,7 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     from ..step import dp_buckets_per_chunk
     from .runtime import RunSpec, make_schedule
 
-    if scenario.model.moe is not None or scenario.ep > 1:
-        raise ExecutorRefusal("the executor runs dense models only (model.moe must be null, parallel.ep 1)")
+    _refuse_experts(scenario, routing, check)
     from .precision import resolve_precision
     try:
         resolve_precision(scenario.training, check)
@@ -173,9 +173,28 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     sabotage, kill = _env_hooks(sabotage, kill)
     if buckets_per_chunk is None:
         buckets_per_chunk = dp_buckets_per_chunk(scenario)
-    spec = RunSpec(scenario, steps, backend, check, seed, lr, buckets_per_chunk, timeout_s, sabotage, kill)
+    spec = RunSpec(scenario, steps, backend, check, seed, lr, buckets_per_chunk, timeout_s, sabotage, kill, routing)
     prove(make_schedule(spec))
     return spec
+
+
+def _refuse_experts(scenario, routing: str, check: bool) -> None:
+    """What the executor's experts (experts.py) do not implement, said before any process starts."""
+    if routing not in ("topk", "balanced"):
+        raise ExecutorRefusal(f"routing: expected topk or balanced, got {routing!r}")
+    moe, p = scenario.model.moe, scenario.parallel
+    if moe is None:  # etp is 1 or tp, with sequence parallelism below tp: the scenario's own checks
+        return
+    if moe.capacity_factor is not None:
+        raise ExecutorRefusal("model.moe.capacity_factor: the executor's experts are dropless (no token is dropped); "
+                              "remove it to execute")
+    if p.distributed_optimizer and scenario.dp * scenario.cp > 1:
+        raise ExecutorRefusal("the executor's distributed optimizer shards dense parameters only: run MoE with "
+                              "parallel.zero 0")
+    if check and routing == "topk" and scenario.training.precision in ("bf16", "fp16"):
+        raise ExecutorRefusal(f"--check with experts in {scenario.training.precision}: the router's scores differ "
+                              "from the float64 reference's by rounding, so top-k routing sends some tokens to other "
+                              "experts and the two runs compute different things; use --routing balanced")
 
 
 def check_machine_fits(scenario, backend: str, check: bool) -> None:
@@ -235,7 +254,7 @@ def _available_memory_bytes() -> int | None:
 def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False, out_dir=None, seed: int = 0,
             *, lr: float = 0.1, timeout_s: float = 30.0, sabotage: str | None = None,
             buckets_per_chunk: int | None = None, overrides=(), deadline_s: float | None = None,
-            progress: Callable[[str], None] | None = None) -> ExecuteResult:
+            progress: Callable[[str], None] | None = None, routing: str = "topk") -> ExecuteResult:
     """Run the scenario's layout for real: tp*pp*dp*cp local processes (forkserver), the
     scenario's schedule lowered exactly as the simulator lowers it. `scenario` is a Scenario
     or a path (then `overrides` like "parallel.tp=2" apply). The run computes in the
@@ -246,14 +265,14 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     Scripts calling this need the `if __name__ == "__main__":` guard (children are started
     by a forkserver, which re-imports the main module). Raises ExecutorError when a rank fails
     (RankKilled, a subclass, when a signal from outside killed it), ExecutorRefusal (a
-    ValueError) on a request it will not start (MoE, fp8, more processes or memory than
-    this machine has). `progress(message)` hears each phase and each step rank 0 finishes."""
+    ValueError) on a request it will not start (fp8, expert layouts it does not implement,
+    more processes or memory than this machine has). `routing`: how MoE tokens pick experts. `progress(message)` hears each phase and each step rank 0 finishes."""
     import multiprocessing as mp
 
     say = progress or (lambda _message: None)
 
     s = _load(scenario, overrides)
-    spec = make_spec(s, steps, backend, check, seed, lr, timeout_s, sabotage, None, buckets_per_chunk)
+    spec = make_spec(s, steps, backend, check, seed, lr, timeout_s, sabotage, None, buckets_per_chunk, routing)
     check_machine_fits(s, backend, check)
     world = s.world_size
     try:
@@ -420,7 +439,7 @@ def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
     if spec.check:
         from .reference import compare_with_reference, run_reference
         skipped = sorted({step for p in payloads for step in p["skipped_steps"]})
-        ref = run_reference(s, spec.steps, spec.seed, spec.lr, skipped_steps=skipped)
+        ref = run_reference(s, spec.steps, spec.seed, spec.lr, skipped_steps=skipped, routing=spec.routing)
         ref_losses = ref.losses
         check = compare_with_reference(ref, losses, [p["shards"] for p in payloads], ran["precision"],
                                        s.model.layers)

@@ -46,8 +46,10 @@ class GradientsAndOptimizer:
     """`buckets`: bucket id -> its parameters (the schedule's DP_REDUCE / PARAM_GATHER units)."""
 
     def __init__(self, buckets: dict[int, list], precision: Precision, tp: TPContext, dp: TPContext,
-                 dist_opt: bool, lr: float, sabotage: str | None = None):
+                 dist_opt: bool, lr: float, sabotage: str | None = None, expert_dp: TPContext | None = None):
+        """`expert_dp`: the expert data-parallel group (the ranks holding the same experts)."""
         self.buckets, self.precision, self.tp, self.dp = buckets, precision, tp, dp
+        self.expert_dp = expert_dp or TPContext()
         self.dist_opt, self.lr, self.sabotage = dist_opt, lr, sabotage
         self.params = [p for params in buckets.values() for p in params]
         self.main_dtype, self.param_dtype = precision.dtype("main"), precision.dtype("param")
@@ -94,12 +96,17 @@ class GradientsAndOptimizer:
 
     # ---- the schedule's actions -------------------------------------------------------------
     def reduce(self, bucket: int) -> int:
-        params = self.buckets[bucket]
+        everything = self.buckets[bucket]
+        params = [p for p in everything if not getattr(p, "expert", False)]
+        experts = [p for p in everything if getattr(p, "expert", False)]
         sp = [p for p in params if p.sequence_parallel]
         if sp and self.tp.size > 1:  # partial grads of replicated params fed by sequence shards
             flat = torch.cat([p.main_grad.reshape(-1) for p in sp])
             dist.all_reduce(flat, group=self.tp.group)
             self._unflatten(flat, sp, lambda p: p.main_grad)
+        expert_bytes = self._reduce_experts(experts) if experts else 0
+        if not params:
+            return expert_bytes
         flat = self._flat([p.main_grad for p in params])
         if self.dist_opt:
             if self.sabotage == "dp_reduce":
@@ -109,7 +116,19 @@ class GradientsAndOptimizer:
         elif self.dp.size > 1 and self.sabotage != "dp_reduce":
             dist.all_reduce(flat, group=self.dp.group)
             self._unflatten(flat / self.dp.size, params, lambda p: p.main_grad)
-        return wire_bytes("reduce_scatter" if self.dist_opt else "all_reduce", flat, self.dp.size)
+        return wire_bytes("reduce_scatter" if self.dist_opt else "all_reduce", flat, self.dp.size) + expert_bytes
+
+    def _reduce_experts(self, experts: list) -> int:
+        """Experts' gradients: summed over the ranks holding the same experts (each saw the
+        tokens routed to it from its expert-parallel group), then averaged like the dense
+        ones over dp x cp, the replicas whose mean loss is the step's."""
+        flat = torch.cat([p.main_grad.reshape(-1) for p in experts])
+        if self.sabotage == "dp_reduce":
+            return 0
+        if self.expert_dp.size > 1:
+            dist.all_reduce(flat, group=self.expert_dp.group)
+        self._unflatten(flat / self.dp.size, experts, lambda p: p.main_grad)
+        return wire_bytes("all_reduce", flat, self.expert_dp.size)
 
     def step(self) -> None:
         unscale = 1.0 / self.loss_scale  # a power of two: exact

@@ -81,10 +81,10 @@ class ReferenceRun:
 
 
 def run_reference(scenario, steps: int, seed: int, lr: float, dtype=torch.float64,
-                  skipped_steps=()) -> ReferenceRun:
+                  skipped_steps=(), routing: str = "topk") -> ReferenceRun:
     """`skipped_steps`: steps whose update the executed run skipped (an fp16 overflow: loss
     scaling is part of the algorithm being checked, so the reference skips them too)."""
-    cfg = GPTConfig.of(scenario)
+    cfg = GPTConfig.of(scenario, routing)
     model = GPTChunk(cfg, (cfg.layers,), 0, TPContext(), seed, dtype=dtype)
     losses = []
     for step in range(steps):

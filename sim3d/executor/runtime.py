@@ -41,7 +41,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..cluster.placement import GRADIENT_AXIS, Placement
+from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, Placement
 from ..schedule import Kind
 from ..schedule.interpreter import Interpreter
 from ..schedule.ir import BUCKETED, P2P
@@ -49,6 +49,7 @@ from ..schedule.dependencies import input_of
 from ..step import step_schedule
 from ..trace import STREAM_OF_KIND, TraceRow
 from .context_parallel import CPContext
+from .experts import EPContext
 from .gpt import GPTChunk, GPTConfig, activation_shape, token_batch
 from .optimizer import GradientsAndOptimizer
 from .precision import resolve_precision
@@ -70,6 +71,7 @@ class RunSpec:
     timeout_s: float = 30.0
     sabotage: str | None = None  # test hook: "dp_reduce" | "tp_allreduce" | "cp_ring"
     kill: tuple | None = None  # test hook: (rank, 1-based step[, "stop"]) -> os._exit(3) or SIGSTOP
+    routing: str = "topk"  # experts: "topk" by the router's scores, or "balanced" by position (experts.py)
 
 
 def make_schedule(spec: RunSpec):
@@ -88,7 +90,7 @@ class RankRuntime(Interpreter):
         super().__init__()
         s = self.scenario = spec.scenario
         self.rank, self.spec, self.device = rank, spec, device
-        self.cfg = GPTConfig.of(s)
+        self.cfg = GPTConfig.of(s, spec.routing)
         self.precision = resolve_precision(s.training, spec.check)
         self.dtype = self.precision.dtype("param")
         self.placement = Placement.of(s)
@@ -98,12 +100,14 @@ class RankRuntime(Interpreter):
         self.tp = TPContext(s.tp, c["tp"], self.groups["tp"], s.parallel.sequence_parallel, spec.sabotage)
         self.cp = CPContext(s.cp, c["cp"], self.groups["cp"], tuple(self.placement.group("cp", rank)),
                             spec.sabotage)
+        self.ep = EPContext(s.ep, self.placement.group("ep", rank).index(rank), self.groups.get("ep"))
         self.schedule = make_schedule(spec)
         self.stages, self.m = self.schedule.stages, self.schedule.num_microbatches
         self.pp_rank = c["pp"]
         self.actions = self.schedule.ranks[self.pp_rank]
         self.chunks = {ch: GPTChunk(self.cfg, s.stage_layers, self.stages.stage(self.pp_rank, ch), self.tp,
-                                    spec.seed, self.dtype, device, self.cp) for ch in range(self.stages.vpp)}
+                                    spec.seed, self.dtype, device, self.cp, self.ep)
+                       for ch in range(self.stages.vpp)}
         self.buckets = {}
         bpc = spec.buckets_per_chunk
         for ch, module in self.chunks.items():
@@ -112,18 +116,22 @@ class RankRuntime(Interpreter):
                 self.buckets[ch * bpc + j] = params[j * len(params) // bpc:(j + 1) * len(params) // bpc]
         # gradients are averaged (and the optimizer sharded) over dp x cp, as Megatron's
         # data-parallel group with context parallelism: each cp rank saw 1/cp of the tokens
-        grads = self.groups["dp_cp"]
+        grads, experts = self.groups["dp_cp"], self.groups.get("edp")
+        expert_dp = TPContext(len(self.placement.group(EXPERT_GRADIENT_AXIS, rank)),
+                              dist.get_rank(experts) if experts is not None else 0, experts)
         self.opt = GradientsAndOptimizer(self.buckets, self.precision, self.tp,
                                          TPContext(s.dp * s.cp, dist.get_rank(grads), grads), _dist_opt(s),
-                                         spec.lr, spec.sabotage)
+                                         spec.lr, spec.sabotage, expert_dp)
         self.act_shape = activation_shape(self.cfg, s.training.micro_batch, self.tp, s.cp)
 
     def _make_groups(self) -> None:
         """Every rank creates every group in the same order (torch.distributed requires it)."""
         timeout = timedelta(seconds=self.spec.timeout_s)
         self.groups = {}
+        experts = ((("ep", ("ep",)), (EXPERT_GRADIENT_AXIS, ("edp",)))
+                   if self.scenario.model.moe is not None else ())
         for axis, copies in (("tp", ("tp",)), ("cp", ("cp",)), (GRADIENT_AXIS, ("dp_cp",)),
-                             ("pp", ("pp_f", "pp_b"))):
+                             ("pp", ("pp_f", "pp_b")), *experts):
             for ranks in self.placement.groups(axis):
                 for name in copies:
                     group = dist.new_group(ranks, timeout=timeout)
@@ -312,7 +320,7 @@ class RankRuntime(Interpreter):
         return {"precision": p.name, "dtype": p.param, "master_dtype": p.main, "grad_dtype": p.grad,
                 "loss_scale": self.opt.scaler.scale if self.opt.scaler else None, "described": p.describe(),
                 "attention": f"ring over {self.cp.size} cp ranks" if self.cp.size > 1 else self.cfg.attention,
-                "device": device}
+                "routing": self.cfg.routing if self.cfg.experts else None, "device": device}
 
     def shards_for_check(self) -> dict:
         """This rank's final master weights and (dp-averaged, unscaled) gradients, by global name."""
