@@ -215,7 +215,7 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
 
     n_rows = len(shown) + (1 if omitted else 0)
     fig_h = min(2.0 + 0.42 * n_rows * row_h, 24.0) * (0.5 + 0.5 * width / SIZES["screen"][0])
-    fig = new_figure(width, max(fig_h, 2.8 * font_k))
+    fig = new_figure(width, max(fig_h, 2.8 * font_k), _DPI)
     ax = fig.add_axes((0.1, 0.1, 0.8, 0.8))  # placed once the margins are measured
     ax.set_xlim(0.0, span * scale * 1.002 if span > 0 else 1.0)
     ax.set_ylim(total_h - 0.1, -0.15)

@@ -13,6 +13,7 @@ from matplotlib.transforms import blended_transform_factory, offset_copy
 from .figure import new_figure, place_axes, save, text_inches, widest
 
 KIND_COLORS = {"nvlink": "#4c72b0", "pcie": "#8172b2", "ib": "#dd8452", "uplink": "#c44e52", "core": "#8c1c13"}
+DPI = 120
 TICK_GAP_IN = 7 / 72  # where matplotlib puts a tick label: tick length + pad, 3.5 pt each
 KIND_NAMES = {"nvlink": "NVLink", "pcie": "GPU-NIC (PCIe)", "ib": "NIC-leaf (IB)", "uplink": "leaf-spine",
               "core": "spine-core"}
@@ -23,7 +24,7 @@ def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) 
     paths = [paths] if isinstance(paths, Path) else list(paths)
     links = {name: np.asarray(links[name]) for name in ("src", "dst", "kind", "bytes", "busy_fraction")}
     link_kind = links["kind"]
-    fig = new_figure(12, 5)
+    fig = new_figure(12, 5, DPI)
     left, right = fig.add_axes((0.1, 0.1, 0.4, 0.8)), fig.add_axes((0.6, 0.1, 0.3, 0.8))
     present = set(link_kind.tolist())
     kinds = [k for k in KIND_NAMES if k in present] + sorted(present - set(KIND_NAMES))
@@ -59,7 +60,7 @@ def plot_links(links, paths: list[Path] | Path, title: str = "", top: int = 16) 
     if title:
         fig.suptitle(title, fontsize=11)
     _place(fig, left, right, labels, [KIND_NAMES[k] for k in kinds], title)
-    return save(fig, paths, dpi=120)
+    return save(fig, paths, dpi=DPI)
 
 
 def _box_plot(ax, data: list[np.ndarray], colors: list[str]) -> None:
