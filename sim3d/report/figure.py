@@ -60,6 +60,9 @@ def fit_text(fig: Figure, text: str, fontsize: float, width_in: float) -> str:
     """`text` broken at spaces into lines no wider than `width_in` (existing breaks kept)."""
     lines = []
     for line in text.split("\n"):
+        if text_inches(fig, line, fontsize)[0] <= width_in:  # the common case: one measure, not one per word
+            lines.append(line)
+            continue
         current = ""
         for word in line.split(" "):
             trial = f"{current} {word}" if current else word
