@@ -1,4 +1,4 @@
-"""The cluster as a graph of links (graph.py), and what a process group sees of it.
+"""The cluster as a networkx graph, and what a process group sees of it.
 
 Nodes: ("gpu", node, local), ("switch", node) for the NVSwitch (or NVLink mesh / PCIe
 switch), ("nic", node, i), ("leaf", i), ("spine", pod) and, with pods, ("core", 0). Edges
@@ -20,8 +20,9 @@ import copy
 from collections import Counter
 from dataclasses import dataclass
 
+import networkx as nx
+
 from .fabric import Fabric
-from .graph import Graph
 from .loads import GroupLoads
 from .placement import Placement
 
@@ -147,13 +148,13 @@ class Topology(GroupLoads):
         per_server = self.nics // self.domain_nodes
         return self.fabric.leaf_of(node * self.domain_nodes + nic // per_server, nic % per_server)
 
-    def _build(self) -> Graph:
+    def _build(self) -> nx.Graph:
         s = self.scenario
         intra, inter = s.cluster.intra_node, s.cluster.inter_node
-        g = Graph()
+        g = nx.Graph()
         nvlink = s.nvlink_gbps * GBIT
         for n in range(self.nodes):
-            g.add_node(("switch", n))
+            g.add_node(("switch", n), kind=intra.fabric)
             for local in range(self.gpus_per_node):
                 g.add_edge(("gpu", n, local), ("switch", n), bw=nvlink, latency=intra.latency_us * 1e-6 / 2,
                            kind="nvlink")
