@@ -6,13 +6,7 @@
     sim3d.kernel_seconds("h100-sxm", "gemm", m=8192, n=8192, k=8192)  # one kernel's price and its source
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
-
-try:
-    __version__ = version("sim3d")
-except PackageNotFoundError:  # a source tree that was not installed
-    __version__ = "0+unknown"
 
 __all__ = ["simulate", "Result", "Scenario", "ScenarioError", "load_scenario", "kernel_seconds", "KernelPrice",
            "__version__"]
@@ -30,7 +24,9 @@ def __getattr__(name: str):
     run` starts its plotting process before it pays for the simulator's imports (PEP 562)."""
     import importlib
     import importlib.util
-    if name in _HOME:
+    if name == "__version__":  # read when asked: importlib.metadata costs `sim3d run` 0.04 s
+        value = _version()
+    elif name in _HOME:
         value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
     elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         value = importlib.import_module(f".{name}", __name__)
@@ -42,3 +38,11 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(name for name in set(globals()) | set(__all__) if not name.startswith("_") or name == "__version__")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("sim3d")
+    except PackageNotFoundError:  # a source tree that was not installed
+        return "0+unknown"

@@ -160,12 +160,17 @@ def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
     locks (matplotlib's font cache lock, left behind, stalls every later import)."""
     die_with_parent(parent=caller)
     signal.signal(signal.SIGTERM, _exit_on_terminate)
-    gc.enable()  # forked where the caller had paused it (write_run_outputs): plots make cycles
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_read_jobs, args=(jobs, inbox), daemon=True).start()
     try:
+        # what the imports build lasts as long as the process: the collector, which would
+        # scan it again and again while it is built (a twentieth of a second for matplotlib),
+        # is started after them and leaves it alone (gc.freeze)
+        gc.disable()
         for module in preload:
             importlib.import_module(module)
+        gc.freeze()
+        gc.enable()  # the plots make cycles (forked where the caller may have paused it)
         while (payload := inbox.get()) != _NO_MORE_JOBS:
             if payload is None:  # the caller went away without a word
                 return

@@ -29,8 +29,11 @@ PNG_COMPRESS_LEVEL = 3
 LINE_SPACING = 1.2  # matplotlib's default for multi-line text
 
 
-def new_figure(width_in: float, height_in: float) -> Figure:
-    fig = Figure(figsize=(width_in, height_in))
+def new_figure(width_in: float, height_in: float, dpi: float | None = None) -> Figure:
+    """A figure on an Agg canvas; `dpi`: the one it will be saved at, so that the texts
+    measured for its margins are measured by the renderer that draws them, which keeps
+    their layout (one renderer instead of two, each text laid out once, not twice)."""
+    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 
@@ -57,6 +60,9 @@ def fit_text(fig: Figure, text: str, fontsize: float, width_in: float) -> str:
     """`text` broken at spaces into lines no wider than `width_in` (existing breaks kept)."""
     lines = []
     for line in text.split("\n"):
+        if text_inches(fig, line, fontsize)[0] <= width_in:  # the common case: one measure, not one per word
+            lines.append(line)
+            continue
         current = ""
         for word in line.split(" "):
             trial = f"{current} {word}" if current else word

@@ -215,7 +215,7 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
 
     n_rows = len(shown) + (1 if omitted else 0)
     fig_h = min(2.0 + 0.42 * n_rows * row_h, 24.0) * (0.5 + 0.5 * width / SIZES["screen"][0])
-    fig = new_figure(width, max(fig_h, 2.8 * font_k))
+    fig = new_figure(width, max(fig_h, 2.8 * font_k), _DPI)
     ax = fig.add_axes((0.1, 0.1, 0.8, 0.8))  # placed once the margins are measured
     ax.set_xlim(0.0, span * scale * 1.002 if span > 0 else 1.0)
     ax.set_ylim(total_h - 0.1, -0.15)
@@ -260,15 +260,17 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
     # Row names are plain texts, not y ticks: a tick builds lines and markers it never shows.
     ax.set_yticks([])
     beside = offset_copy(blended_transform_factory(ax.transAxes, ax.transData), fig=fig, x=-0.05, units="inches")
-    for r, name in zip(shown, rank_names):
-        ax.text(0, row_of[r] + _COMPUTE_H / 2, name, transform=beside, ha="right", va="center", fontsize=rank_size,
-                clip_on=False)
+    names = [ax.text(0, row_of[r] + _COMPUTE_H / 2, name, transform=beside, ha="right", va="center",
+                     fontsize=rank_size, clip_on=False) for r, name in zip(shown, rank_names)]
+    # measured as drawn (the renderer keeps their layout for the draw), once for title and margin
+    names_w = max(artist_inches(fig, name)[0] for name in names)
     if lanes and len(shown) <= 16:  # name the thin lanes where there is room to
-        for r in shown:
-            for j, stream in enumerate(lanes):
-                ax.text(0, row_of[r] + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP) + _LANE_H / 2, stream,
-                        transform=beside, ha="right", va="center", fontsize=font_k * 5.5, color="#666666",
-                        clip_on=False)
+        # under the first rank only: every rank has them in the same order (and the legend
+        # names their greys); named under each, they were half of the chart's texts
+        for j, stream in enumerate(lanes):
+            ax.text(0, row_of[shown[0]] + _COMPUTE_H + _LANE_GAP + j * (_LANE_H + _LANE_GAP) + _LANE_H / 2, stream,
+                    transform=beside, ha="right", va="center", fontsize=font_k * 5.5, color="#666666",
+                    clip_on=False)
     ax.tick_params(axis="x", labelsize=font_k * 9)
     ax.set_xlabel(f"time ({unit})", fontsize=font_k * 10)
     ax.grid(axis="x", color="#E4E4E4", linewidth=0.6, zorder=0)
@@ -287,7 +289,7 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
         ax.text(0.5, gap_y, f"⋯ {omitted} ranks not shown ⋯", transform=right, ha="center", va="center",
                 fontsize=font_k * 8, color="#555555", style="italic")
         title = f"{title} (showing {len(shown)} of {len(all_ranks)} ranks)"
-    title = fit_text(fig, title, font_k * 11, fig.get_figwidth() - widest(fig, rank_names, rank_size) - 0.3)
+    title = fit_text(fig, title, font_k * 11, fig.get_figwidth() - names_w - 0.3)
     ax.set_title(title, fontsize=font_k * 11, loc="left", y=1.0)
 
     present = set(kinds)
@@ -320,8 +322,7 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
             break
         legend.remove()
         ncol -= 1
-    _place(fig, ax, legend, font_k, rank_names=rank_names, rank_size=rank_size,
-           lane_names=lanes if lanes and len(shown) <= 16 else [],
+    _place(fig, ax, legend, font_k, names_w=names_w, lane_names=lanes if lanes and len(shown) <= 16 else [],
            right_texts=idle_texts, title=title)
     if dense:
         _draw_image(fig, ax, (x0, x1, top, top + _COMPUTE_H, np.array(faces).reshape(-1, 3)), lane_boxes)
@@ -420,13 +421,13 @@ def _draw_image(fig, ax, compute: tuple, lanes: list[tuple]) -> None:
     ax.add_artist(PixelImage(stack_bands(rows, spans, height)))
 
 
-def _place(fig, ax, legend, font_k: float, rank_names: list[str], rank_size: float, lane_names: list[str],
-           right_texts: list[str], title: str) -> None:
-    """Margins in inches from what sits in them: rank labels (and the lanes' names) on the
-    left, the idle column on the right, the title on top, tick labels, axis label and legend
+def _place(fig, ax, legend, font_k: float, names_w: float, lane_names: list[str], right_texts: list[str],
+           title: str) -> None:
+    """Margins in inches from what sits in them: rank labels (`names_w` wide) and the lanes'
+    names on the left, the idle column on the right, the title on top, tick labels, axis label and legend
     below."""
     pad = 0.08
-    left = max(widest(fig, rank_names, rank_size), widest(fig, lane_names, font_k * 5.5)) + 0.07 + pad
+    left = max(names_w, widest(fig, lane_names, font_k * 5.5)) + 0.07 + pad
     right = widest(fig, right_texts, font_k * 8, weight="bold") + 0.02 * fig.get_figwidth() + pad
     top = text_inches(fig, title, font_k * 11)[1] + 0.12 + pad
     legend_h = artist_inches(fig, legend)[1]

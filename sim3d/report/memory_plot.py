@@ -46,7 +46,7 @@ def memory_figure(rows, title: str, hbm_gib: float | None = None):
     from .figure import artist_inches, new_figure, place_axes, text_inches, widest
 
     n = len(rows)
-    fig = new_figure(max(6.0, 0.45 * n + 3), 4.5)
+    fig = new_figure(max(6.0, 0.45 * n + 3), 4.5, DPI)
     ax = fig.add_axes((0.1, 0.1, 0.8, 0.8))  # placed once the margins are measured
     xs = list(range(n))
     bottom = [0.0] * n
