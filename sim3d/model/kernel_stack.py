@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .op import Op
+
 MASK = 1  # dropout's mask: one byte per element (ops.MASK_BYTES)
 ROPE_FP32 = 4  # apply_rotary_emb computes in fp32 (`.float()`)
 BIASED = ("qkv", "out_proj", "mlp_up", "mlp_down")  # the linears of a GPT-style block
@@ -69,7 +71,6 @@ def _eager_sequence(op, ab: int) -> tuple[tuple[float, ...], tuple[float, ...]] 
 
 
 def _backward_only(name: str, kernels: tuple[float, ...], numel: float):
-    from .ops import Op
     return Op(name, kernels=(name,), numel=numel, kernel_bytes=((), kernels))
 
 
