@@ -81,7 +81,7 @@ def main() -> None:
     repeats = parser.parse_args().repeats
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         # an installed sim3d runs from cached bytecode; this setting recompiles it every run
-        # (flagship 2.43 s here against 1.86 s with bytecode, 2026-11-27)
+        # (about half a second more for the flagship on this machine)
         print("note: PYTHONDONTWRITEBYTECODE is set, so every run compiles sim3d from source; run "
               "`python -m compileall -q sim3d` and `env -u PYTHONDONTWRITEBYTECODE` for an installed sim3d's time")
     print(f"{'case':48} {'median s':>9} {'range s':>13} {'cpu s':>6} {'peak GB':>8}")

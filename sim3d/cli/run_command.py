@@ -40,9 +40,11 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
                                                   "(default: all, or one per pipeline stage)."),
         samples: Optional[int] = typer.Option(None, "--samples", help="Also replay N draws of the scenario's variability: the "
                                     "step's distribution with confidence intervals, samples.csv and its plot."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the --samples draws (the same seed, the same samples)."),
-        workers: int = typer.Option(1, "--workers", help="Processes (or Ray tasks) replaying --samples."),
-        backend: str = typer.Option("local", "--backend", help="Where --samples run: local or ray."),
+        seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the --samples draws (default 0; the same "
+                                           "seed, the same samples)."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Processes (or Ray tasks) replaying --samples "
+                                              "(default 1)."),
+        backend: Optional[str] = typer.Option(None, "--backend", help="Where --samples run: local (default) or ray."),
         worst_gantt: bool = typer.Option(False, "--worst-gantt", help="With --samples: also the Gantt chart of the "
                                          "slowest sample (gantt_worst.png).")):
     """Simulate one training step and write summary, trace and plots."""
@@ -53,10 +55,14 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     sampling = None
     if samples is not None:
         from .sampling import SamplingOptions
-        sampling = SamplingOptions(samples, seed, workers, backend, worst_gantt)
+        sampling = SamplingOptions(samples, seed or 0, 1 if workers is None else workers, backend or "local",
+                                   worst_gantt)
         sampling.check()
-    elif worst_gantt:
-        raise BadInput("--worst-gantt draws the slowest of --samples N: give --samples too")
+    else:
+        given = [flag for flag, value in (("--seed", seed), ("--workers", workers), ("--backend", backend),
+                                          ("--worst-gantt", worst_gantt or None)) if value is not None]
+        if given:
+            raise BadInput(f"{', '.join(given)} only mean something with --samples N: give --samples too")
     if torchtitan_toml:  # refused before the run when torchtitan cannot express the layout
         from ..scenario.torchtitan import to_torchtitan_toml
         try:
@@ -91,7 +97,9 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                        *(sampling.planned_outputs(folder, plots) if sampling else ())])
         if sampling:  # refused before the run, as every bad input is
             from ..studies.monte_carlo import check_sampled
-            check_sampled(s)
+            check_sampled(s, sampling.samples)
+        elif s.variability is not None and not s.variability.off and not as_json:
+            say("note:", "the scenario's variability section is drawn only with --samples N", "yellow")
         if plots:  # drawn while this process simulates (`simulate` makes the same report again: 0.01 s)
             from ..model.memory import memory_report
             draw_memory_early(plotter, s, memory_report(s, check_schedule=False))

@@ -71,18 +71,21 @@ class SampledRun:
         det = s["deterministic_step_s"]
         table.add_row("deterministic", f"{det:.4f}", "", "")
         for name in ("mean", "p50", "p95", "p99"):
-            low, high = s["intervals_s"][name]
-            table.add_row(name, f"{s[f'{name}_s']:.4f}", f"{low:.4f} - {high:.4f}", f"{s[f'{name}_s'] / det - 1:+.2%}")
+            low, high = (f"{end:.4f}" if end is not None else "?" for end in s["intervals_s"][name])
+            table.add_row(name, f"{s[f'{name}_s']:.4f}", f"{low} - {high}", f"{s[f'{name}_s'] / det - 1:+.2%}")
         print_whole(out, table)
         if variability_off:
-            out.print("the scenario has no variability section: every sample is the deterministic step")
+            out.print("the scenario draws no variability: every sample is the deterministic step")
             return
+        if any(None in ends for ends in s["intervals_s"].values()):
+            out.print("?: too few samples lie beyond that percentile to bound it (p99 needs about 370)")
         tail = s["tail"]
         slow, flaky = tail["slow_gpus_per_sample"], tail["flaky_nodes_per_sample"]
         ranks = ", ".join(f"{rank} ({count})" for rank, count in tail["critical_ranks"].items())
-        out.print(f"tail (the {tail['samples']} samples at or above p95): {slow['tail']:.2f} slow GPUs and "
+        ties = f"; {s['distinct_steps']} distinct step times" if s["distinct_steps"] < s["samples"] else ""
+        out.print(f"tail (the slowest {tail['samples']} samples): {slow['tail']:.2f} slow GPUs and "
                   f"{flaky['tail']:.2f} degraded nodes per sample (all samples: {slow['all']:.2f} and "
-                  f"{flaky['all']:.2f}); ended by rank(s) {ranks}", highlight=False)
+                  f"{flaky['all']:.2f}); ended by rank(s) {ranks}{ties}", highlight=False)
 
     def write(self, folder: Path, title: str, plots: bool, worst_gantt: bool = False, gantt_size: str = "screen") -> list[Path]:
         import csv

@@ -40,7 +40,8 @@ class SampleFactors(Protocol):
 
     def optimizer(self, pp_rank: int) -> np.ndarray | None: ...
 
-    def transfer(self, pp_rank: int, peer: int) -> np.ndarray | None: ...
+    def transfer(self, pp_rank: int, peer: int) -> np.ndarray | None:
+        """(samples, lanes, tp): each TP member's factor on its messages to `peer`."""
 
     def data_parallel(self, pp_rank: int) -> np.ndarray | None: ...
 
@@ -81,6 +82,9 @@ class SampledReplay:
         lanes = [c for c in placement.pipeline_coords() if c["tp"] == 0]
         self.lane_ranks = np.array([placement.pipeline(**c) for c in lanes], dtype=np.int64)  # (lanes, pp)
         self.lanes = len(lanes)
+        # (lanes, pp, tp): the global ranks of each lane's TP groups
+        self.members = np.array([[[placement.rank(tp=t, pp=r, dp=c["dp"], cp=c["cp"]) for t in range(placement.tp)]
+                                  for r in range(placement.pp)] for c in lanes], dtype=np.int64)
         self._dp_groups = self._gradient_groups(placement)
         self.programs = [self._compile(r) for r in range(schedule.pp)]
         self.computes = [sum(op[0] == _COMPUTE for op in program) for program in self.programs]
@@ -96,10 +100,17 @@ class SampledReplay:
         return None if len(groups) == 1 else groups
 
     @staticmethod
-    def _priced(price, ranks: np.ndarray) -> float:
-        """The price of a compute, bucket or optimizer step on the lanes' `ranks`: on a network
-        where the lanes are alike, the same on all of them (what folding relies on too)."""
+    def _priced(price, ranks: np.ndarray):
+        """The price of a compute on the lanes' `ranks`: on a network where the lanes are
+        alike, the same on all of them (what folding relies on too)."""
         return price(int(ranks[0]))
+
+    @staticmethod
+    def _slowest_member(price, members: np.ndarray) -> float:
+        """A bucket's or an optimizer step's price for a lane: its slowest TP member's (the
+        members' data-parallel groups may span different leaves of a fat tree), which ends
+        the lane's step."""
+        return max(price(int(rank)) for rank in members[0])
 
     def _compile(self, r: int) -> list[tuple]:
         schedule, costs = self.schedule, self.costs
@@ -114,30 +125,33 @@ class SampledReplay:
                 stage, waits_on, kind, produces, backward = plan[a.chunk, a.kind]
                 waits = None if waits_on is None else (waits_on[0], waits_on[1], a.mb, waits_on[2])
                 made = None if produces is None else (stage, produces, a.mb, "local")
-                seconds = self._priced(lambda rank: costs.action(stage, kind, rank).seconds, ranks)
-                program.append((_COMPUTE, waits, seconds, a.chunk if backward else None, made,
-                                (stage, a.chunk, a.mb, kind, "compute", 0, None)))
+                cost = self._priced(lambda rank: costs.action(stage, kind, rank), ranks)
+                program.append((_COMPUTE, waits, cost.seconds, a.chunk if backward else None, made,
+                                (stage, a.chunk, a.mb, kind, "compute", 0, None), cost.exposed.get("dp", 0.0)))
             elif a.kind in (Kind.SEND_F, Kind.SEND_B):
                 stage, _kind, consumer, _recv = plan[a.chunk, a.kind]
-                if a.peer not in transfers:
-                    transfers[a.peer] = np.array([costs.transfer(int(src), int(dst))
-                                                  for src, dst in zip(peers[:, r], peers[:, a.peer])])
-                seconds = transfers[a.peer]
+                if a.peer not in transfers:  # each TP member's own path (a group may span a leaf boundary)
+                    transfers[a.peer] = np.array([[costs.transfer(int(src), int(dst)) for src, dst in zip(a_, b_)]
+                                                  for a_, b_ in zip(self.members[:, r], self.members[:, a.peer])])
+                seconds = transfers[a.peer]  # (lanes, tp)
                 program.append((_SEND, (a.peer, a.kind is Kind.SEND_F), seconds, (stage, consumer.family, a.mb, "remote"),
                                 a.peer, (stage, a.chunk, a.mb, a.kind.value, "pp", round(costs.p2p_bytes), peers[:, a.peer])))
             elif a.kind is Kind.DP_REDUCE:
                 stage = stages.stage(r, a.chunk)
-                seconds, nbytes = self._priced(lambda rank: costs.dp_reduce(rank, stage, buckets), ranks)
+                seconds = self._slowest_member(lambda rank: costs.dp_reduce(rank, stage, buckets)[0], self.members[:, r])
+                nbytes = costs.dp_reduce(int(ranks[0]), stage, buckets)[1]
                 program.append((_REDUCE, a.chunk, a.bucket - a.chunk * buckets, seconds,
                                 (stage, a.chunk, a.bucket, "DP_REDUCE", "dp", round(nbytes), None)))
             elif a.kind is Kind.PARAM_GATHER:
                 stage = stages.stage(r, a.chunk)
-                seconds, nbytes = self._priced(lambda rank: costs.param_gather(rank, stage, buckets), ranks)
+                seconds = self._slowest_member(lambda rank: costs.param_gather(rank, stage, buckets)[0],
+                                               self.members[:, r])
+                nbytes = costs.param_gather(int(ranks[0]), stage, buckets)[1]
                 program.append((_GATHER, seconds, (stage, a.chunk, a.bucket, "PARAM_GATHER", "dp", round(nbytes), None)))
             elif a.kind is Kind.OPT_STEP:
                 held = tuple(stages.stage(r, chunk) for chunk in range(stages.vpp))
-                program.append((_OPTIMIZER, self._priced(lambda rank: costs.optimizer(rank, held), ranks),
-                                self._priced(lambda rank: costs.embedding_sync(rank, held), ranks),
+                program.append((_OPTIMIZER, self._slowest_member(lambda rank: costs.optimizer(rank, held), self.members[:, r]),
+                                self._slowest_member(lambda rank: costs.embedding_sync(rank, held), self.members[:, r]),
                                 (held[0], -1, -1, "OPT_STEP", "compute", 0, None)))
             elif a.kind not in (Kind.RECV_F, Kind.RECV_B):  # a receive is a post: it takes no time
                 raise ValueError(f"the sampled replay does not know action kind {a.kind}")
@@ -178,7 +192,10 @@ class _RankWalk:
         self.jitter = factors.compute(r)
         self.optimizer_factor = factors.optimizer(r)
         self.dp_factor = factors.data_parallel(r)
-        self.transfer_factor = {op[4]: factors.transfer(r, op[4]) for op in self.program if op[0] == _SEND}
+        # a message of the lane takes its slowest member's time: every member's transfer must be
+        # in before the TP group's next compute ends
+        self.transfer_seconds = {op[4]: _slowest(op[2], factors.transfer(r, op[4]))
+                                 for op in self.program if op[0] == _SEND}
         self.now = np.zeros(shape)
         self.free = np.zeros(shape)  # the data-parallel stream is free again at
         self.gather_free = np.zeros(shape)
@@ -214,12 +231,14 @@ class _RankWalk:
         return self.at > start
 
     def _compute(self, op, arrivals) -> None:
-        _, waits, seconds, backward_chunk, made, row = op
+        _, waits, seconds, backward_chunk, made, row, exposed_dp = op
         if waits is not None:
             self.now = np.maximum(self.now, arrivals.pop(waits))
         jitter = self.jitter
         if jitter is not None:
             seconds = seconds * (jitter if jitter.ndim == 2 else jitter[self.computed])
+        if exposed_dp and self.dp_factor is not None:  # sharded data parallelism's exposed collectives
+            seconds = seconds + exposed_dp * (self.dp_factor - 1.0)
         self.computed += 1
         begin = self.now
         self.now = begin + seconds
@@ -231,10 +250,8 @@ class _RankWalk:
             self._record(row, begin, self.now)
 
     def _send(self, op, arrivals) -> None:
-        _, channel, seconds, delivers, peer, row = op
-        factor = self.transfer_factor[peer]
-        if factor is not None:
-            seconds = seconds * factor
+        _, channel, _, delivers, peer, row = op
+        seconds = self.transfer_seconds[peer]
         issued = self.now
         free = self.channels.get(channel)
         begin = issued if free is None else np.maximum(issued, free)
@@ -299,3 +316,10 @@ class _RankWalk:
         for lane, rank in enumerate(self.ranks):
             peer = -1 if peers is None else int(peers[lane])
             self.rows.append(TraceRow(rank, stage, chunk, mb, kind, stream, begin[lane], end[lane], nbytes, peer))
+
+
+def _slowest(seconds: np.ndarray, factor: np.ndarray | None) -> np.ndarray:
+    """A lane's message time from its members' (lanes, tp) prices and (samples, lanes, tp) factors."""
+    if factor is None:
+        return seconds.max(axis=1)
+    return (seconds * factor).max(axis=2)

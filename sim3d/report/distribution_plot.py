@@ -28,9 +28,12 @@ def distribution_figure(steps, stats: dict, title: str):
                    label=f"deterministic step {deterministic:.4g} s")
         for name, color in MARKS:
             low, high = stats["intervals_s"][name]
-            ax.axvline(stats[f"{name}_s"], color=color, linewidth=1.2,
-                       label=f"{name} {stats[f'{name}_s']:.4g} s ({stats['confidence']:.0%} CI {low:.4g}-{high:.4g})")
-            ax.axvspan(low, high, color=color, alpha=0.12)
+            known = low is not None and high is not None
+            interval = (f"{stats['confidence']:.0%} CI {low:.4g}-{high:.4g}" if known
+                        else "too few samples to bound it")
+            ax.axvline(stats[f"{name}_s"], color=color, linewidth=1.2, label=f"{name} {stats[f'{name}_s']:.4g} s ({interval})")
+            if known:
+                ax.axvspan(low, high, color=color, alpha=0.12)
         ax.set_xlabel("step time (s)")
         ax.grid(alpha=0.3)
     cdf.legend(fontsize=8, loc="lower right")

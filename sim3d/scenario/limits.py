@@ -80,6 +80,10 @@ PLAN_COMBINATIONS = Limit("SIM3D_MAX_PLAN_COMBINATIONS", 10**9, "combinations of
 # A sweep point takes 0.05-1 s: 10,000 points is minutes to hours on a laptop-sized machine.
 SWEEP_POINTS = Limit("SIM3D_MAX_SWEEP_POINTS", 10_000, "grid points", "minutes to hours of simulation")
 # The executor measures a step; a few dozen steps give a stable median.
+# gpt3.yaml with jitter, slow GPUs and flaky links replays about 10 M lane-actions a second
+# here (benchmarks/monte_carlo.py: 100 samples x 8 pipelines x 24,080 actions in 1.9 s)
+SAMPLE_WORK = Limit("SIM3D_MAX_SAMPLE_WORK", 10**9, "pipeline actions over all samples",
+                    "about two minutes here")
 EXECUTOR_STEPS = Limit("SIM3D_MAX_EXECUTOR_STEPS", 1_000, "executed steps", "a median needs tens, not thousands")
 
 

@@ -90,10 +90,12 @@ class Variability(_Strict):
     def _expand_preset(cls, raw):
         if isinstance(raw, dict) and raw.get("preset") is not None:
             name = raw["preset"]
-            if name not in PRESETS:
-                known = ", ".join(sorted(PRESETS)) or "none"
-                raise ValueError(f"unknown preset {name!r} (known: {known})")
-            raw = {**PRESETS[name], **raw}
+            if not isinstance(name, str) or name not in PRESETS:
+                raise ValueError(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))})")
+            preset = PRESETS[name]
+            # a key beside the preset replaces that key only: slow_gpus.slowdown keeps the fraction
+            raw = {**preset, **{key: {**preset[key], **value} if isinstance(value, dict) and isinstance(
+                preset.get(key), dict) else value for key, value in raw.items()}}
         return raw
 
     @property

@@ -38,8 +38,9 @@ from ..step import step_schedule
 CHUNK_BYTES = 256 * 2**20
 
 
-def check_sampled(scenario) -> None:
-    """ScenarioError where samples cannot be replayed."""
+def check_sampled(scenario, samples: int | None = None) -> None:
+    """ScenarioError where samples cannot be replayed; WorkLimitExceeded where `samples` of
+    this step are more work than SAMPLE_WORK allows."""
     if scenario.costs.network == "flow":
         raise ScenarioError("--samples: costs.network is flow; sampled steps need the analytical network (a flow's "
                             "duration depends on the flows it meets, so the samples cannot share one replay)")
@@ -47,6 +48,12 @@ def check_sampled(scenario) -> None:
         raise ScenarioError("--samples: network faults or ECMP routing make ranks of one pipeline coordinate "
                             "unlike; sampled steps need a symmetric network (variability.flaky_links draws "
                             "degraded nodes per sample instead)")
+    if samples is not None:
+        from ..scenario.limits import SAMPLE_WORK
+        actions = sum(len(actions) for actions in step_schedule(scenario).ranks)
+        pipelines = scenario.dp * scenario.cp
+        SAMPLE_WORK.check(samples * pipelines * actions,
+                          f"{samples:,} samples x {pipelines:,} pipelines x {actions:,} actions")
 
 
 class _InverseCdf:
@@ -81,11 +88,7 @@ class _Layout:
     @classmethod
     def of(cls, scenario, replay: SampledReplay) -> "_Layout":
         placement, topology = replay.costs.placement, replay.costs.topology
-        lanes = replay.lane_ranks.shape[0]
-        members = np.empty((lanes, placement.pp, placement.tp), dtype=np.int64)
-        for lane, (d, c) in enumerate((c["dp"], c["cp"]) for c in placement.pipeline_coords() if c["tp"] == 0):
-            for r in range(placement.pp):
-                members[lane, r] = [placement.rank(tp=t, pp=r, dp=d, cp=c) for t in range(placement.tp)]
+        lanes, members = replay.lanes, replay.members
         gpus = np.arange(placement.world_size)
         node, domain = gpus // scenario.gpus_per_node, gpus // topology.gpus_per_node
         groups = [np.arange(lanes)] if replay._dp_groups is None else replay._dp_groups
@@ -167,7 +170,7 @@ class SampleDraws:
         src, dst = layout.members[:, pp_rank, :], layout.members[:, peer, :]  # (lanes, tp)
         crossing = layout.domain[src] != layout.domain[dst]
         f = np.maximum(self._node_factor[:, layout.node[src]], self._node_factor[:, layout.node[dst]])
-        return np.where(crossing, f, 1.0).max(axis=2)  # (samples, lanes)
+        return np.where(crossing, f, 1.0)  # (samples, lanes, tp)
 
     def data_parallel(self, pp_rank: int):
         if not (self._node_factor != 1.0).any():
@@ -254,13 +257,15 @@ def sample_steps(scenario, samples: int, seed: int = 0, workers: int = 1, backen
     `sampler`: the scenario's Sampler with this seed, where the caller made one."""
     if samples < 1:
         raise ScenarioError(f"--samples: {samples}; give at least 1")
+    check_sampled(scenario, samples)
     sampler = sampler or Sampler(scenario, seed)
     if deterministic is None:
         deterministic = replay_step(scenario).result.step_time
     size = sampler.chunk(samples, workers)
-    chunks = [list(range(first, min(first + size, samples))) for first in range(0, samples, size)]
+    chunks = (list(range(first, min(first + size, samples))) for first in range(0, samples, size))
+    several = samples > size
     results, done = [], 0
-    with _chunk_runner(sampler, workers if len(chunks) > 1 else 1, backend) as run_chunks:
+    with _chunk_runner(sampler, workers if several else 1, backend) as run_chunks:
         for outcome in run_chunks(chunks):
             results.append(outcome)
             done += len(outcome[0])
