@@ -4,18 +4,21 @@
     result = sim3d.simulate("scenarios/gpt3.yaml")
     result.summary["step_time_s"], result.breakdown
     sim3d.kernel_seconds("h100-sxm", "gemm", m=8192, n=8192, k=8192)  # one kernel's price and its source
+    sim3d.sample_steps("scenarios/gpt3.yaml", 100, sets=["variability.preset=greyhound-thermal"]).describe()
 """
 
 from typing import TYPE_CHECKING
 
 __all__ = ["simulate", "Result", "Scenario", "ScenarioError", "load_scenario", "kernel_seconds", "KernelPrice",
-           "__version__"]
+           "sample_steps", "__version__"]
 _HOME = {"simulate": "api", "Result": "api", "Scenario": "scenario", "ScenarioError": "scenario",
-         "load_scenario": "scenario", "kernel_seconds": "costs.kernel_price", "KernelPrice": "costs.kernel_price"}
+         "load_scenario": "scenario", "kernel_seconds": "costs.kernel_price", "KernelPrice": "costs.kernel_price",
+         "sample_steps": "studies.monte_carlo"}
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time the names come on first use
     from .api import Result, simulate
     from .costs.kernel_price import KernelPrice, kernel_seconds
+    from .studies.monte_carlo import sample_steps
     from .scenario import Scenario, ScenarioError, load_scenario
 
 

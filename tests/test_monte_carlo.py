@@ -345,3 +345,12 @@ def test_tp_groups_across_a_leaf_boundary_fold_to_their_slowest_member():
                     "inter_node": {"fabric": "fat-tree", "nodes_per_leaf": 5, "oversubscription": 4.0}}})
     every_rank = replay_step(s, full_fidelity=True, fold=False).result.step_time
     assert Sampler(s, seed=0).run([0])[0].tolist() == [every_rank]
+
+
+def test_samples_from_python_take_a_path_and_overrides():
+    import sim3d
+    out = sim3d.sample_steps("scenarios/tiny.yaml", 30, seed=1,
+                             sets=['variability={"jitter": {"lognormal_sigma": 0.1}}'])
+    stats = out.describe()
+    assert stats["samples"] == 30 and stats["min_s"] < stats["mean_s"] < stats["max_s"]
+    assert stats["deterministic_step_s"] == sim3d.simulate("scenarios/tiny.yaml").summary["step_time_s"]

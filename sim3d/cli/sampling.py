@@ -49,8 +49,6 @@ class SampledRun:
     @classmethod
     def of(cls, scenario, deterministic: float, options: SamplingOptions, quiet: bool) -> "SampledRun":
         from ..studies.monte_carlo import Sampler, sample_steps
-        from ..studies.step_distribution import describe
-        from ..cluster.placement import Placement
         sampler = Sampler(scenario, options.seed)
         run = dict(samples=options.samples, seed=options.seed, workers=options.workers, backend=options.backend,
                    deterministic=deterministic, sampler=sampler)
@@ -60,7 +58,7 @@ class SampledRun:
             with progress_bars("sample", err) as bar:
                 task = bar.add_task(f"sampling {options.samples:,} steps, seed {options.seed}", total=options.samples)
                 samples = sample_steps(scenario, **run, progress=lambda done: bar.update(task, completed=done))
-        return cls(samples, describe(samples, Placement.of(scenario)), sampler)
+        return cls(samples, samples.describe(), sampler)
 
     def print(self, variability_off: bool) -> None:
         from rich.table import Table

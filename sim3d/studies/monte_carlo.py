@@ -184,13 +184,19 @@ class SampleDraws:
 
 @dataclass
 class StepSamples:
-    """N sampled steps of a scenario and what each drew."""
+    """N sampled steps of a scenario and what each drew; `describe()` gives the statistics."""
     deterministic: float  # the step without variability (today's answer)
     seed: int
     steps: np.ndarray
     critical_rank: np.ndarray  # per sample: the rank (TP rank 0 of its group) that ended the step
     slow_gpus: list[np.ndarray] = field(default_factory=list)
     flaky_nodes: list[np.ndarray] = field(default_factory=list)
+    placement: object = None  # the scenario's cluster.placement.Placement
+
+    def describe(self) -> dict:
+        """Mean and percentiles with their confidence intervals, and the tail (step_distribution.py)."""
+        from .step_distribution import describe
+        return describe(self, self.placement)
 
 
 class Sampler:
@@ -250,11 +256,14 @@ def _worker_run(indices: list[int]):
 
 def sample_steps(scenario, samples: int, seed: int = 0, workers: int = 1, backend: str = "local",
                  deterministic: float | None = None, progress: Callable[[int], None] | None = None,
-                 sampler: Sampler | None = None) -> StepSamples:
-    """`samples` draws of the scenario's step, in chunks; `workers` > 1 replays chunks in that
-    many processes (or Ray tasks, `backend="ray"`). `deterministic`: the step without
+                 sampler: Sampler | None = None, sets: tuple[str, ...] | list[str] = ()) -> StepSamples:
+    """`samples` draws of the scenario's step (a Scenario, a dict in the scenario format or a
+    YAML path, with `sets` applied as `--set` does), in chunks; `workers` > 1 replays chunks in
+    that many processes (or Ray tasks, `backend="ray"`). `deterministic`: the step without
     variability, where the caller has it. `progress(done)` after each chunk, in order.
     `sampler`: the scenario's Sampler with this seed, where the caller made one."""
+    from ..api import _scenario
+    scenario = _scenario(scenario, sets, {})
     if samples < 1:
         raise ScenarioError(f"--samples: {samples}; give at least 1")
     check_sampled(scenario, samples)
@@ -273,7 +282,8 @@ def sample_steps(scenario, samples: int, seed: int = 0, workers: int = 1, backen
                 progress(done)
     return StepSamples(deterministic, seed, np.concatenate([r[0] for r in results]),
                        np.concatenate([r[1] for r in results]),
-                       [s for r in results for s in r[2]], [n for r in results for n in r[3]])
+                       [s for r in results for s in r[2]], [n for r in results for n in r[3]],
+                       sampler.replay.costs.placement)
 
 
 @contextmanager

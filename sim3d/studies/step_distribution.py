@@ -20,8 +20,6 @@ from collections import Counter
 
 import numpy as np
 
-from .monte_carlo import StepSamples
-
 PERCENTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -67,11 +65,12 @@ def mean_interval(steps: np.ndarray, seed: int) -> list:
     return [float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))]
 
 
-def describe(samples: StepSamples, placement) -> dict:
-    """The distribution as JSON-ready data: the mean and percentiles with their intervals, the
-    deterministic step, and the tail (the slowest 5% of the samples, at least one): how many
-    slow GPUs and degraded nodes its samples drew against all samples, on which pipeline
-    stages its slow GPUs sat, and which ranks ended its steps."""
+def describe(samples, placement) -> dict:
+    """The distribution of `samples` (monte_carlo.StepSamples) as JSON-ready data: the mean
+    and percentiles with their intervals, the deterministic step, and the tail (the slowest
+    5% of the samples, at least one): how many slow GPUs and degraded nodes its samples drew
+    against all samples, on which pipeline stages its slow GPUs sat, and which ranks ended
+    its steps."""
     steps = samples.steps
     n = len(steps)
     ordered = np.sort(steps)
@@ -108,7 +107,7 @@ def _mean_count(drawn: list[np.ndarray], which) -> float:
     return float(np.mean([len(drawn[i]) for i in which])) if which else 0.0
 
 
-def samples_table(samples: StepSamples) -> dict[str, list]:
+def samples_table(samples) -> dict[str, list]:
     """One row per sample (samples.csv): its step, the rank that ended it, what it drew."""
     return {
         "sample": list(range(len(samples.steps))),
