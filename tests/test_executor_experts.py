@@ -27,6 +27,10 @@ CASES = {
     "ep2-tp2-experts-split-over-tp": layout(2, 1, 2, "parallel.sequence_parallel=true"),
     "ep2-tp2-etp1": layout(2, 1, 2, "parallel.sequence_parallel=true", "parallel.etp=1"),
     "ep2-pp2-every-other-layer": layout(1, 2, 2, "model.moe.every=2"),
+    "ep2-top1": layout(1, 1, 2, 'model.moe={"experts": 4, "top_k": 1}'),
+    # split experts whose TP peers exchange rows, with ranks that receive none
+    "ep4-tp2-cp2-top1": layout(2, 1, 2, 'model.moe={"experts": 4, "top_k": 1}', "parallel.ep=4", "parallel.cp=2",
+                                "parallel.sequence_parallel=true", "cluster.gpus_per_node=8"),
 }
 
 
@@ -52,6 +56,7 @@ def test_expert_gradients_that_are_not_reduced_fail_the_check():
 
 @pytest.mark.parametrize("extra,routing,message", [
     (['model.moe.capacity_factor=1.0'], "topk", "dropless"),
+    (["parallel.tp=2", "cluster.gpus_per_node=4"], "topk", "sequence_parallel true"),
     (["parallel.distributed_optimizer=true"], "topk", "dense parameters only"),
     (["training.precision=bf16"], "topk", "use --routing balanced"),
     ([], "random", "expected topk or balanced"),
@@ -96,3 +101,23 @@ def test_balanced_routing_gives_every_expert_the_same_load():
     chosen = layer._route(torch.zeros(cfg.seq_len * 2, cfg.experts, dtype=torch.float64), x.shape)
     assert torch.bincount(chosen.reshape(-1), minlength=cfg.experts).tolist() == [6, 6, 6, 6]
     assert all(len(set(row)) == cfg.top_k for row in chosen.tolist())  # k different experts per token
+
+
+def test_the_router_learns_at_top_1():
+    """A softmax over the one chosen score is 1: the router would get no gradient. At top-1 the
+    weight is the chosen expert's probability among all experts, so it does."""
+    from sim3d.executor.experts import EPContext, MoE
+    from sim3d.executor.gpt import GPTConfig, _Builder
+    from sim3d.executor.tensor_parallel import TPContext
+    for k in (1, 2):
+        cfg = GPTConfig(layers=1, hidden=8, heads=2, kv_heads=2, ffn=16, vocab=32, seq_len=6, experts=4, top_k=k,
+                        expert_ffn=12)
+        layer = MoE(_Builder(7, TPContext(), torch.float64, "cpu"), "moe", cfg, EPContext())
+        layer(torch.randn(cfg.seq_len, 2, cfg.hidden, dtype=torch.float64)).square().sum().backward()
+        assert layer.router.grad.abs().max() > 1e-6, k
+
+
+def test_balanced_routing_with_a_capacity_factor_of_one_or_more_runs_dropless():
+    r = execute(TINY, steps=1, check=True, routing="balanced",
+                overrides=layout(1, 1, 2, 'model.moe={"experts": 4, "top_k": 2, "capacity_factor": 1.25}'))
+    assert r.passed, r.summary()

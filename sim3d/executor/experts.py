@@ -12,15 +12,16 @@ them out (sim3d.cluster.placement's expert grid: etp x ep x edp over a stage's r
   one all-to-all (the counts first, by another); the owner runs its E/ep local experts;
   a second all-to-all brings the outputs back, and each token's outputs are weighted and
   summed. Both all-to-alls are autograd functions whose backward is the reverse all-to-all.
-* Expert tensor parallelism: with etp = tp the experts are split like the dense MLP (fc1 /
-  gate / up by rows, fc2 by columns); the layer then works on the TP group's whole sequence
-  (gathered like a column-parallel input) and reduces its partial outputs like a
-  row-parallel output. With etp = 1 (and tp > 1, sequence parallel, as Megatron requires)
-  each rank routes its own sequence shard and holds whole experts.
+* Each rank routes its own tokens (its sequence shard: MoE with tp > 1 needs sequence
+  parallelism, as Megatron asserts). Expert tensor parallelism: with etp = tp the experts are
+  split like the dense MLP (fc1 / gate / up by rows, fc2 by columns), and the rows an expert
+  receives are exchanged within TP before it runs and its partial outputs reduced after;
+  with etp = 1 each rank holds whole experts.
 * Experts have no biases (Mixtral's and Switch's experts have none). The router's gradient is
-  a partial sum over the TP group (each rank sees its shard of the tokens, or of the expert
-  outputs), all-reduced before the optimizer like a sequence-parallel weight's; the experts'
-  gradients are summed over the expert data-parallel group (optimizer.py).
+  a partial sum over the TP group (each rank sees its shard of the tokens), all-reduced
+  before the optimizer like a sequence-parallel weight's; the experts' gradients are summed
+  over the expert data-parallel group (optimizer.py). At top-1 the combine weight is the
+  chosen expert's softmax probability among all experts (below).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import compute_dtype
-from .tensor_parallel import TPContext, enter_tp_region, exit_tp_region
+from .tensor_parallel import all_gather_dim0
 
 
 @dataclass
@@ -113,24 +114,28 @@ class MoE(nn.Module):
         self.experts = nn.ModuleList(ExpertMLP(b, f"{name}.experts.{e}", cfg, self.split)
                                      for e in range(first, first + self.local))
 
-    def forward(self, x):
-        if self.split:
-            x = enter_tp_region(x, self.tp)
+    def forward(self, x):  # x: this rank's tokens (its sequence shard under sequence parallelism)
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])
         scores = F.linear(tokens, self.router).to(compute_dtype(x.dtype))
         chosen = self._route(scores, shape)
-        weights = torch.softmax(scores.gather(1, chosen), dim=-1).to(x.dtype)
+        weights = self._weights(scores, chosen).to(x.dtype)
         outputs = self._dispatch(tokens, chosen)  # [tokens, k, hidden]
-        y = (outputs * weights.unsqueeze(-1)).sum(dim=1).view(shape)
-        return exit_tp_region(y, self.tp) if self.split else y
+        return (outputs * weights.unsqueeze(-1)).sum(dim=1).view(shape)
+
+    def _weights(self, scores: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        if self.cfg.top_k == 1:  # a softmax over one score is 1 and teaches the router nothing:
+            # the chosen expert's probability among all (Switch Transformer, Fedus et al. 2021,
+            # arXiv:2101.03961, section 2.1; Megatron asks for --moe-router-pre-softmax at top-1)
+            return torch.softmax(scores, dim=-1).gather(1, chosen)
+        return torch.softmax(scores.gather(1, chosen), dim=-1)
 
     def _route(self, scores: torch.Tensor, shape) -> torch.Tensor:
         k, experts = self.cfg.top_k, self.cfg.experts
         if self.cfg.routing == "topk":
             return scores.topk(k, dim=-1).indices
         positions = self.cp.positions(self.cfg.seq_len, device=scores.device)
-        if self.tp.sp and not self.split:  # this rank's shard of the sequence
+        if self.tp.sp:  # this rank's shard of the sequence
             positions = positions.chunk(self.tp.size)[self.tp.rank]
         per_token = positions.repeat_interleave(shape[1])  # [s, b] flattened s-major
         return (per_token.unsqueeze(1) * k + torch.arange(k, device=scores.device)) % experts
@@ -153,9 +158,28 @@ class MoE(nn.Module):
             out = _AllToAll.apply(out, recv, send, ep)
         unsort = torch.empty_like(order)
         unsort[order] = torch.arange(order.numel(), device=order.device)
-        return out[unsort].view(tokens.shape[0], k, -1)
+        return out[unsort].view(tokens.shape[0], k, self.cfg.hidden)
 
     def _experts(self, rows: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
+        """The local experts on the rows this rank received. Experts split over TP see the rows
+        of every TP peer (each routed its own sequence shard to its own expert-parallel group):
+        the rows are exchanged within TP, every peer computes its slice of the experts for all
+        of them, and each row's partial outputs go back to the peer that holds it and are
+        summed there (an all-gather before and a reduce-scatter after, as Megatron's
+        all-to-all dispatcher does with expert tensor parallelism)."""
+        tp = self.tp
+        if not self.split or tp.size == 1:
+            return self._run(rows, received)
+        group = EPContext(tp.size, tp.rank, tp.group)
+        everyone_received = all_gather_dim0(received.reshape(1, -1), tp)  # [peer, source x expert]
+        sizes = everyone_received.sum(dim=1).tolist()
+        mine = [rows.shape[0]] * tp.size
+        everyone = _AllToAll.apply(rows.repeat(tp.size, 1), mine, sizes, group)
+        partial = self._run(everyone, everyone_received.reshape(-1, self.local))
+        back = _AllToAll.apply(partial, sizes, mine, group)  # my rows' partial outputs from every peer
+        return back.view(tp.size, rows.shape[0], self.cfg.hidden).sum(dim=0)
+
+    def _run(self, rows: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
         """Rows arrive by source, each source's by local expert; each expert runs its rows."""
         counts = received.reshape(-1).tolist()  # [source][expert] flattened
         starts = [sum(counts[:i]) for i in range(len(counts))]

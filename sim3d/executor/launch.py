@@ -185,9 +185,12 @@ def _refuse_experts(scenario, routing: str, check: bool) -> None:
     moe, p = scenario.model.moe, scenario.parallel
     if moe is None:  # etp is 1 or tp, with sequence parallelism below tp: the scenario's own checks
         return
-    if moe.capacity_factor is not None:
-        raise ExecutorRefusal("model.moe.capacity_factor: the executor's experts are dropless (no token is dropped); "
-                              "remove it to execute")
+    if scenario.tp > 1 and not p.sequence_parallel:
+        raise ExecutorRefusal("experts under tensor parallelism route each rank's sequence shard: set "
+                              "parallel.sequence_parallel true (Megatron asserts it for MoE with tp > 1)")
+    if moe.capacity_factor is not None and (routing == "topk" or moe.capacity_factor < 1):
+        raise ExecutorRefusal("model.moe.capacity_factor: the executor's experts are dropless; with --routing "
+                              "balanced and a capacity factor of at least 1 no token would be dropped, so that runs")
     if p.distributed_optimizer and scenario.dp * scenario.cp > 1:
         raise ExecutorRefusal("the executor's distributed optimizer shards dense parameters only: run MoE with "
                               "parallel.zero 0")
