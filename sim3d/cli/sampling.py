@@ -85,7 +85,8 @@ class SampledRun:
                   f"{flaky['tail']:.2f} degraded nodes per sample (all samples: {slow['all']:.2f} and "
                   f"{flaky['all']:.2f}); ended by rank(s) {ranks}{ties}", highlight=False)
 
-    def write(self, folder: Path, title: str, plots: bool, worst_gantt: bool = False, gantt_size: str = "screen") -> list[Path]:
+    def write(self, folder: Path, title: str, plots: bool, worst_gantt: bool = False,
+              gantt_size: str = "screen") -> list[Path]:
         import csv
         import io
         from ..studies.step_distribution import samples_table

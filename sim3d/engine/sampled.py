@@ -85,7 +85,7 @@ class SampledReplay:
         # (lanes, pp, tp): the global ranks of each lane's TP groups
         self.members = np.array([[[placement.rank(tp=t, pp=r, dp=c["dp"], cp=c["cp"]) for t in range(placement.tp)]
                                   for r in range(placement.pp)] for c in lanes], dtype=np.int64)
-        self._dp_groups = self._gradient_groups(placement)
+        self.dp_groups = self._gradient_groups(placement)
         self.programs = [self._compile(r) for r in range(schedule.pp)]
         self.computes = [sum(op[0] == _COMPUTE for op in program) for program in self.programs]
 
@@ -117,9 +117,10 @@ class SampledReplay:
         stages, buckets = schedule.stages, schedule.buckets_per_chunk
         actions = schedule.ranks[r]
         plan = action_plan(stages, r, actions)
-        ranks, peers = self.lane_ranks[:, r], self.lane_ranks
+        ranks, peers, members = self.lane_ranks[:, r], self.lane_ranks, self.members[:, r]
+        slowest = self._slowest_member
         program: list[tuple] = []
-        transfers: dict[int, np.ndarray] = {}  # peer -> seconds of a message per lane
+        transfers: dict[int, np.ndarray] = {}  # peer -> (lanes, tp) seconds of a message
         for a in actions:
             if a.kind in COMPUTE_KINDS:
                 stage, waits_on, kind, produces, backward = plan[a.chunk, a.kind]
@@ -131,27 +132,24 @@ class SampledReplay:
             elif a.kind in (Kind.SEND_F, Kind.SEND_B):
                 stage, _kind, consumer, _recv = plan[a.chunk, a.kind]
                 if a.peer not in transfers:  # each TP member's own path (a group may span a leaf boundary)
-                    transfers[a.peer] = np.array([[costs.transfer(int(src), int(dst)) for src, dst in zip(a_, b_)]
-                                                  for a_, b_ in zip(self.members[:, r], self.members[:, a.peer])])
-                seconds = transfers[a.peer]  # (lanes, tp)
-                program.append((_SEND, (a.peer, a.kind is Kind.SEND_F), seconds, (stage, consumer.family, a.mb, "remote"),
-                                a.peer, (stage, a.chunk, a.mb, a.kind.value, "pp", round(costs.p2p_bytes), peers[:, a.peer])))
-            elif a.kind is Kind.DP_REDUCE:
+                    transfers[a.peer] = np.array([[costs.transfer(int(src), int(dst))
+                                                   for src, dst in zip(mine, theirs)]
+                                                  for mine, theirs in zip(members, self.members[:, a.peer])])
+                row = (stage, a.chunk, a.mb, a.kind.value, "pp", round(costs.p2p_bytes), peers[:, a.peer])
+                program.append((_SEND, (a.peer, a.kind is Kind.SEND_F), transfers[a.peer],
+                                (stage, consumer.family, a.mb, "remote"), a.peer, row))
+            elif a.kind in (Kind.DP_REDUCE, Kind.PARAM_GATHER):
                 stage = stages.stage(r, a.chunk)
-                seconds = self._slowest_member(lambda rank: costs.dp_reduce(rank, stage, buckets)[0], self.members[:, r])
-                nbytes = costs.dp_reduce(int(ranks[0]), stage, buckets)[1]
-                program.append((_REDUCE, a.chunk, a.bucket - a.chunk * buckets, seconds,
-                                (stage, a.chunk, a.bucket, "DP_REDUCE", "dp", round(nbytes), None)))
-            elif a.kind is Kind.PARAM_GATHER:
-                stage = stages.stage(r, a.chunk)
-                seconds = self._slowest_member(lambda rank: costs.param_gather(rank, stage, buckets)[0],
-                                               self.members[:, r])
-                nbytes = costs.param_gather(int(ranks[0]), stage, buckets)[1]
-                program.append((_GATHER, seconds, (stage, a.chunk, a.bucket, "PARAM_GATHER", "dp", round(nbytes), None)))
+                price = costs.dp_reduce if a.kind is Kind.DP_REDUCE else costs.param_gather
+                seconds = slowest(lambda rank: price(rank, stage, buckets)[0], members)
+                nbytes = price(int(ranks[0]), stage, buckets)[1]
+                row = (stage, a.chunk, a.bucket, a.kind.value, "dp", round(nbytes), None)
+                program.append((_REDUCE, a.chunk, a.bucket - a.chunk * buckets, seconds, row)
+                               if a.kind is Kind.DP_REDUCE else (_GATHER, seconds, row))
             elif a.kind is Kind.OPT_STEP:
                 held = tuple(stages.stage(r, chunk) for chunk in range(stages.vpp))
-                program.append((_OPTIMIZER, self._slowest_member(lambda rank: costs.optimizer(rank, held), self.members[:, r]),
-                                self._slowest_member(lambda rank: costs.embedding_sync(rank, held), self.members[:, r]),
+                program.append((_OPTIMIZER, slowest(lambda rank: costs.optimizer(rank, held), members),
+                                slowest(lambda rank: costs.embedding_sync(rank, held), members),
                                 (held[0], -1, -1, "OPT_STEP", "compute", 0, None)))
             elif a.kind not in (Kind.RECV_F, Kind.RECV_B):  # a receive is a post: it takes no time
                 raise ValueError(f"the sampled replay does not know action kind {a.kind}")
@@ -187,7 +185,7 @@ class _RankWalk:
         self.replay, self.r, self.program, self.rows = replay, r, replay.programs[r], rows
         self.ranks = replay.lane_ranks[:, r].tolist()
         self.options, self.buckets = replay.options, replay.schedule.buckets_per_chunk
-        self.groups = replay._dp_groups
+        self.groups = replay.dp_groups
         self.meets = self.groups is None or len(self.groups[0]) > 1
         self.jitter = factors.compute(r)
         self.optimizer_factor = factors.optimizer(r)

@@ -31,7 +31,8 @@ def distribution_figure(steps, stats: dict, title: str):
             known = low is not None and high is not None
             interval = (f"{stats['confidence']:.0%} CI {low:.4g}-{high:.4g}" if known
                         else "too few samples to bound it")
-            ax.axvline(stats[f"{name}_s"], color=color, linewidth=1.2, label=f"{name} {stats[f'{name}_s']:.4g} s ({interval})")
+            value = stats[f"{name}_s"]
+            ax.axvline(value, color=color, linewidth=1.2, label=f"{name} {value:.4g} s ({interval})")
             if known:
                 ax.axvspan(low, high, color=color, alpha=0.12)
         ax.set_xlabel("step time (s)")

@@ -91,7 +91,7 @@ class _Layout:
         lanes, members = replay.lanes, replay.members
         gpus = np.arange(placement.world_size)
         node, domain = gpus // scenario.gpus_per_node, gpus // topology.gpus_per_node
-        groups = [np.arange(lanes)] if replay._dp_groups is None else replay._dp_groups
+        groups = [np.arange(lanes)] if replay.dp_groups is None else replay.dp_groups
         dp_nodes = []
         for r in range(placement.pp):
             per_lane = [np.empty(0, dtype=np.int64)] * lanes
@@ -135,7 +135,8 @@ class SampleDraws:
         for i, k in enumerate(indices):
             rng = np.random.default_rng([seed, k])
             slow = _slow(rng, v, gpus, layout)
-            flaky = rng.random(layout.nodes) < v.flaky_links.probability if v.flaky_links else np.zeros(layout.nodes, bool)
+            flaky = (rng.random(layout.nodes) < v.flaky_links.probability if v.flaky_links
+                     else np.zeros(layout.nodes, bool))
             self.slow_gpus.append(np.flatnonzero(slow))
             self.flaky_nodes.append(np.flatnonzero(flaky))
             gpu_factor[i] = np.where(slow, base * v.slow_gpus.slowdown, base) if v.slow_gpus else base
@@ -144,7 +145,8 @@ class SampleDraws:
             if inverse is not None:
                 member = gpu_factor[i][layout.members]  # (lanes, pp, tp)
                 for r in range(pp):
-                    jitter[r][:, i, :] = member[:, r, 0] * inverse(rng.random((replay.computes[r], lanes)) ** (1.0 / tp))
+                    slowest_of_tp = rng.random((replay.computes[r], lanes)) ** (1.0 / tp)
+                    jitter[r][:, i, :] = member[:, r, 0] * inverse(slowest_of_tp)
                     for lane in np.flatnonzero(member[:, r].min(axis=1) != member[:, r].max(axis=1)):
                         each = member[lane, r] * inverse(rng.random((replay.computes[r], tp)))
                         jitter[r][:, i, lane] = each.max(axis=1)
