@@ -60,6 +60,7 @@ def test_expert_gradients_that_are_not_reduced_fail_the_check():
     (["parallel.distributed_optimizer=true"], "topk", "dense parameters only"),
     (["training.precision=bf16"], "topk", "use --routing balanced"),
     ([], "random", "expected topk or balanced"),
+    (["model.moe=null", "parallel.ep=1"], "balanced", "the model has no experts"),
 ])
 def test_expert_layouts_the_executor_does_not_implement_are_refused(extra, routing, message):
     with pytest.raises(ExecutorRefusal, match=message):

@@ -184,6 +184,8 @@ def _refuse_experts(scenario, routing: str, check: bool) -> None:
         raise ExecutorRefusal(f"routing: expected topk or balanced, got {routing!r}")
     moe, p = scenario.model.moe, scenario.parallel
     if moe is None:  # etp is 1 or tp, with sequence parallelism below tp: the scenario's own checks
+        if routing != "topk":
+            raise ExecutorRefusal(f"--routing {routing}: the model has no experts (model.moe is null)")
         return
     if scenario.tp > 1 and not p.sequence_parallel:
         raise ExecutorRefusal("experts under tensor parallelism route each rank's sequence shard: set "
