@@ -354,3 +354,9 @@ def test_samples_from_python_take_a_path_and_overrides():
     stats = out.describe()
     assert stats["samples"] == 30 and stats["min_s"] < stats["mean_s"] < stats["max_s"]
     assert stats["deterministic_step_s"] == sim3d.simulate("scenarios/tiny.yaml").summary["step_time_s"]
+
+
+def test_samples_beyond_the_work_limit_are_refused_from_python_too():
+    from sim3d.scenario.limits import WorkLimitExceeded
+    with pytest.raises(WorkLimitExceeded, match="SIM3D_MAX_SAMPLE_WORK"):
+        sample_steps(small(tp=2, pp=2, dp=2), samples=10**9)

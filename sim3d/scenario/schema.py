@@ -118,9 +118,8 @@ class Parallel(_Strict):
     dp: Degree | None = Field(None, validation_alias=AliasChoices("dp", "data_parallel_size"))
     cp: Degree = Field(1, validation_alias=AliasChoices("cp", "context_parallel_size"))
     ep: Degree = Field(1, validation_alias=AliasChoices("ep", "expert_model_parallel_size"))
-    # expert tensor parallelism; None follows tp (Megatron's default). With MoE parallel folding
-    # (arXiv:2504.14960) the experts take their own grid etp x ep x edp over the tp*cp*dp ranks
-    # of a stage, so ep may span tensor-parallel ranks.
+    # expert tensor parallelism; None follows tp (Megatron's default). With MoE parallel folding (arXiv:2504.14960)
+    # the experts take their own grid etp x ep x edp over a stage's tp*cp*dp ranks: ep may span TP ranks.
     etp: Degree | None = Field(None, validation_alias=AliasChoices("etp", "expert_tensor_parallel_size"))
     vpp: Layers = Field(1, validation_alias=AliasChoices("vpp", "virtual_pipeline_model_parallel_size"))
     sequence_parallel: bool = False

@@ -49,11 +49,16 @@ def check_sampled(scenario, samples: int | None = None) -> None:
                             "unlike; sampled steps need a symmetric network (variability.flaky_links draws "
                             "degraded nodes per sample instead)")
     if samples is not None:
-        from ..scenario.limits import SAMPLE_WORK
-        actions = sum(len(actions) for actions in step_schedule(scenario).ranks)
-        pipelines = scenario.dp * scenario.cp
-        SAMPLE_WORK.check(samples * pipelines * actions,
-                          f"{samples:,} samples x {pipelines:,} pipelines x {actions:,} actions")
+        check_work(samples, step_schedule(scenario), scenario.dp * scenario.cp)
+
+
+def check_work(samples: int, schedule, pipelines: int) -> None:
+    """WorkLimitExceeded where `samples` replays of `schedule` over `pipelines` lanes are more
+    than SAMPLE_WORK allows."""
+    from ..scenario.limits import SAMPLE_WORK
+    actions = sum(len(actions) for actions in schedule.ranks)
+    SAMPLE_WORK.check(samples * pipelines * actions,
+                      f"{samples:,} samples x {pipelines:,} pipelines x {actions:,} actions")
 
 
 class _InverseCdf:
@@ -268,8 +273,8 @@ def sample_steps(scenario, samples: int, seed: int = 0, workers: int = 1, backen
     scenario = _scenario(scenario, sets, {})
     if samples < 1:
         raise ScenarioError(f"--samples: {samples}; give at least 1")
-    check_sampled(scenario, samples)
-    sampler = sampler or Sampler(scenario, seed)
+    sampler = sampler or Sampler(scenario, seed)  # checks the network; the lowered step is then at hand
+    check_work(samples, sampler.replay.schedule, sampler.replay.lanes)
     if deterministic is None:
         deterministic = replay_step(scenario).result.step_time
     size = sampler.chunk(samples, workers)
