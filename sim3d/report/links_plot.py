@@ -88,6 +88,7 @@ def _box_plot(ax, data: list[np.ndarray], colors: list[str]) -> None:
     ax.add_collection(LineCollection(medians, colors="C1", linewidths=1.0, zorder=2.1))
     ax.add_line(Line2D(flier_x, flier_y, linestyle="none", marker="o", markersize=6, markerfacecolor="none",
                        markeredgecolor="black", zorder=2))
+    ax.autoscale_view()  # matplotlib < 3.11 does not rescale for added collections by itself
     ax.set_xlim(0.5, len(data) + 0.5)
 
 
