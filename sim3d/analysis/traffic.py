@@ -116,10 +116,10 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
                 for edge, share in group_edges(topology, group) if nbytes else ():
                     load[edge] += nbytes * share
                 continue
-            for i, rank in enumerate(group):
+            for rank in group:
                 nbytes = bytes_of(rank, axis)
                 if nbytes:
-                    for edge, share in member_edges(topology, axis, group, i):
+                    for edge, share in topology.member_hops(axis, rank):
                         load[edge] += nbytes * share
     for (a, b), nbytes in p2p.items():
         for edge in topology.path(a, b):
@@ -156,11 +156,16 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
         twins[replayed].append(twin)
     laid: dict[tuple, list[tuple[tuple, float]]] = {}
 
+    key_of: dict[tuple, tuple | None] = {}  # directed edge -> its names when it is one of the busiest
+
     def on_busiest(edges_shares):
         out: dict[tuple, float] = defaultdict(float)
         for edge, share in edges_shares:
-            key = (_name(edge[0]), _name(edge[1]))
-            if key in named:
+            key = key_of.get(edge, False)
+            if key is False:
+                names = (_name(edge[0]), _name(edge[1]))
+                key = key_of[edge] = names if names in named else None
+            if key is not None:
                 out[key] += share
         return list(out.items())
 
@@ -217,9 +222,7 @@ def _row_edges(topology, axis: str, members: list[int], folded: bool) -> list[tu
             hops += group_edges(topology, list(group)) if len(group) > 1 else []
         return hops
     for member in members:
-        group = placement.group(axis, member)
-        if len(group) > 1:
-            hops += member_edges(topology, axis, group, group.index(member))
+        hops += topology.member_hops(axis, member)
     return hops
 
 
@@ -228,11 +231,6 @@ def group_edges(topology, group: list[int]) -> list[tuple[tuple, float]]:
     `member_edges` summed over the members, counted at once (sim3d/all_to_all.py)."""
     n = len(group)
     return [(edge, load * n / (n - 1)) for edge, load in topology.all_to_all_load("ep", alone=group).items()]
-
-
-def member_edges(topology, axis: str, group: list[int], i: int) -> list[tuple[tuple, float]]:
-    """(directed edge, share of member i's bytes) of one collective row along `axis`."""
-    return topology.all_to_all_edges(group, i) if axis == "ep" else topology.ring_hop_edges(group, i)
 
 
 def _pipelines(placement) -> list[list[int]]:

@@ -177,6 +177,20 @@ class GroupLoads:
         return [(edge, 1 / len(senders)) for nic, src in senders.items()
                 for edge in self.path(src, receivers[self._rail_peer(nic, receivers)])]
 
+    def member_hops(self, axis: str, rank: int) -> tuple[tuple[tuple, float], ...]:
+        """(directed edge, share of the rank's bytes) of one collective row of `rank` along
+        `axis`: an all-to-all's shares over `ep`, a ring hop to its next member otherwise
+        (nothing in a group of one). Computed once per rank and axis."""
+        key = (axis, rank)
+        hops = self._member_hops.get(key)
+        if hops is None:
+            group = self.placement.group(axis, rank)
+            i = group.index(rank)
+            hops = () if len(group) < 2 else tuple(
+                self.all_to_all_edges(group, i) if axis == "ep" else self.ring_hop_edges(group, i))
+            self._member_hops[key] = hops
+        return hops
+
     def all_to_all_edges(self, group: list[int], i: int) -> list[tuple[tuple, float]]:
         """(directed edge, share) of what member i sends in an all-to-all over `group`: an
         equal share to each other member, along `pxn_path`."""

@@ -92,6 +92,7 @@ class Topology(GroupLoads):
         self._gpu_routes: dict[tuple, tuple] = {}  # shared with for_layout's copies
         self._members_by_nic: dict[tuple, dict] = {}
         self._leaves: dict[tuple[int, int], tuple] = {}  # (node, NIC) -> its leaf; asked per route
+        self._member_hops: dict[tuple[str, int], tuple] = {}  # link_table and link_timelines both lay them
         self.graph = self._build()
         self._link_load: dict[str, Counter] = {}
 
@@ -102,14 +103,14 @@ class Topology(GroupLoads):
             raise ValueError("for_layout: a different cluster or faults need a topology of their own")
         other = copy.copy(self)
         other.scenario, other.placement, other._link_load, other._paths = scenario, Placement.of(scenario), {}, {}
-        other._members_by_nic = {}
+        other._members_by_nic, other._member_hops = {}, {}
         return other
 
     def release_loads(self) -> None:
         """Forget the per-axis load tables (asked again, they are recomputed): a layout search
         keeps a topology per placement, and at thousands of GPUs each all-to-all table holds
         an entry per link."""
-        self._link_load, self._members_by_nic = {}, {}
+        self._link_load, self._members_by_nic, self._member_hops = {}, {}, {}
 
     # ---- graph ---------------------------------------------------------------------------
     def _nic_rates(self) -> dict[tuple[int, int], float]:
