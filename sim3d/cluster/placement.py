@@ -143,13 +143,19 @@ class Placement:
         """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, ep, dp-cp or edp), in group order."""
         key = (axis, rank)
         if key not in self._groups:
-            self._groups[key] = tuple(self._list_group(axis, rank))
+            if not 0 <= rank < self.world_size:
+                raise ValueError(f"rank {rank} outside 0..{self.world_size - 1}")
+            members = tuple(self._list_group(axis, rank))
+            for member in members:  # every member lists the same group
+                self._groups[(axis, member)] = members
         return list(self._groups[key])
 
     def _list_group(self, axis: str, rank: int) -> list[int]:
+        if axis in DENSE_AXES:  # the ranks that differ from `rank` in that coordinate alone
+            stride, size = self._strides[axis], getattr(self, axis)
+            first = rank - (rank // stride) % size * stride
+            return list(range(first, first + size * stride, stride))
         c = self.coords(rank)
-        if axis in DENSE_AXES:
-            return [self.rank(**{**_dense(c), axis: i}) for i in range(getattr(self, axis))]
         if axis in ("ep", EXPERT_GRADIENT_AXIS):
             grid = "ep" if axis == "ep" else "dp"
             stride = self._expert_strides[grid]
@@ -205,10 +211,6 @@ class Placement:
     def pipelines(self) -> list[list[int]]:
         """Global ranks of every pipeline (each stage 0 first), in `pipeline_coords` order."""
         return [self.pipeline(**coords) for coords in self.pipeline_coords()]
-
-
-def _dense(c: dict[str, int]) -> dict[str, int]:
-    return {a: c[a] for a in DENSE_AXES}
 
 
 def _strides(order, sizes: dict[str, int]) -> dict[str, int]:

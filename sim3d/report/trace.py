@@ -83,7 +83,8 @@ def p2p_pairs(trace) -> list[tuple[int, int]]:
     key = channel * (len(rows) + 1) + number
     _, at_send, at_recv = np.intersect1d(key[sent], key[~sent], assume_unique=True, return_indices=True)
     pairs = np.stack([rows[sent][at_send], rows[~sent][at_recv]], 1)
-    return sorted(map(tuple, pairs.tolist()))
+    pairs = pairs[np.argsort(pairs[:, 0])]  # a send pairs once: its position orders the pairs
+    return list(map(tuple, pairs.tolist()))
 
 
 # Lanes of one stream get thread ids tid * LANE_STRIDE + lane (lane 0 keeps the stream's id).
