@@ -1,9 +1,11 @@
 """The analytical kernel model beside a measured profile, per kernel class: MAPE, mean signed
 error and the worst rows (sim3d/costs/truth.py says how a row is compared).
 
-    python benchmarks/kernel_truth.py [PROFILE.csv] [--gpu h100-sxm] [--worst 12] [--fit]
+    python benchmarks/kernel_truth.py [PROFILE.csv] [--gpu h100-sxm] [--worst 12] [--fit] [--noise]
 
-With no profile it reads the committed H100 profile. `--fit` re-derives the constants that
+With no profile it reads the committed H100 profile. It also prints the profile's own noise
+floor (sim3d/costs/truth.py noise_floor): the MAPE that even a perfect kernel model would show,
+from the rows that timed the same kernels twice; `--noise` lists those pairs. `--fit` re-derives the constants that
 were calibrated on that profile (the harness's clock time constant from the GEMM rows; the four
 Hopper attention constants from the cuDNN attention rows, sim3d/costs/fit.py) and prints the
 held-out error (GEMMs: fit on the generic grid, score on the layer shapes; attention: 5-fold by
@@ -54,6 +56,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--gpu", default="h100-sxm")
     ap.add_argument("--worst", type=int, default=12)
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--noise", action="store_true", help="list the pairs of rows that timed the same kernels")
     args = ap.parse_args(argv)
     table = pd.read_csv(args.profile)
     gpu = gpu_preset(args.gpu)
@@ -75,6 +78,20 @@ def main(argv: list[str]) -> int:
           f" all {int((rows['kind'] == 'gemm').sum())} GEMM rows with the host floor: "
           f"{truth.mape(rows[rows['kind'] == 'gemm']['floored_error']):.2%}")
     print(f"attention (SDPA default = cuDNN): MAPE {truth.mape(att['error']):.2%} over {len(att)} rows")
+    pairs = truth.repeat_pairs(rows)
+    floor = truth.noise_floor(pairs)
+    if len(floor):
+        counts = gemm["dtype"].value_counts().reindex(floor["dtype"], fill_value=0).to_numpy()
+        overall = float((floor["floor_mape"].to_numpy() * counts).sum() / max(1, counts.sum()))
+        print("repeat noise floor (a perfect model's MAPE): " + ", ".join(
+            f"{r['dtype']} {r['floor_mape']:.2%} (sigma {r['sigma']:.2%}, {r['pairs']} pairs; "
+            f"{r['paired_bound']:.2%} at best on the paired rows)" for _, r in floor.iterrows())
+            + f"; these dtypes' GEMMs, weighted by device-bound rows: {overall:.2%}")
+    if args.noise:
+        print("\nrows that timed the same kernels (spread: what no price of the kernel removes):")
+        for _, r in pairs.iterrows():
+            print(f"  {r['dtype']:5} {r['kind']:14} {r['a']:42} {r['error_a']:+6.1%}   {r['b']:42} {r['error_b']:+6.1%}"
+                  f"   spread {r['spread']:+6.1%}")
     worst = rows[rows["device_bound"]].reindex(rows[rows["device_bound"]]["error"].abs().sort_values(ascending=False).index)
     print(f"\nworst {args.worst} device-bound rows:")
     for _, r in worst.head(args.worst).iterrows():

@@ -127,7 +127,12 @@ class KernelBench:
         operands, per-tensor scales, bf16 output, through ``torch._scaled_mm`` (cuBLASLt).
         The operands are laid out beforehand (cuBLASLt's FP8 path wants A row-major and B
         column-major); TE's cast-transpose kernels that produce them are not timed here (the
-        cost model charges them as memory traffic)."""
+        cost model charges them as memory traffic). ``_scaled_mm``'s default
+        ``use_fast_accum=False`` (pytorch/pytorch aten/src/ATen/native/native_functions.yaml)
+        runs cuBLASLt's split accumulator, as TE does for its input- and weight-gradient GEMMs;
+        TE's forward GEMMs use fast accumulation (NVIDIA/TransformerEngine
+        transformer_engine/pytorch/module/base.py: ``_2X_ACC_FPROP = False``), which no row here
+        times."""
         shape = f"m={m},n={n},k={k}"
         if any(x % 16 for x in (m, n, k)):
             self.skipped.append(f"{op} {shape} fp8: dimensions must be multiples of 16")

@@ -128,12 +128,15 @@ _DATASHEETS: dict[str, GpuSpec] = {
 # clock drops (1980 -> ~1390 MHz at 700 W, throttle reason "SW power cap"). Measured here on an
 # H100 SXM5 (calibrate/sustained.py; calibrate/profiles/h100-sxm5-80gb-study/, 2026-11-22):
 # random-data bf16 8192^3 GEMMs sustain 687.6 TFLOP/s (median of the windows after 10 s, two
-# runs: 685, 688); FP8 E4M3 8192^3 sustains 1238.8. 8192^3 is not MAMF's best shape: the GEMM
-# model (costs/gemm.py) prices its tiles, waves and k-loop at _S_8192 of the best shape's rate
-# (_S_8192_FP8 in FP8), so the best shape sustains 687.6 / _S_8192 (0.728 of the peak) and the
-# clock factor is that over MAMF's burst. A second soak, 8192x7168x8192 at 701.0 TFLOP/s, gives
-# 0.742 through the same model (2% apart). tests/test_sustained_clock.py recomputes both
-# _S_ from the model. Applied to every tensor-core kernel (GEMMs and fused attention); memory-bound
+# runs: 685, 688); FP8 E4M3 8192^3 sustains 1238.8 (torch._scaled_mm's default split
+# accumulator, as Transformer Engine runs its gradient GEMMs; TE's forward GEMMs accumulate fast,
+# not measured here, so an FP8 forward is priced as conservatively as its backward). 8192^3 is
+# not MAMF's best shape: the GEMM model (costs/gemm.py) prices its tiles, waves and k-loop at
+# _S_8192 of the best shape's rate (_S_8192_FP8 in FP8), so the best shape sustains
+# 687.6 / _S_8192 (0.728 of the peak) and the clock factor is that over MAMF's burst. A second
+# soak, 8192x7168x8192 at 701.0 TFLOP/s, gives 0.742 through the same model (2% apart).
+# tests/test_sustained_clock.py recomputes both _S_ from the model. Applied to every tensor-core
+# kernel (GEMMs and fused attention); memory-bound
 # kernels keep their rate (the memory clock did not move). Assumption: the GEMMs of a step run at
 # this soak rate. A step also runs memory-bound kernels, during which the board draws less, so
 # the clock a layer holds is higher (1500-1620 MHz in layers.json's hot runs, at 683-690 W); but

@@ -9,9 +9,15 @@ Rows near the harness's host floor time PyTorch issuing the call, not the kernel
 (costs/harness.py): a row is *device-bound* when it took at least `DEVICE_BOUND` times the
 smallest row of its pass and dtype. The MAPE that judges the kernel model is over those rows;
 the all-rows figure (model floored at the host time) is printed beside it.
+
+The profile's own repeat noise bounds how close any kernel model can come (`repeat_pairs`,
+`noise_floor`): rows that timed the same kernels differ by more than the model can explain.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 import pandas as pd
@@ -97,3 +103,46 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
         out.append(dict(kernels=name, rows=len(group), device_bound=len(bound), mape=mape(bound["error"]),
                         bias=float(bound["error"].mean()), mape_all_rows=mape(group["floored_error"])))
     return pd.DataFrame(out)
+
+
+def repeat_pairs(rows: pd.DataFrame) -> pd.DataFrame:
+    """Pairs of device-bound GEMM rows of a `compare` table that timed the same kernels: one shape
+    measured under two op names (an mlp_up and mlp_down of the same size), and an FP8 "bwd" with
+    m == n beside the "fwd" row (m, k, m): calibrate/kernels.py lays out every FP8 operand as the
+    forward's, so its input gradient ((m, k) over n) and weight gradient ((n, k) over m) are both
+    that forward GEMM (16-bit backward GEMMs run other layouts and are left out).
+    `spread` is log((1 + error_a) / (1 + error_b)): the difference between the two that no price
+    of the kernel can remove (the harness's clock model, which sees the bwd's longer burst, is
+    inside both errors)."""
+    gemm = rows[(rows["kind"] == "gemm") & rows["device_bound"]]
+    out = []
+    for _, same in gemm.groupby(["dtype", "pass", "m", "n", "k"]):
+        for (_, a), (_, b) in itertools.combinations(same.iterrows(), 2):
+            out.append(_pair("repeat", a, b))
+    fp8 = gemm[gemm["dtype"] == "fp8"]
+    forward = {(r["m"], r["n"], r["k"]): r for _, r in fp8[fp8["pass"] == "fwd"].iterrows()}
+    for _, b in fp8[(fp8["pass"] == "bwd") & (fp8["m"] == fp8["n"])].iterrows():
+        f = forward.get((b["m"], b["k"], b["n"]))
+        if f is not None:
+            out.append(_pair("bwd = 2 x fwd", b, f))
+    return pd.DataFrame(out, columns=["dtype", "kind", "a", "b", "error_a", "error_b", "spread"])
+
+
+def _pair(kind: str, a, b) -> dict:
+    return dict(dtype=a["dtype"], kind=kind, a=f"{a['op']} {a['pass']} {a['shape']}",
+                b=f"{b['op']} {b['pass']} {b['shape']}", error_a=a["error"], error_b=b["error"],
+                spread=math.log((1 + a["error"]) / (1 + b["error"])))
+
+
+def noise_floor(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per dtype, from `repeat_pairs`: the noise of one row, sigma = rms(spread) / sqrt(2) (a pair
+    is two independent draws); the MAPE a perfect model would still show, sigma * sqrt(2 / pi)
+    (the mean |x| of a normal); and the least MAPE any model can reach on the paired rows
+    themselves, mean |spread| / 2 (one price for both rows of a pair)."""
+    out = []
+    for dtype, group in pairs.groupby("dtype", sort=True):
+        spread = group["spread"].to_numpy(float)
+        sigma = float(np.sqrt(np.mean(spread ** 2) / 2))
+        out.append(dict(dtype=dtype, pairs=len(group), sigma=sigma, floor_mape=sigma * math.sqrt(2 / math.pi),
+                        paired_bound=float(np.abs(spread).mean() / 2)))
+    return pd.DataFrame(out, columns=["dtype", "pairs", "sigma", "floor_mape", "paired_bound"])
