@@ -245,3 +245,29 @@ def test_a_callers_own_freeze_outlives_the_process(forked):
         process.close()
     finally:
         gc.unfreeze()
+
+
+def write_digest(path: Path, payload: bytes) -> None:
+    import hashlib
+    path.write_text(hashlib.sha256(payload).hexdigest())
+
+
+def test_a_job_larger_than_the_pipe_arrives_whole_and_leaves_no_file(tmp_path, forked, monkeypatch):
+    import hashlib
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "spill"))
+    (tmp_path / "spill").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    payload = os.urandom(3 * beside.SPILL_ABOVE)
+    process = beside.Beside(preload=["json"])
+    process.submit(write_digest, tmp_path / "digest.txt", payload)
+    assert len(list((tmp_path / "spill").iterdir())) == 1  # it went through a file
+    process.wait()
+    assert (tmp_path / "digest.txt").read_text() == hashlib.sha256(payload).hexdigest()
+    assert not list((tmp_path / "spill").iterdir())
+    stopped = beside.Beside(preload=["json"])
+    stopped._process.kill()  # it never reads its job: the caller removes the file
+    stopped._process.join()
+    stopped.submit(write_digest, tmp_path / "never.txt", payload)
+    stopped.close()
+    assert not list((tmp_path / "spill").iterdir()) and not (tmp_path / "never.txt").exists()

@@ -24,6 +24,7 @@ import pickle
 import queue
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from typing import Callable, Sequence
@@ -48,6 +49,7 @@ class Beside:
     def __init__(self, preload: Sequence[str] = ()):
         self._submitted = False
         self._here: list[tuple] = []  # jobs the caller runs when it waits
+        self._spilled: list[str] = []  # files of jobs too large for the pipe (removed on _stop)
         self._process = None
         if not can_fork():
             return
@@ -88,10 +90,22 @@ class Beside:
         except Exception:  # noqa: BLE001 - whatever does not pickle is drawn here instead
             self._here.append((work, args))
             return
+        if len(payload) > SPILL_ABOVE:
+            payload = self._spill(payload)
         try:
             self._jobs.send_bytes(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the process has ended already; wait() says why
+
+    def _spill(self, payload: bytes) -> bytes:
+        """A large job goes through a file and the pipe carries its name: the pipe would take
+        its megabytes in 64 KiB pieces, each only when the process's reader thread gets the GIL
+        from the plot being drawn (the flagship's Gantt trace waited 0.07 s so)."""
+        fd, path = tempfile.mkstemp(prefix="sim3d-job-")
+        self._spilled.append(path)
+        with os.fdopen(fd, "wb") as file:
+            file.write(payload)
+        return _SPILLED + os.fsencode(path)
 
     def wait(self) -> None:
         """Block until every job is done; raise what the first failing one raised."""
@@ -142,6 +156,12 @@ class Beside:
             process.terminate()
         process.join()
         self._close_pipes()
+        for path in self._spilled:  # read and removed by the process, unless it stopped first
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._spilled = []
 
     def _close_pipes(self) -> None:
         for end in (getattr(self, "_jobs", None), getattr(self, "_outcomes", None)):
@@ -150,6 +170,8 @@ class Beside:
 
 
 _NO_MORE_JOBS = b""
+_SPILLED = b"spilled:"  # then a file's name; a pickle starts with b"\x80"
+SPILL_ABOVE = 64 * 1024  # a Linux pipe's default buffer
 
 
 def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
@@ -174,6 +196,11 @@ def _serve(caller: int, preload: tuple[str, ...], jobs, outcomes) -> None:
         while (payload := inbox.get()) != _NO_MORE_JOBS:
             if payload is None:  # the caller went away without a word
                 return
+            if payload.startswith(_SPILLED):
+                path = os.fsdecode(payload[len(_SPILLED):])
+                with open(path, "rb") as file:
+                    payload = file.read()
+                os.unlink(path)
             work, args = pickle.loads(payload)
             work(*args)
         outcomes.send(None)
