@@ -87,6 +87,11 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
     # imported there while this process imports the simulator, loads and simulates)
     plotter = start_plotting() if plots else None
     lock = None
+    if PROCESS_ENDS_WITH_COMMAND:
+        # One step's objects: the collector would scan the simulator's imports and the replay's
+        # events again and again (0.1 s of CPU on the flagship, benchmarks/run_wall.py) to find
+        # the replay's few cycles (~60k objects, a few MB), which the process's end frees.
+        gc.disable()
     try:
         from ..api import simulate
         from ..analysis.summary import breakdown_table, summary_table
@@ -104,7 +109,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
             from ..model.memory import memory_report
             draw_memory_early(plotter, s, memory_report(s, check_schedule=False))
         if PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
-            gc.freeze()  # the collector need not scan it again (three full scans, 0.1 s)
+            gc.freeze()  # the collector need not scan it again when it runs (for --samples, below)
         every_gpu = full_fidelity or any(f.straggler for f in s.faults)
         if every_gpu and not as_json:
             with progress_bars("simulate", err) as bar:
@@ -116,6 +121,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         sampled = None
         if sampling:
             from .sampling import SampledRun
+            gc.enable()  # the draws are many replays (and their worker processes inherit this)
             sampled = SampledRun.of(s, result.step_time, sampling, quiet=as_json)
             summary["step_distribution"] = sampled.stats
         window = gantt["gantt_window"]
