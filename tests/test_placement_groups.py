@@ -1,0 +1,42 @@
+"""Process groups of a placement against their definition by coordinates: a dense axis's group
+is the ranks that differ from a rank in that coordinate alone, every member of a group lists
+the same group, and the groups along an axis partition the ranks (sim3d/cluster/placement.py
+lists them by strides and caches a group for all its members)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from sim3d.cluster.placement import (DENSE_AXES, EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, SHARD_AXIS,
+                                     Placement)
+
+ORDERS = ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]  # Megatron-Core's default and pp before dp
+
+
+@st.composite
+def placements(draw):
+    tp, pp, cp = (draw(st.sampled_from([1, 2, 4])) for _ in range(3))
+    dp = draw(st.sampled_from([1, 2, 3, 4]))
+    ep = draw(st.sampled_from([e for e in (1, 2, 4) if (tp * cp * dp) % (tp * e) == 0]))
+    shard = draw(st.sampled_from([s for s in (None, 1, 2, 4) if s is None or (dp * cp) % s == 0]))
+    return Placement(tp, pp, dp, cp, ep, draw(st.sampled_from(ORDERS)), None, shard)
+
+
+@settings(max_examples=60, deadline=None)
+@given(placements())
+def test_groups_are_what_their_coordinates_define(p):
+    coords = [p.coords(r) for r in range(p.world_size)]
+    for axis in (*DENSE_AXES, "ep", GRADIENT_AXIS, EXPERT_GRADIENT_AXIS, SHARD_AXIS, REPLICA_AXIS):
+        seen: set[int] = set()
+        for rank in range(p.world_size):
+            group = p.group(axis, rank)
+            assert rank in group and len(group) == p.group_size(axis)
+            assert all(p.group(axis, m) == group for m in group)
+            if axis in DENSE_AXES:
+                same = [r for r in range(p.world_size)
+                        if all(coords[r][a] == coords[rank][a] for a in DENSE_AXES if a != axis)]
+                assert group == sorted(same, key=lambda r: coords[r][axis])
+            if axis == GRADIENT_AXIS:
+                assert {(coords[m]["tp"], coords[m]["pp"]) for m in group} == {(coords[rank]["tp"], coords[rank]["pp"])}
+            seen.update(group)
+        assert seen == set(range(p.world_size))
