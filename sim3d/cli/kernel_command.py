@@ -10,7 +10,7 @@ import typer
 from .support import JSON_HELP, BadInput, _print_json, out
 
 _SHAPE_HELP = ("The kernel's shape as KEY=VALUE: gemm m n k [precision]; attention batch heads seq head_dim "
-               "[direction causal kv_heads]; layernorm|rmsnorm|gelu|swiglu|dropout|add|softmax|cross_entropy numel "
+               "[direction causal kv_heads kernel]; layernorm|rmsnorm|gelu|swiglu|dropout|add|softmax|cross_entropy numel "
                "[direction precision]; memory nbytes; all_reduce|all_gather|reduce_scatter|all_to_all nbytes group "
                "[nodes].")
 

@@ -158,6 +158,15 @@ _DATASHEETS: dict[str, GpuSpec] = {
 # fractions of the peak; V100 has no table of its own and takes them too) or "ampere"
 # (FlashAttention-2 on A100).
 ATTENTION_FAMILIES = ("hopper", "ampere")
+# The fused-attention kernels `training.kernels.attention` may name on each preset, besides the
+# GPU's own (`default`) and Triton's: those with figures here. FlashAttention-2 runs on Ampere,
+# Ada and Hopper (Dao-AILab/flash-attention README), FlashAttention-3 on Hopper alone (its README:
+# H100 / H800), cuDNN's fused attention is Hopper's and Blackwell's default (the H100 profile).
+# cuDNN on an A100 and FlashAttention-2 on Blackwell run, but no figures for them are known here.
+_HOPPER_KERNELS = ("cudnn", "fa2", "fa3")
+ATTENTION_KERNELS_OF = {"a100-40gb": ("fa2",), "a100-80gb": ("fa2",), "h100-sxm": _HOPPER_KERNELS,
+                        "h200": _HOPPER_KERNELS, "h800": _HOPPER_KERNELS, "b200": ("cudnn",), "gb200": ("cudnn",),
+                        "v100": ()}
 _B200_SUSTAINED = 1429.0 / 1745.0
 _S_8192, _S_8192_FP8 = 0.954779, 0.940312  # costs/gemm.py gemm_shape_efficiency(8192, 8192, 8192, 132)
 _HOPPER_FACTS = dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,

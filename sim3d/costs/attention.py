@@ -46,6 +46,8 @@ class AttentionKernels:
     fwd_cta_blocks: float
     bwd_cta_blocks: float
     source: str
+    # (forward, backward) TFLOP/s at head dim 64 over head dim 128 (linear in between)
+    head_dim_64: tuple[float, float] = (HEAD_DIM_64_FACTOR, HEAD_DIM_64_FACTOR)
 
 
 # Hopper (cuDNN fused attention, what Transformer Engine and torch SDPA run on H100): the four
@@ -84,8 +86,37 @@ def triton_family(base: AttentionKernels) -> AttentionKernels:
                           f"/ {TRITON_BWD_SLOWDOWN} backward (FlashAttention-2 paper, section 4.1)")
 
 
-def head_dim_factor(head_dim: int) -> float:
-    return HEAD_DIM_64_FACTOR + (1 - HEAD_DIM_64_FACTOR) * (min(max(head_dim, 64), 128) - 64) / 64
+# FlashAttention-2 and FlashAttention-3 on Hopper, named by `training.kernels.attention` (what
+# torch SDPA ran on H100 in torch 2.5.1-2.8, and what FA3's users install): the four constants
+# of each are fitted to the FA3 paper's H100 SXM5 figures (costs/attention_figures.py says which,
+# and re-derives these; tests/test_attention_kernels.py checks they match and prints the fit).
+# Head dim 64 loses less in these kernels than in cuDNN's: at 16k, FA2 299 / 335 forward (Fig. 5b
+# over 5d) and 291 / 322 backward (Fig. 6a over 6b), FA3 473 / 616 and 474 / 561.
+FA2_HOPPER = AttentionKernels(0.367, 0.341, 0.75, 1.05, "FlashAttention-2 on H100, FA3 paper Figs. 5-6",
+                              head_dim_64=(299 / 335, 291 / 322))
+FA3_HOPPER = AttentionKernels(0.684, 0.598, 1.5, 1.05, "FlashAttention-3 on H100, FA3 paper Figs. 5-6",
+                              head_dim_64=(473 / 616, 474 / 561))
+
+
+def kernel_family(attention_family: str, kernel: str) -> AttentionKernels:
+    """The constants of `training.kernels.attention` = `kernel` on a GPU of `attention_family`:
+    `default` is the GPU's own (cuDNN on Hopper and later, FlashAttention-2 on Ampere);
+    scenario/checks.py refuses a kernel a GPU preset has no figures for (cluster/gpus.py
+    ATTENTION_KERNELS_OF)."""
+    default = FAMILIES[attention_family]
+    if kernel in ("default", "cudnn") or (kernel == "fa2" and attention_family == "ampere"):
+        return default
+    if kernel == "triton":
+        return triton_family(default)
+    if kernel == "fa2":
+        return FA2_HOPPER
+    if kernel == "fa3":
+        return FA3_HOPPER
+    raise ValueError(f"unknown attention kernel {kernel!r}")
+
+
+def head_dim_factor(head_dim: int, at_64: float = HEAD_DIM_64_FACTOR) -> float:
+    return at_64 + (1 - at_64) * (min(max(head_dim, 64), 128) - 64) / 64
 
 
 def attention_efficiency(gpu, direction: str, head_dim: int, family: AttentionKernels | None = None) -> float:
@@ -93,7 +124,8 @@ def attention_efficiency(gpu, direction: str, head_dim: int, family: AttentionKe
     training step holds."""
     family = family or FAMILIES[gpu.attention_family]
     best = family.fwd_efficiency if direction == "fwd" else family.bwd_efficiency
-    return best * head_dim_factor(head_dim) * gpu.sustained_clock("bf16")
+    at_64 = family.head_dim_64[0 if direction == "fwd" else 1]
+    return best * head_dim_factor(head_dim, at_64) * gpu.sustained_clock("bf16")
 
 
 def cta_blocks(seq_q: int, seq_k: int, causal: bool, overhead: float) -> tuple[float, float]:

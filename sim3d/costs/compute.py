@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention import FAMILIES, attention_seconds, triton_family
+from .attention import FAMILIES, attention_seconds, kernel_family
 from .gemm import (GEMM_K_OVERHEAD, GEMM_K_OVERHEAD_FP8, GEMM_MAX_SPLIT_K, KERNEL_OVERHEAD_S, MEMORY_EFFICIENCY,
                    gemm_peak_efficiency, gemm_shape_efficiency)
 
@@ -66,10 +66,11 @@ class ComputeModel:
         self.gemm_eff = gemm_peak_efficiency(gpu, self.precision16)
         self.gemm_eff_fp8 = gemm_peak_efficiency(gpu, "fp8") if self.peak_fp8 else None
         self.profile = profile
-        # the flash kernel family: the GPU's own (FlashAttention-2 / cuDNN), or Triton's
-        self.triton_attention = scenario.training.kernels.attention == "triton"
-        family = FAMILIES[gpu.attention_family]
-        self.attention_family = triton_family(family) if self.triton_attention else family
+        # the flash kernel: the GPU's own (FlashAttention-2 / cuDNN) or one named (attention.py)
+        kernel = scenario.training.kernels.attention
+        self.attention_family = kernel_family(gpu.attention_family, kernel)
+        # a profile times the GPU's own kernel (torch SDPA's default when it was measured)
+        self.profiled_attention = self.attention_family is FAMILIES[gpu.attention_family]
         # profile rows: FP8 only for Transformer Engine's linears, 16-bit for everything else
         self.dtype = self.precision16
 
@@ -150,8 +151,8 @@ class ComputeModel:
         if self.profile is None:
             return None
         if op.attention is not None:
-            if self.triton_attention:
-                return None  # a profile times the GPU's own flash kernels, not Triton's
+            if not self.profiled_attention:
+                return None  # a profile times the GPU's own flash kernel, not the one named
             bh, sq, sk, head_dim = op.attention
             fwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "fwd")
             bwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "bwd")

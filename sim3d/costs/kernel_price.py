@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ScenarioError
-from .attention import attention_seconds
+from .attention import FAMILIES, attention_seconds, kernel_family
 from .gemm import gemm_seconds, memory_seconds
 from .provenance import ANALYTICAL, PROFILE
 
@@ -91,8 +91,9 @@ def kernel_seconds(gpu, op: str, *, profile=None, **shape) -> KernelPrice:
     (a Profile or a profile CSV path) where it has the kernel, else analytical. `op` and its shape:
 
     * ``gemm``: m, n, k, precision (bf16 | fp16 | fp8 | fp32; one [m x k] @ [k x n] GEMM)
-    * ``attention``: batch, heads, seq, head_dim, direction (fwd | bwd), causal, kv_heads
-      (fused attention, 16-bit; the backward includes its pre- and post-processing kernels)
+    * ``attention``: batch, heads, seq, head_dim, direction (fwd | bwd), causal, kv_heads,
+      kernel (default | cudnn | fa2 | fa3 | triton, as `training.kernels.attention`; fused
+      attention, 16-bit; the backward includes its pre- and post-processing kernels)
     * ``layernorm``, ``rmsnorm``, ``gelu``, ``swiglu``, ``dropout``, ``add``, ``softmax``,
       ``cross_entropy``: numel, direction, precision; ``memory``: nbytes (any memory-bound kernel)
     * ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``: nbytes (nccl-tests
@@ -108,7 +109,7 @@ def kernel_seconds(gpu, op: str, *, profile=None, **shape) -> KernelPrice:
         return _gemm(spec, prof, a)
     if op == "attention":
         a = _take(op, shape, ("batch", "heads", "seq", "head_dim"),
-                  {"direction": "fwd", "causal": True, "kv_heads": shape.get("heads", 1)})
+                  {"direction": "fwd", "causal": True, "kv_heads": shape.get("heads", 1), "kernel": "default"})
         return _attention(spec, prof, a)
     if op in COLLECTIVE_OPS:
         a = _take(op, shape, ("nbytes", "group"), {"nodes": 1})
@@ -147,14 +148,22 @@ def _gemm(spec, prof, a) -> KernelPrice:
 def _attention(spec, prof, a) -> KernelPrice:
     if a["heads"] % a["kv_heads"]:
         raise ScenarioError(f"kernel attention: heads {a['heads']} is not a multiple of kv_heads {a['kv_heads']}")
-    if prof is not None and a["causal"]:  # profiles time causal attention
+    from ..cluster.gpus import ATTENTION_KERNELS_OF
+    known = ("default", "triton", *ATTENTION_KERNELS_OF.get(spec.name, ()))
+    if a["kernel"] not in known:
+        raise ScenarioError(f"kernel attention: kernel {a['kernel']!r} has no figures for {spec.name} "
+                            f"(there: {', '.join(known)})")
+    family = kernel_family(spec.attention_family, a["kernel"])
+    own = family is FAMILIES[spec.attention_family]
+    if prof is not None and a["causal"] and own:  # profiles time the GPU's own causal attention
         measured = prof.attention_seconds(a["batch"], a["heads"], a["seq"], a["head_dim"], "bf16", a["direction"])
         if measured is not None:
             return KernelPrice("attention", measured, PROFILE, prof.describe("compute"), a)
     seconds = attention_seconds(spec, a["batch"] * a["heads"], a["seq"], a["head_dim"], a["direction"],
-                                causal=bool(a["causal"]), kv_heads_ratio=a["kv_heads"] / a["heads"])
-    return KernelPrice("attention", seconds, ANALYTICAL, f"costs/attention.py ({spec.attention_family} kernels): "
-                       f"CTAs over {spec.sms} SMs, at the sustained clock", a)
+                                causal=bool(a["causal"]), kv_heads_ratio=a["kv_heads"] / a["heads"], family=family)
+    name = f"{spec.attention_family} kernels" if own else family.source
+    return KernelPrice("attention", seconds, ANALYTICAL, f"costs/attention.py ({name}): CTAs over {spec.sms} SMs, "
+                       "at the sustained clock", a)
 
 
 def _collective(spec, prof, op, a) -> KernelPrice:

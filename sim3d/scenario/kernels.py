@@ -8,9 +8,14 @@ them, and the flash-attention kernel:
   `compiled`: torch.compile (Inductor fuses each pointwise chain into one kernel, priced as
   `te`'s counts); `eager`: plain PyTorch modules, one ATen kernel per operator
   (sim3d/model/kernel_stack.py counts their bytes).
-* `attention` -- the flash-attention kernel family: `default` (FlashAttention-2 on Ampere,
-  cuDNN on Hopper and later, what the GPU's preset names) or `triton` (FlashAttention written
-  in Triton, as llm-foundry's `attn_impl: triton` runs it).
+* `attention` -- the flash-attention kernel: `default`, the GPU's own (FlashAttention-2 on
+  Ampere; cuDNN's fused attention on Hopper and later, which Transformer Engine prefers there:
+  transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend);
+  or by name, `cudnn`, `fa2` (FlashAttention-2: torch SDPA's first choice on H100 in torch
+  2.5.1-2.8, pytorch/pytorch#138522; cuDNN again from 2.9 or 2.11, #162073, #171627), `fa3`
+  (FlashAttention-3, Hopper only) or `triton` (FlashAttention written in Triton, as
+  llm-foundry's `attn_impl: triton` runs it). A kernel a GPU has no figures for is refused
+  (cluster/gpus.py ATTENTION_KERNELS_OF).
 
 A scenario may write the stack alone (`kernels: eager`), as DESIGN.md shows, or both
 (`kernels: {stack: eager, attention: triton}`).
@@ -23,13 +28,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 STACKS = ("te", "compiled", "eager")
-ATTENTION_KERNELS = ("default", "triton")
+ATTENTION_KERNELS = ("default", "cudnn", "fa2", "fa3", "triton")
 
 
 class Kernels(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     stack: Literal["te", "compiled", "eager"] = "te"
-    attention: Literal["default", "triton"] = "default"
+    attention: Literal["default", "cudnn", "fa2", "fa3", "triton"] = "default"
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,72 @@
+"""FlashAttention-2 and -3 on Hopper (`training.kernels.attention: fa2 | fa3`) against the FA3
+paper's H100 figures (costs/attention_figures.py), and the choice of kernel per GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim3d.costs import attention_figures as figures
+from sim3d.costs.attention import FA2_HOPPER, FA3_HOPPER, HOPPER
+from sim3d.costs.compute import ComputeModel
+from sim3d.scenario import ScenarioError, load_scenario
+
+FITTED = {"fa2": FA2_HOPPER, "fa3": FA3_HOPPER}
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+@pytest.mark.parametrize("kernel", ["fa2", "fa3"])
+def test_the_constants_are_the_figures_fit(kernel, capsys):
+    fitted, errors = figures.fit(kernel)
+    committed = FITTED[kernel]
+    with capsys.disabled():
+        print(f"\n{kernel} on H100 vs FA3 paper Figs. 5d / 6b: MAPE forward {errors['fwd']:.1%}, "
+              f"backward {errors['bwd']:.1%}")
+    assert (committed.fwd_efficiency, committed.bwd_efficiency) == pytest.approx(
+        (fitted.fwd_efficiency, fitted.bwd_efficiency), abs=1e-3)
+    assert (committed.fwd_cta_blocks, committed.bwd_cta_blocks) == (fitted.fwd_cta_blocks, fitted.bwd_cta_blocks)
+    assert max(errors.values()) < 0.05
+
+
+@pytest.mark.parametrize("kernel", ["fa2", "fa3"])
+def test_head_dim_64_follows_the_figures_it_was_not_fitted_to(kernel):
+    # only the 16k ratio prices head dim 64; 2k-8k are the model's shape against the figure
+    for direction, points in figures.FIGURES_HEAD_DIM_64[kernel].items():
+        for seq in (2048, 4096, 8192, 16384):
+            model = figures.model_tflops(FITTED[kernel], direction, seq, head_dim=64)
+            assert model == pytest.approx(points[seq], rel=0.10), (direction, seq)
+
+
+def test_fa3_over_fa2_is_the_papers_speedup():
+    # section 4.1: "1.5-2.0x faster than FlashAttention-2 in the forward pass and 1.5-1.75x
+    # faster in the backward pass" (medium and long sequences)
+    for seq in (2048, 4096, 8192, 16384):
+        fwd = figures.model_tflops(FA3_HOPPER, "fwd", seq) / figures.model_tflops(FA2_HOPPER, "fwd", seq)
+        bwd = figures.model_tflops(FA3_HOPPER, "bwd", seq) / figures.model_tflops(FA2_HOPPER, "bwd", seq)
+        assert 1.5 <= fwd <= 2.0 and 1.5 <= bwd <= 1.75, seq
+
+
+def _with_kernel(name: str, kernel: str):
+    return load_scenario(SCENARIOS / name, [f"training.kernels.attention={kernel}"])
+
+
+def test_each_gpu_names_only_kernels_it_has_figures_for():
+    for kernel in ("fa3", "cudnn"):  # gpt3.yaml runs on A100s
+        with pytest.raises(ScenarioError, match=f"{kernel} has no figures for a100-80gb"):
+            _with_kernel("gpt3.yaml", kernel)
+    a100 = ComputeModel(_with_kernel("gpt3.yaml", "fa2"))
+    assert a100.attention_family is ComputeModel(load_scenario(SCENARIOS / "gpt3.yaml")).attention_family
+    h100 = {k: ComputeModel(_with_kernel("llama3.1-8b.yaml", k)) for k in ("default", "cudnn", "fa2", "fa3")}
+    assert h100["default"].attention_family is h100["cudnn"].attention_family is HOPPER
+    assert h100["fa2"].attention_family is FA2_HOPPER and not h100["fa2"].profiled_attention
+    assert h100["fa3"].attention_family is FA3_HOPPER and h100["cudnn"].profiled_attention
+
+
+def test_kernel_seconds_prices_the_kernel_named():
+    from sim3d import kernel_seconds
+    shape = dict(batch=2, heads=32, seq=4096, head_dim=128)
+    own, fa2, fa3 = (kernel_seconds("h100-sxm", "attention", kernel=k, **shape).seconds for k in ("cudnn", "fa2", "fa3"))
+    assert fa2 > 1.4 * own and fa2 > 1.5 * fa3  # cuDNN 9.19 and FA3 both outrun FA2 on Hopper
+    with pytest.raises(ScenarioError, match="'fa3' has no figures for a100-80gb"):
+        kernel_seconds("a100-80gb", "attention", kernel="fa3", **shape)
