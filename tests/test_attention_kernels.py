@@ -48,7 +48,13 @@ def test_fa3_over_fa2_is_the_papers_speedup():
 
 
 def _with_kernel(name: str, kernel: str):
-    return load_scenario(SCENARIOS / name, [f"training.kernels.attention={kernel}"])
+    return load_scenario(SCENARIOS / name, [f"training.kernels.attention={kernel}", "training.attention_backend=flash"])
+
+
+def test_a_named_kernel_with_unfused_attention_is_refused():
+    with pytest.raises(ScenarioError, match="triton names a fused attention kernel, but training.attention_backend"):
+        load_scenario(SCENARIOS / "llama3.1-8b.yaml", ["training.kernels.attention=triton",
+                                                        "training.attention_backend=unfused"])
 
 
 def test_each_gpu_names_only_kernels_it_has_figures_for():
@@ -56,7 +62,7 @@ def test_each_gpu_names_only_kernels_it_has_figures_for():
         with pytest.raises(ScenarioError, match=f"{kernel} has no figures for a100-80gb"):
             _with_kernel("gpt3.yaml", kernel)
     a100 = ComputeModel(_with_kernel("gpt3.yaml", "fa2"))
-    assert a100.attention_family is ComputeModel(load_scenario(SCENARIOS / "gpt3.yaml")).attention_family
+    assert a100.attention_family is ComputeModel(_with_kernel("gpt3.yaml", "default")).attention_family
     h100 = {k: ComputeModel(_with_kernel("llama3.1-8b.yaml", k)) for k in ("default", "cudnn", "fa2", "fa3")}
     assert h100["default"].attention_family is h100["cudnn"].attention_family is HOPPER
     assert h100["fa2"].attention_family is FA2_HOPPER and not h100["fa2"].profiled_attention

@@ -86,7 +86,10 @@ def consistency_problems(s) -> list[str]:
         p.append("training.attention_backend: flash attention needs an Ampere or newer GPU (FlashAttention-2 "
                  "supports sm80+); set training.attention_backend: unfused for v100")
     kernel, known = tr.kernels.attention, ATTENTION_KERNELS_OF.get(s.cluster.gpu, ())
-    if kernel not in ("default", "triton", *known):
+    if kernel != "default" and tr.attention_backend == "unfused":
+        p.append(f"training.kernels.attention: {kernel} names a fused attention kernel, but "
+                 "training.attention_backend is unfused (no fused kernel runs)")
+    elif kernel not in ("default", "triton", *known):
         p.append(f"training.kernels.attention: {kernel} has no figures for {s.cluster.gpu} (there: "
                  f"{', '.join(('default', 'triton', *known))}; cluster/gpus.py ATTENTION_KERNELS_OF)")
     if tr.tp_comm_overlap and not (par.sequence_parallel and par.tp > 1):
