@@ -172,7 +172,9 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported) -> d
                 "precision": "fp8" if fp8 else ("bf16" if param_dtype == "bfloat16" else "fp32"),
                 "attention_backend": "flash",
                 "grad_reduce_in_fp32": _get(config, "training", "mixed_precision_reduce", "float32") == "float32"}
-    out.assumed.append("training.attention_backend flash: torchtitan's SDPA picks FlashAttention or cuDNN")
+    out.assumed.append("training.attention_backend flash, the GPU's own kernel: torchtitan's SDPA ran "
+                       "FlashAttention-2 on H100 with torch 2.5.1-2.8 (set training.kernels.attention: fa2 for "
+                       "such a run) and cuDNN once torchtitan put it first (2025-10)")
     float8 = config.get("quantize", {}).get("linear", {}).get("float8", config.get("float8", {}))
     if fp8 and sharded and isinstance(float8, dict) and float8.get("enable_fsdp_float8_all_gather"):
         training["fp8_param_gather"] = True
