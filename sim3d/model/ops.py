@@ -80,6 +80,7 @@ class Dims:
     experts: int = 0
     top_k: int = 1
     expert_ffn: int = 0
+    shared_ffn: int = 0  # the shared experts' total ffn width (0: none)
     capacity: float = 1.0
     flash: bool = False  # fused attention (FlashAttention / cuDNN / TE) instead of materialised scores
     hidden_dropout: bool = True  # dropout after attention, MLP and embedding (keeps 1-byte masks)
@@ -95,7 +96,8 @@ class Dims:
                    activation=m.activation, precision=tr.precision,
                    tp=s.tp, cp=s.cp, ep=s.ep, etp=s.etp, sp=s.parallel.sequence_parallel and s.tp > 1,
                    experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 1,
-                   expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0, capacity=cf,
+                   expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0,
+                   shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack)
 
@@ -319,6 +321,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
                                 group="tp", bwd_comm="reduce-scatter"))
+    ops += _shared_expert(d) if d.shared_ffn else []
     ops += [
         _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (et if d.sp else 1), groups=local),
         _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=3 if d.gated else 2,
@@ -331,11 +334,31 @@ def _moe_mlp(d: Dims) -> list[Op]:
     elif et > 1:
         ops.append(_elementwise("moe_tp_reduce", d, tokens * h, comm="all-reduce",
                                 comm_bytes=tokens * h * ab, group="tp"))
-    ops += [
-        _elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm),  # keeps the gate probabilities
-        _residual("mlp_residual", d, own * h),
-    ]
+    ops.append(_elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm))  # keeps the gate probabilities
+    if d.shared_ffn:  # the shared experts' output joins the routed experts' (MoELayer.combine)
+        ops.append(_elementwise("shared_expert_add", d, own * h, passes=3, kernels=("add",)))
+    ops.append(_residual("mlp_residual", d, own * h))
     return ops
+
+
+def _shared_expert(d: Dims) -> list[Op]:
+    """Shared experts (Megatron-Core transformer/moe/shared_experts.py, SharedExpertMLP): a
+    dense MLP of `shared_ffn` wide, no biases, that every token runs besides its routed
+    experts; tensor-parallel like the dense MLP, so with sequence parallelism it gathers the
+    rank's tokens over TP first and reduce-scatters its output (without SP the post-norm's
+    boundary already enters the TP region). Megatron runs it between dispatch and the routed
+    experts unless --moe-shared-expert-overlap moves it to a side stream."""
+    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
+    rep = b * sl * h / (t if d.sp else 1)
+    f = d.shared_ffn / t
+    up_width = 2 * f if d.gated else f
+    enter = [Op("shared_expert_gather", **_tp_boundary(d, True))] if d.sp else []
+    return enter + [
+        _gemm("shared_up", d, b * sl, h, up_width, act=_linear_input_bytes(d) * rep),
+        _elementwise("shared_act", d, b * sl * up_width, act=ab * b * sl * up_width, passes=3 if d.gated else 2,
+                     kernels=_activation(d)),
+        _gemm("shared_down", d, b * sl, f, h, act=_linear_input_bytes(d) * b * sl * f, **_tp_boundary(d, False)),
+    ]
 
 
 def ops_for(d: Dims, moe_layer: bool = False) -> list[Op]:

@@ -164,7 +164,8 @@ def _moe(row: dict, settings: dict[str, str]) -> dict | None:
     """The row's experts: notes keys (Megatron's names) first, then `KNOWN_MOE`."""
     moe = next((dict(v) for k, v in KNOWN_MOE.items() if k in _text(row.get("model")).lower()), {})
     for key, field in (("num_experts", "experts"), ("moe_router_topk", "top_k"),
-                       ("moe_ffn_hidden_size", "expert_ffn_hidden"), ("moe_layer_freq", "every")):
+                       ("moe_ffn_hidden_size", "expert_ffn_hidden"), ("moe_layer_freq", "every"),
+                       ("moe_shared_expert_intermediate_size", "shared_expert_ffn")):
         if settings.get(key, "").isdigit():
             moe[field] = int(settings[key])
     if not moe and _int(row, "ep", 1) > 1:
