@@ -214,6 +214,21 @@ def test_shared_expert_flops_params_and_tp_collectives():
     assert ops["shared_up"].fwd_flops == 2 * tokens * 256 * 128  # gate and up, each 64 of 128 columns per rank
 
 
+def test_second_token_permutation_with_several_local_experts():
+    """8 experts over ep 4: each rank holds 2, so the 2 x 64 x 2 = 256 token copies it receives
+    (top-2 of a 2 x 64 micro-batch, balanced) are sorted by expert after the all-to-all and back
+    before it: each pass reads and writes 256 x 256 bf16 values, 262,144 bytes, forward and
+    backward. With ep 8 every rank holds one expert and nothing is sorted."""
+    moe = dict(experts=8, top_k=2, expert_ffn_hidden=64)
+    four = make(hidden=256, heads=4, seq=64, mb=2, gb=8, moe=moe, layers=2, ep=4, dp=4)
+    ops = {o.name: o for o in layer_ops(four, moe_layer=True)}
+    for name in ("moe_sort_by_expert", "moe_unsort_by_expert"):
+        assert ops[name].fwd_bytes == 262_144
+        assert ops[name].kernel_bytes == ((262_144,), (262_144,))
+    eight = make(hidden=256, heads=4, seq=64, mb=2, gb=16, moe=moe, layers=2, ep=8, dp=8)
+    assert not {"moe_sort_by_expert", "moe_unsort_by_expert"} & {o.name for o in layer_ops(eight, moe_layer=True)}
+
+
 def test_fp8_halves_gemm_operands_and_the_linear_inputs_kept():
     """Transformer Engine keeps an FP8 copy of each linear's input for the backward: the QKV
     and FC1 inputs (s*b*h each) and the FC2 input (s*b*ffn) shrink by a byte per element; the

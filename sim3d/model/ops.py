@@ -301,7 +301,9 @@ def _moe_mlp(d: Dims) -> list[Op]:
     with whole experts. The rank's experts are separate weights: its copies split over them
     (tokens / local experts rows each), so each expert's GEMM tiles its own rows and its
     weight is read once per pass (Megatron's grouped GEMM, moe_grouped_gemm: one kernel for
-    all local experts).
+    all local experts). Tokens are permuted twice each way: by destination before the
+    all-to-all (moe_dispatch, moe_combine) and, with several local experts, by expert after it
+    (`_permutation`).
     """
     b, sl, h, et, ab = d.b, d.sl, d.h, d.etp, d.ab
     own = b * sl / (d.tp if d.sp else 1)  # tokens this rank routes (SP shards them over TP)
@@ -321,6 +323,8 @@ def _moe_mlp(d: Dims) -> list[Op]:
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
                                 group="tp", bwd_comm="reduce-scatter"))
+    if local > 1:  # the copies arrive grouped by source rank; the grouped GEMM wants them by expert
+        ops.append(_permutation("moe_sort_by_expert", d, tokens * h))
     ops += _shared_expert(d) if d.shared_ffn else []
     ops += [
         _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (et if d.sp else 1), groups=local),
@@ -328,6 +332,8 @@ def _moe_mlp(d: Dims) -> list[Op]:
                      kernels=_activation(d)),
         _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f, groups=local),
     ]
+    if local > 1:
+        ops.append(_permutation("moe_unsort_by_expert", d, tokens * h))
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_scatter", d, tokens * h, comm="reduce-scatter",
                                 comm_bytes=tokens * h * ab, group="tp", bwd_comm="all-gather"))
@@ -339,6 +345,15 @@ def _moe_mlp(d: Dims) -> list[Op]:
         ops.append(_elementwise("shared_expert_add", d, own * h, passes=3, kernels=("add",)))
     ops.append(_residual("mlp_residual", d, own * h))
     return ops
+
+
+def _permutation(name: str, d: Dims, elems: float) -> Op:
+    """Megatron-Core's second token permutation (transformer/moe/token_dispatcher.py @core_v0.15.0,
+    MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess: sort_chunks_by_idxs
+    whenever a rank holds more than one expert): one kernel that reads and writes every token
+    copy; its backward applies the inverse order to the gradient, the same bytes again."""
+    moved = 2 * elems * d.ab
+    return Op(name, fwd_bytes=moved, numel=elems, kernel_bytes=((moved,), (moved,)))
 
 
 def _shared_expert(d: Dims) -> list[Op]:
