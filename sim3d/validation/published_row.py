@@ -145,6 +145,13 @@ def _model_family(model_name: str) -> dict:
         # attention_dropout = hidden_dropout = 0.0. OLMo: SwiGLU, no dropout (arXiv:2402.00838);
         # Gemma: GeGLU (arXiv:2403.08295), gated as SwiGLU is.
         return {"activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
+    if "gpt-oss" in name:
+        # Megatron-Bridge's GPTOSSProvider (src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py
+        # @v0.2.0): gated_linear_unit=True (a GLU of quick_gelu: three GEMMs of ffn_hidden, as
+        # SwiGLU), normalization RMSNorm, hidden_dropout = attention_dropout = 0.0, untied
+        # embeddings. Its linear biases (add_bias_linear=True) ride in the GEMM epilogues; sim3d
+        # leaves them out, as its other gated families have none.
+        return {"activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if "nemotron" in name:
         # dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: activation squared-relu,
         # hidden_dropout 0.0, attention_dropout 0.0 (Nemotron-4, arXiv:2402.16819 sec. 2)
