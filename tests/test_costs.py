@@ -129,6 +129,21 @@ def test_grouped_gemm_pads_per_group_and_shares_the_waves():
     assert gemm_shape_efficiency(128 * 12, 256 * 11, k, 132, groups=1) == gemm_shape_efficiency(128 * 12, 256 * 11, k, 132)
 
 
+def test_transformer_engine_runs_experts_as_gemms_four_at_a_time():
+    """Transformer Engine's grouped linear launches one cuBLAS GEMM per expert over 4 streams.
+    16 experts of one [128 x 256] tile each, k 256 (no split-K) on the A100's 108 SMs: one
+    grouped kernel runs all 16 tiles in a single wave (16/108 of the SMs busy), TE runs 4 rounds
+    of 4 tiles (4/108 busy), 4 times as long, and pays 4 launches instead of 1."""
+    from sim3d.model.op import Op
+    flops = 16 * 2.0 * 128 * 256 * 256
+    op = Op("expert_up", flops, flops, flops, 0.0, gemm=(16 * 128, 256, 256), gemm_groups=16)
+    te = CostModel(gpt3()).compute_model.op_time(op).fwd
+    grouped = CostModel(gpt3("training.kernels.stack=compiled")).compute_model.op_time(op).fwd
+    wave = 108 * 2.0 * 128 * 256 * 256 / (312e12 * 0.869 * 256 / (256 + 128))  # one tile's time on an SM
+    assert grouped == pytest.approx(wave + 3e-6)
+    assert te == pytest.approx(4 * wave + 4 * 3e-6)
+
+
 def test_fp8_changes_only_the_te_linear_gemms():
     bf16 = gpt3("cluster.gpu=h100-sxm", "training.precision=bf16")
     fp8 = gpt3("cluster.gpu=h100-sxm", "training.precision=fp8")

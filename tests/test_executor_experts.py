@@ -56,6 +56,7 @@ def test_expert_gradients_that_are_not_reduced_fail_the_check():
 
 @pytest.mark.parametrize("extra,routing,message", [
     (['model.moe.capacity_factor=1.0'], "topk", "dropless"),
+    (['model.moe.shared_expert_ffn=16'], "topk", "routed experts only"),
     (["parallel.tp=2", "cluster.gpus_per_node=4"], "topk", "sequence_parallel true"),
     (["parallel.distributed_optimizer=true"], "topk", "dense parameters only"),
     (["training.precision=bf16"], "topk", "use --routing balanced"),

@@ -189,6 +189,46 @@ def test_moe_layer_flops_and_all_to_all():
     assert model_flops_per_step(every) == pytest.approx(want, rel=1e-12)  # one micro-batch per step
 
 
+def test_shared_expert_flops_params_and_tp_collectives():
+    """A DeepSeek-style shared expert (SwiGLU, ffn 128 wide, h 256) on every token of a micro-
+    batch of 2 x 64: gate and up [128 x 256] @ [256 x 256], down [128 x 128] @ [128 x 256],
+    hand-counted; 3 x 256 x 128 weights; with tp 2 and SP its input is all-gathered and its
+    output reduce-scattered over TP (the full 128 x 256 bf16 activation)."""
+    from sim3d.model.params import layer_params
+    from sim3d.model.ops import Dims
+    moe = dict(experts=4, top_k=2, expert_ffn_hidden=64)
+    plain = make(hidden=256, heads=4, seq=64, mb=2, gb=2, moe=moe, layers=2, activation="swiglu")
+    shared = make(hidden=256, heads=4, seq=64, mb=2, gb=2, moe=dict(moe, shared_expert_ffn=128), layers=2,
+                  activation="swiglu")
+    tokens = 2 * 64
+    gemms = 2 * tokens * 256 * 256 + 2 * tokens * 128 * 256  # 3 x (2 x tokens x 256 x 128)
+    assert layer_forward_flops(shared, moe_layer=True) - layer_forward_flops(plain, moe_layer=True) == gemms
+    extra = layer_params(Dims.of(shared), True).dense - layer_params(Dims.of(plain), True).dense
+    assert extra == 3 * 256 * 128
+    assert layer_params(Dims.of(shared), True).expert == layer_params(Dims.of(plain), True).expert
+    tp = make(hidden=256, heads=4, seq=64, mb=2, gb=2, moe=dict(moe, shared_expert_ffn=128), layers=2,
+              activation="swiglu", tp=2, sp=True)
+    ops = {o.name: o for o in layer_ops(tp, moe_layer=True)}
+    assert (ops["shared_expert_gather"].comm, ops["shared_expert_gather"].comm_bytes) == ("all-gather", tokens * 256 * 2)
+    assert (ops["shared_down"].comm, ops["shared_down"].comm_bytes) == ("reduce-scatter", tokens * 256 * 2)
+    assert ops["shared_up"].fwd_flops == 2 * tokens * 256 * 128  # gate and up, each 64 of 128 columns per rank
+
+
+def test_second_token_permutation_with_several_local_experts():
+    """8 experts over ep 4: each rank holds 2, so the 2 x 64 x 2 = 256 token copies it receives
+    (top-2 of a 2 x 64 micro-batch, balanced) are sorted by expert after the all-to-all and back
+    before it: each pass reads and writes 256 x 256 bf16 values, 262,144 bytes, forward and
+    backward. With ep 8 every rank holds one expert and nothing is sorted."""
+    moe = dict(experts=8, top_k=2, expert_ffn_hidden=64)
+    four = make(hidden=256, heads=4, seq=64, mb=2, gb=8, moe=moe, layers=2, ep=4, dp=4)
+    ops = {o.name: o for o in layer_ops(four, moe_layer=True)}
+    for name in ("moe_sort_by_expert", "moe_unsort_by_expert"):
+        assert ops[name].fwd_bytes == 262_144
+        assert ops[name].kernel_bytes == ((262_144,), (262_144,))
+    eight = make(hidden=256, heads=4, seq=64, mb=2, gb=16, moe=moe, layers=2, ep=8, dp=8)
+    assert not {"moe_sort_by_expert", "moe_unsort_by_expert"} & {o.name for o in layer_ops(eight, moe_layer=True)}
+
+
 def test_fp8_halves_gemm_operands_and_the_linear_inputs_kept():
     """Transformer Engine keeps an FP8 copy of each linear's input for the backward: the QKV
     and FC1 inputs (s*b*h each) and the FC2 input (s*b*ffn) shrink by a byte per element; the

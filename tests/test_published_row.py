@@ -206,6 +206,21 @@ def test_a_gated_mlp_named_in_the_notes_gets_three_gemms():
         assert scenario_of(row(model="GPT 1B", notes=negated)).model.activation == "gelu"
 
 
+def test_gpt_oss_is_a_gated_dropout_free_moe_not_a_gpt3():
+    """GPT-OSS (Megatron-Bridge GPTOSSProvider: gated_linear_unit=True, RMSNorm, no dropout): its
+    experts run gate and up, so a 2880-wide expert's up GEMM is 2 x 2880 wide, three GEMMs of
+    2 x h x 2880 FLOPs per token and expert (not GPT-3's two)."""
+    from sim3d.model.ops import layer_ops
+    oss = scenario_of(row(model="GPT-OSS 120B (MoE)", hidden=2880, heads=64, ffn_hidden=2880, ep=2, tp=1, pp=1,
+                          dp=8, sequence_parallel=None,
+                          notes="precision=bf16; num_experts=128; moe_router_topk=4; moe_ffn_hidden_size=2880; "
+                                "num_query_groups=8; kv_channels=64"))
+    assert (oss.model.activation, oss.model.hidden_dropout, oss.model.attention_dropout) == ("swiglu", 0.0, 0.0)
+    ops = {o.name: o for o in layer_ops(oss, moe_layer=True)}
+    tokens = 2048 * 4  # a 2048-token micro-batch, top-4
+    assert ops["expert_up"].fwd_flops + ops["expert_down"].fwd_flops == tokens * 3 * 2 * 2880 * 2880
+
+
 def test_yes_no_cells_however_spelt_and_v100_trains_fp16_unless_told():
     for spelling in ("1", " true", "yes", "TRUE"):
         s = scenario_of(row(sequence_parallel=spelling, distributed_optimizer=spelling))

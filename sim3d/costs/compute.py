@@ -9,11 +9,21 @@ defined; nothing is fitted to a validation row.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .attention import FAMILIES, attention_seconds, kernel_family
 from .gemm import (GEMM_K_OVERHEAD, GEMM_K_OVERHEAD_FP8, GEMM_MAX_SPLIT_K, KERNEL_OVERHEAD_S, MEMORY_EFFICIENCY,
                    gemm_peak_efficiency, gemm_shape_efficiency)
+
+
+# Transformer Engine's grouped linear (a rank's experts under Megatron's moe_grouped_gemm) runs
+# one cuBLAS GEMM per expert, round-robin over 4 compute streams (TE v2.9
+# common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm, reached from nvte_multi_tensor_gemm
+# except on Hopper with NVTE_USE_CUTLASS_GROUPED_GEMM set; common/util/multi_stream.cpp:
+# num_compute_streams = 4): at most 4 experts' tiles share the SMs at a time, and every GEMM
+# is a launch of its own. Other stacks (torch._grouped_mm) run the experts as one kernel.
+TE_GEMM_STREAMS = 4
 
 
 def _part_shapes(op) -> dict[str, tuple[int, int, int] | None]:
@@ -66,6 +76,7 @@ class ComputeModel:
         self.gemm_eff = gemm_peak_efficiency(gpu, self.precision16)
         self.gemm_eff_fp8 = gemm_peak_efficiency(gpu, "fp8") if self.peak_fp8 else None
         self.profile = profile
+        self.gemm_streams = TE_GEMM_STREAMS if scenario.training.kernels.stack == "te" else None
         # the flash kernel: the GPU's own (FlashAttention-2 / cuDNN) or one named (attention.py)
         kernel = scenario.training.kernels.attention
         self.attention_family = kernel_family(gpu.attention_family, kernel)
@@ -79,14 +90,17 @@ class ComputeModel:
 
     def roofline(self, flops: float, nbytes: float, gemm: tuple[int, int, int] | None = None,
                  fp8: bool = False, groups: int = 1) -> float:
-        """`gemm`: the shape of one of `groups` GEMMs that share a kernel."""
+        """`gemm`: the shape of one of `groups` GEMMs (a rank's experts): one grouped kernel, or
+        under Transformer Engine one GEMM each, `gemm_streams` at a time (TE_GEMM_STREAMS)."""
         if flops <= 0 and nbytes <= 0:
             return 0.0
         peak, eff = (self.peak_fp8, self.gemm_eff_fp8) if fp8 else (self.peak, self.gemm_eff)
+        together = min(groups, self.gemm_streams or groups)
         if gemm is not None:
-            eff *= gemm_shape_efficiency(*gemm, self.gpu.sms, groups, "fp8" if fp8 else self.precision16,
+            eff *= gemm_shape_efficiency(*gemm, self.gpu.sms, together, "fp8" if fp8 else self.precision16,
                                          tile=self.gpu.gemm_tile)
-        return max(flops / (peak * eff), nbytes / (self.hbm * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S
+        launches = math.ceil(groups / together)  # each concurrent round pays one kernel's fixed cost
+        return max(flops / (peak * eff), nbytes / (self.hbm * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S * launches
 
     def op_time(self, op) -> OpTime:
         measured = self._from_profile(op)

@@ -87,6 +87,9 @@ def _describe(costs, kind: str, sources: set[str]) -> str:
             parts.append(costs.compute_model.describe(kind))
         if example := _largest_kernel(costs, kind):
             parts.append(example)
+        if kind.startswith("compute: GEMMs") and costs.s.model.moe and costs.compute_model.gemm_streams:
+            parts.append(f"a rank's experts: one GEMM each, {costs.compute_model.gemm_streams} at a time "
+                         "(Transformer Engine's multi-stream grouped GEMM)")
     elif ANALYTICAL in sources:
         if kind == "pipeline p2p":
             parts.append(f"analytical: latency + {costs.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path")

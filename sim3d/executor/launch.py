@@ -187,6 +187,8 @@ def _refuse_experts(scenario, routing: str, check: bool) -> None:
         if routing != "topk":
             raise ExecutorRefusal(f"--routing {routing}: the model has no experts (model.moe is null)")
         return
+    if moe.shared_expert_ffn:
+        raise ExecutorRefusal("model.moe.shared_expert_ffn: the executor's MoE layers have routed experts only")
     if scenario.tp > 1 and not p.sequence_parallel:
         raise ExecutorRefusal("experts under tensor parallelism route each rank's sequence shard: set "
                               "parallel.sequence_parallel true (Megatron asserts it for MoE with tp > 1)")

@@ -80,6 +80,7 @@ class Dims:
     experts: int = 0
     top_k: int = 1
     expert_ffn: int = 0
+    shared_ffn: int = 0  # the shared experts' total ffn width (0: none)
     capacity: float = 1.0
     flash: bool = False  # fused attention (FlashAttention / cuDNN / TE) instead of materialised scores
     hidden_dropout: bool = True  # dropout after attention, MLP and embedding (keeps 1-byte masks)
@@ -95,7 +96,8 @@ class Dims:
                    activation=m.activation, precision=tr.precision,
                    tp=s.tp, cp=s.cp, ep=s.ep, etp=s.etp, sp=s.parallel.sequence_parallel and s.tp > 1,
                    experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 1,
-                   expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0, capacity=cf,
+                   expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0,
+                   shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack)
 
@@ -299,7 +301,9 @@ def _moe_mlp(d: Dims) -> list[Op]:
     with whole experts. The rank's experts are separate weights: its copies split over them
     (tokens / local experts rows each), so each expert's GEMM tiles its own rows and its
     weight is read once per pass (Megatron's grouped GEMM, moe_grouped_gemm: one kernel for
-    all local experts).
+    all local experts). Tokens are permuted twice each way: by destination before the
+    all-to-all (moe_dispatch, moe_combine) and, with several local experts, by expert after it
+    (`_permutation`).
     """
     b, sl, h, et, ab = d.b, d.sl, d.h, d.etp, d.ab
     own = b * sl / (d.tp if d.sp else 1)  # tokens this rank routes (SP shards them over TP)
@@ -319,23 +323,57 @@ def _moe_mlp(d: Dims) -> list[Op]:
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
                                 group="tp", bwd_comm="reduce-scatter"))
+    if local > 1:  # the copies arrive grouped by source rank; the grouped GEMM wants them by expert
+        ops.append(_permutation("moe_sort_by_expert", d, tokens * h))
+    ops += _shared_expert(d) if d.shared_ffn else []
     ops += [
         _gemm("expert_up", d, tokens, h, up_width, act=ab * tokens * h / (et if d.sp else 1), groups=local),
         _elementwise("expert_act", d, tokens * up_width, act=ab * tokens * up_width, passes=3 if d.gated else 2,
                      kernels=_activation(d)),
         _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f, groups=local),
     ]
+    if local > 1:
+        ops.append(_permutation("moe_unsort_by_expert", d, tokens * h))
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_scatter", d, tokens * h, comm="reduce-scatter",
                                 comm_bytes=tokens * h * ab, group="tp", bwd_comm="all-gather"))
     elif et > 1:
         ops.append(_elementwise("moe_tp_reduce", d, tokens * h, comm="all-reduce",
                                 comm_bytes=tokens * h * ab, group="tp"))
-    ops += [
-        _elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm),  # keeps the gate probabilities
-        _residual("mlp_residual", d, own * h),
-    ]
+    ops.append(_elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm))  # keeps the gate probabilities
+    if d.shared_ffn:  # the shared experts' output joins the routed experts' (MoELayer.combine)
+        ops.append(_elementwise("shared_expert_add", d, own * h, passes=3, kernels=("add",)))
+    ops.append(_residual("mlp_residual", d, own * h))
     return ops
+
+
+def _permutation(name: str, d: Dims, elems: float) -> Op:
+    """Megatron-Core's second token permutation (transformer/moe/token_dispatcher.py @core_v0.15.0,
+    MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess: sort_chunks_by_idxs
+    whenever a rank holds more than one expert): one kernel that reads and writes every token
+    copy; its backward applies the inverse order to the gradient, the same bytes again."""
+    moved = 2 * elems * d.ab
+    return Op(name, fwd_bytes=moved, numel=elems, kernel_bytes=((moved,), (moved,)))
+
+
+def _shared_expert(d: Dims) -> list[Op]:
+    """Shared experts (Megatron-Core transformer/moe/shared_experts.py, SharedExpertMLP): a
+    dense MLP of `shared_ffn` wide, no biases, that every token runs besides its routed
+    experts; tensor-parallel like the dense MLP, so with sequence parallelism it gathers the
+    rank's tokens over TP first and reduce-scatters its output (without SP the post-norm's
+    boundary already enters the TP region). Megatron runs it between dispatch and the routed
+    experts unless --moe-shared-expert-overlap moves it to a side stream."""
+    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
+    rep = b * sl * h / (t if d.sp else 1)
+    f = d.shared_ffn / t
+    up_width = 2 * f if d.gated else f
+    enter = [Op("shared_expert_gather", **_tp_boundary(d, True))] if d.sp else []
+    return enter + [
+        _gemm("shared_up", d, b * sl, h, up_width, act=_linear_input_bytes(d) * rep),
+        _elementwise("shared_act", d, b * sl * up_width, act=ab * b * sl * up_width, passes=3 if d.gated else 2,
+                     kernels=_activation(d)),
+        _gemm("shared_down", d, b * sl, f, h, act=_linear_input_bytes(d) * b * sl * f, **_tp_boundary(d, False)),
+    ]
 
 
 def ops_for(d: Dims, moe_layer: bool = False) -> list[Op]:

@@ -45,7 +45,9 @@ def layer_params(d: Dims, moe_layer: bool) -> Params:
 
     if moe_layer and d.experts:
         router = h * d.experts  # replicated on every rank
-        return Params(attn + router, d.experts / d.ep * mlp(d.expert_ffn, d.etp))
+        # shared experts: a bias-free dense MLP over the TP ranks (ops._shared_expert)
+        shared = (3 if d.gated else 2) * h * d.shared_ffn / t
+        return Params(attn + router + shared, d.experts / d.ep * mlp(d.expert_ffn, d.etp))
     return Params(attn + mlp(d.ffn))
 
 

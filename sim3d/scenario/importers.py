@@ -22,6 +22,7 @@ VALUE_FLAGS = {
     "attention_dropout": "model.attention_dropout", "vocab_size": "model.vocab",
     "num_experts": "model.moe.experts", "moe_router_topk": "model.moe.top_k",
     "moe_ffn_hidden_size": "model.moe.expert_ffn_hidden",
+    "moe_shared_expert_intermediate_size": "model.moe.shared_expert_ffn",
     "moe_expert_capacity_factor": "model.moe.capacity_factor", "moe_layer_freq": "model.moe.every",
     "tensor_model_parallel_size": "parallel.tp", "pipeline_model_parallel_size": "parallel.pp",
     "context_parallel_size": "parallel.cp", "expert_model_parallel_size": "parallel.ep",
@@ -406,6 +407,7 @@ def to_megatron_args(s) -> list[str]:
     if m.moe:
         args += ["--num-experts", m.moe.experts, "--moe-router-topk", m.moe.top_k]
         for flag, value in (("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden),
+                            ("--moe-shared-expert-intermediate-size", m.moe.shared_expert_ffn),
                             ("--moe-expert-capacity-factor", m.moe.capacity_factor),
                             ("--moe-layer-freq", m.moe.every if m.moe.every != 1 else None)):
             if value is not None:

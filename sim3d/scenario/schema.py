@@ -35,6 +35,10 @@ class MoE(_Strict):
     top_k: Experts = Field(2, validation_alias=AliasChoices("top_k", "moe_router_topk"))
     expert_ffn_hidden: Ffn | None = Field(
         None, validation_alias=AliasChoices("expert_ffn_hidden", "moe_ffn_hidden_size"))
+    # experts every token runs besides its routed ones (Megatron --moe-shared-expert-intermediate-size:
+    # their total ffn width; DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2 and 4.2: one of 2048); None: no shared expert
+    shared_expert_ffn: Ffn | None = Field(
+        None, validation_alias=AliasChoices("shared_expert_ffn", "moe_shared_expert_intermediate_size"))
     every: Layers = 1  # an MoE layer every `every` layers (1 = all layers)
     capacity_factor: Factor | None = Field(
         None, validation_alias=AliasChoices("capacity_factor", "moe_expert_capacity_factor"))

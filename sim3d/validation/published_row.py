@@ -145,6 +145,13 @@ def _model_family(model_name: str) -> dict:
         # attention_dropout = hidden_dropout = 0.0. OLMo: SwiGLU, no dropout (arXiv:2402.00838);
         # Gemma: GeGLU (arXiv:2403.08295), gated as SwiGLU is.
         return {"activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
+    if "gpt-oss" in name:
+        # Megatron-Bridge's GPTOSSProvider (src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py
+        # @v0.2.0): gated_linear_unit=True (a GLU of quick_gelu: three GEMMs of ffn_hidden, as
+        # SwiGLU), normalization RMSNorm, hidden_dropout = attention_dropout = 0.0, untied
+        # embeddings. Its linear biases (add_bias_linear=True) ride in the GEMM epilogues; sim3d
+        # leaves them out, as its other gated families have none.
+        return {"activation": "swiglu", "hidden_dropout": 0.0, "attention_dropout": 0.0}
     if "nemotron" in name:
         # dgxc-benchmarking nemotron/nemotron4-15b-synth.yaml: activation squared-relu,
         # hidden_dropout 0.0, attention_dropout 0.0 (Nemotron-4, arXiv:2402.16819 sec. 2)
@@ -164,7 +171,8 @@ def _moe(row: dict, settings: dict[str, str]) -> dict | None:
     """The row's experts: notes keys (Megatron's names) first, then `KNOWN_MOE`."""
     moe = next((dict(v) for k, v in KNOWN_MOE.items() if k in _text(row.get("model")).lower()), {})
     for key, field in (("num_experts", "experts"), ("moe_router_topk", "top_k"),
-                       ("moe_ffn_hidden_size", "expert_ffn_hidden"), ("moe_layer_freq", "every")):
+                       ("moe_ffn_hidden_size", "expert_ffn_hidden"), ("moe_layer_freq", "every"),
+                       ("moe_shared_expert_intermediate_size", "shared_expert_ffn")):
         if settings.get(key, "").isdigit():
             moe[field] = int(settings[key])
     if not moe and _int(row, "ep", 1) > 1:
