@@ -271,3 +271,27 @@ def test_a_job_larger_than_the_pipe_arrives_whole_and_leaves_no_file(tmp_path, f
     stopped.submit(write_digest, tmp_path / "never.txt", payload)
     stopped.close()
     assert not list((tmp_path / "spill").iterdir()) and not (tmp_path / "never.txt").exists()
+
+
+@pytest.mark.parametrize("failure", ["no temporary directory", "full disk"])
+def test_a_job_goes_by_the_pipe_when_no_temporary_file_can_be_written(tmp_path, forked, monkeypatch, failure):
+    """A full (or missing) TMPDIR must not fail a run whose own folder is fine: the job is sent
+    over the pipe as before spilling existed, and the half-written file is removed."""
+    import errno
+    import hashlib
+    import tempfile
+    started = tmp_path / "sim3d-job-started"
+
+    def mkstemp(prefix=""):
+        if failure == "no temporary directory":
+            raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found")
+        started.write_bytes(b"")
+        return os.open("/dev/full", os.O_WRONLY), str(started)  # every write: ENOSPC
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    payload = os.urandom(3 * beside.SPILL_ABOVE)
+    process = beside.Beside(preload=["json"])
+    process.submit(write_digest, tmp_path / "digest.txt", payload)
+    process.wait()
+    assert (tmp_path / "digest.txt").read_text() == hashlib.sha256(payload).hexdigest()
+    assert not started.exists()

@@ -91,20 +91,30 @@ class Beside:
             self._here.append((work, args))
             return
         if len(payload) > SPILL_ABOVE:
-            payload = self._spill(payload)
+            payload = self._spill(payload) or payload
         try:
             self._jobs.send_bytes(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the process has ended already; wait() says why
 
-    def _spill(self, payload: bytes) -> bytes:
+    def _spill(self, payload: bytes) -> bytes | None:
         """A large job goes through a file and the pipe carries its name: the pipe would take
         its megabytes in 64 KiB pieces, each only when the process's reader thread gets the GIL
-        from the plot being drawn (the flagship's Gantt trace waited 0.07 s so)."""
-        fd, path = tempfile.mkstemp(prefix="sim3d-job-")
+        from the plot being drawn (the flagship's Gantt trace waited 0.07 s so). None when no
+        temporary file can be written (a full or read-only TMPDIR): the job goes by the pipe,
+        as it would have before, rather than failing a run whose own folder is fine."""
+        try:
+            fd, path = tempfile.mkstemp(prefix="sim3d-job-")
+        except OSError:
+            return None
         self._spilled.append(path)
-        with os.fdopen(fd, "wb") as file:
-            file.write(payload)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(payload)
+        except OSError:
+            _remove(path)
+            self._spilled.remove(path)
+            return None
         return _SPILLED + os.fsencode(path)
 
     def wait(self) -> None:
@@ -157,16 +167,20 @@ class Beside:
         process.join()
         self._close_pipes()
         for path in self._spilled:  # read and removed by the process, unless it stopped first
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            _remove(path)
         self._spilled = []
 
     def _close_pipes(self) -> None:
         for end in (getattr(self, "_jobs", None), getattr(self, "_outcomes", None)):
             if end is not None:
                 end.close()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 _NO_MORE_JOBS = b""
