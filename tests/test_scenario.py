@@ -97,6 +97,8 @@ BAD = [  # (field path, value, text the message must contain)
     ("schedule", "interleaved-1f1b", "parallel.vpp: interleaved-1f1b interleaves vpp > 1 chunks per rank, got vpp=1"),
     ("model.moe", {"experts": 8, "top_k": 2, "expert_ffn_hidden": 12},
      "parallel.etp: the experts' ffn hidden size 12 is not divisible by etp=8"),
+    ("model.moe", {"experts": 8, "top_k": 2, "shared_expert_ffn": 12},
+     "parallel.tp: model.moe.shared_expert_ffn=12 is not divisible by tp=8"),
 ]
 
 

@@ -61,6 +61,10 @@ def consistency_problems(s) -> list[str]:
         if s.etp in (1, s.tp) and expert_ffn % s.etp:
             p.append(f"parallel.etp: the experts' ffn hidden size {expert_ffn} is not divisible by etp={s.etp} "
                      "(model.moe.expert_ffn_hidden; each expert's MLP is split over its tensor-parallel ranks)")
+        if m.moe.shared_expert_ffn and m.moe.shared_expert_ffn % par.tp:
+            # SharedExpertMLP's linears are column/row parallel over TP (Megatron divides the width by tp)
+            p.append(f"parallel.tp: model.moe.shared_expert_ffn={m.moe.shared_expert_ffn} is not divisible by "
+                     f"tp={par.tp} (the shared experts' MLP is split over the tensor-parallel ranks)")
     if par.sequence_parallel and par.tp > 1 and m.seq_len % (par.cp * par.tp):
         p.append(f"parallel.sequence_parallel: model.seq_len={m.seq_len} is not divisible by cp*tp = "
                  f"{par.cp}*{par.tp} (each tensor-parallel rank holds a whole slice of the sequence)")
