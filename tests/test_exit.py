@@ -4,6 +4,7 @@ prints is all there, its files are whole, exit handlers run, and the status is s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# block-buffered standard streams, as a pipe gives them: with PYTHONUNBUFFERED (set in some CI and
+# container images) every write reaches the pipe at once and an unflushed exit would pass
+BUFFERED = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
 
 
 def sim3d(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim3d", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "sim3d", *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env=BUFFERED)
 
 
 def test_a_run_prints_and_writes_everything_before_it_ends(tmp_path):
@@ -38,6 +43,6 @@ def test_exit_handlers_run_and_a_message_exits_1(tmp_path):
             f"atexit.register(pathlib.Path({str(tmp_path / 'ran')!r}).write_text, 'yes')\n"
             "print('buffered', end='')\n"
             "exit_now('a message')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=BUFFERED)
     assert (done.returncode, done.stdout, done.stderr.strip()) == (1, "buffered", "a message")
     assert (tmp_path / "ran").read_text() == "yes"
