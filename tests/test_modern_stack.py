@@ -147,3 +147,17 @@ def test_megatron_flags_and_backend_names():
                          ["training.attention_backend=local"]).training.attention_backend == "unfused"
     with pytest.raises(ScenarioError, match="contradicts"):
         load_scenario(ROOT / "scenarios" / "gpt3.yaml", ["training.use_flash_attn=true"])
+
+
+@pytest.mark.parametrize("experts", [8, 64])  # one expert per rank (no sort after the dispatch), and eight
+def test_the_token_dispatchers_tp_collectives_never_overlap(experts):
+    # Megatron-Core's dispatcher gathers and scatters tokens over TP with plain autograd
+    # collectives, and TE's grouped linear has no userbuffers: the plan must leave them serial
+    from sim3d.costs.tp_overlap import overlap_plan
+    s = load_scenario(ROOT / "scenarios" / "moe-1024.yaml",
+                      [f"model.moe.experts={experts}", "training.tp_comm_overlap=true"])
+    ops = layer_ops(s, moe_layer=True)
+    plan = overlap_plan(s.training, s.tp, ops)
+    gather = next(i for i, op in enumerate(ops) if op.name == "moe_tp_gather")
+    assert not [key for key in plan if key[0] == gather]
+    assert any(ops[key[0]].name.startswith("attn") or ops[key[0]].group == "tp" for key in plan)  # others still do

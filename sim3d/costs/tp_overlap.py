@@ -60,7 +60,10 @@ def overlap_plan(training, tp: int, ops) -> dict[tuple[int, str], tuple[int, str
         following = ops[i + 1] if i + 1 < len(ops) else None
         feeds_gemm = following is not None and following.gemm is not None and following.group in (None, "tp") \
             and not following.name.startswith(("attn_", "lm_head", "router"))
-        if op.gemm is None and feeds_gemm:  # norm -> column-parallel GEMM boundary
+        # the token dispatcher's TP gather and scatter (moe_*) are plain autograd collectives
+        # (Megatron-Core token_dispatcher.py), and a rank's experts run as TE's grouped linear,
+        # which has no userbuffers: neither overlaps, whether or not a sort sits between them
+        if op.gemm is None and feeds_gemm and not op.name.startswith("moe_"):  # norm -> column-parallel GEMM
             if tr.tp_comm_overlap and op.comm:
                 plan[(i, "fwd")] = (i + 1, "fwd", ring)
             if op.bwd_comm and (tr.tp_comm_overlap or tr.async_tensor_model_parallel_allreduce):
