@@ -24,6 +24,9 @@ from .gemm import (GEMM_K_OVERHEAD, GEMM_K_OVERHEAD_FP8, GEMM_MAX_SPLIT_K, KERNE
 # num_compute_streams = 4): at most 4 experts' tiles share the SMs at a time, and every GEMM
 # is a launch of its own. Other stacks (torch._grouped_mm) run the experts as one kernel.
 TE_GEMM_STREAMS = 4
+# `training.kernels.attention` -> the profile rows that time it (calibrate/kernels.py: SDPA's
+# default dispatch, or one backend forced); fa3 and triton have none
+PROFILE_ATTENTION_ROWS = {"default": "attention", "fa2": "attention.flash", "cudnn": "attention.cudnn"}
 
 
 def _part_shapes(op) -> dict[str, tuple[int, int, int] | None]:
@@ -80,8 +83,9 @@ class ComputeModel:
         # the flash kernel: the GPU's own (FlashAttention-2 / cuDNN) or one named (attention.py)
         kernel = scenario.training.kernels.attention
         self.attention_family = kernel_family(gpu.attention_family, kernel)
-        # a profile times the GPU's own kernel (torch SDPA's default when it was measured)
-        self.profiled_attention = self.attention_family is FAMILIES[gpu.attention_family]
+        # the profile rows of that kernel: SDPA's default dispatch for the GPU's own, the
+        # rows with a backend forced for one named (calibrate/kernels.py); none for the others
+        self.attention_rows = PROFILE_ATTENTION_ROWS.get(kernel)
         # profile rows: FP8 only for Transformer Engine's linears, 16-bit for everything else
         self.dtype = self.precision16
 
@@ -165,11 +169,11 @@ class ComputeModel:
         if self.profile is None:
             return None
         if op.attention is not None:
-            if not self.profiled_attention:
-                return None  # a profile times the GPU's own flash kernel, not the one named
+            if self.attention_rows is None:
+                return None  # no profile rows time the kernel named (FA3, Triton)
             bh, sq, sk, head_dim = op.attention
-            fwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "fwd")
-            bwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "bwd")
+            fwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "fwd", self.attention_rows)
+            bwd = self.profile.attention_seconds(1, bh, sq, head_dim, self.dtype, "bwd", self.attention_rows)
             if fwd is None or bwd is None:
                 return None
             steps = sk / sq  # context parallelism: one causal sq x sq block per ring step on average

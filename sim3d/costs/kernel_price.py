@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import ScenarioError
 from .attention import FAMILIES, attention_seconds, kernel_family
+from .compute import PROFILE_ATTENTION_ROWS
 from .gemm import gemm_seconds, memory_seconds
 from .provenance import ANALYTICAL, PROFILE
 
@@ -155,10 +156,12 @@ def _attention(spec, prof, a) -> KernelPrice:
                             f"(there: {', '.join(known)})")
     family = kernel_family(spec.attention_family, a["kernel"])
     own = family is FAMILIES[spec.attention_family]
-    if prof is not None and a["causal"] and own:  # profiles time the GPU's own causal attention
-        measured = prof.attention_seconds(a["batch"], a["heads"], a["seq"], a["head_dim"], "bf16", a["direction"])
+    rows = PROFILE_ATTENTION_ROWS.get(a["kernel"])
+    if prof is not None and a["causal"] and rows:  # profiles time causal attention, per kernel
+        measured = prof.attention_seconds(a["batch"], a["heads"], a["seq"], a["head_dim"], "bf16", a["direction"],
+                                          rows)
         if measured is not None:
-            return KernelPrice("attention", measured, PROFILE, prof.describe("compute"), a)
+            return KernelPrice("attention", measured, PROFILE, prof.describe("compute") + f" ({rows} rows)", a)
     seconds = attention_seconds(spec, a["batch"] * a["heads"], a["seq"], a["head_dim"], a["direction"],
                                 causal=bool(a["causal"]), kv_heads_ratio=a["kv_heads"] / a["heads"], family=family)
     name = f"{spec.attention_family} kernels" if own else family.source

@@ -218,14 +218,15 @@ class Profile:
         return sec
 
     def attention_seconds(self, b: int, heads: int, seq: int, head_dim: int, dtype: str,
-                          pass_: str = "fwd") -> float | None:
-        """Causal attention for (b, heads, seq, head_dim), interpolated by FLOPs. Only the
-        ``attention`` rows (SDPA's default dispatch) count; ``attention.<backend>`` rows, one
-        fused backend forced each, are kept for comparison, not pooled with them."""
+                          pass_: str = "fwd", op: str = "attention") -> float | None:
+        """Causal attention for (b, heads, seq, head_dim), interpolated by FLOPs, from the rows
+        of `op`: ``attention`` (SDPA's default dispatch) or ``attention.<backend>`` (one fused
+        backend forced: ``attention.flash``, FlashAttention-2; ``attention.cudnn``), never
+        pooled with each other."""
         p, d = _pass(pass_), _dtype(dtype)
-        key = ("attn", d, p)
+        key = ("attn", op, d, p)
         if key not in self._cache:
-            a = self.table[(self.table["kind"] == "attention") & (self.table["op"] == "attention")
+            a = self.table[(self.table["kind"] == "attention") & (self.table["op"] == op)
                            & (self.table["dtype"] == d) & (self.table["pass"] == p)]
             a = a[a["tflops"] > 0]
             self._cache[key] = None if a.empty else _curve(
