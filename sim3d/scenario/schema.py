@@ -20,8 +20,8 @@ from .kernels import Kernels
 from .variability import Variability
 
 
-def _alias(*names: str):
-    return Field(validation_alias=AliasChoices(*names))
+def _alias(*names: str, **field):
+    return Field(validation_alias=AliasChoices(*names), **field)
 
 
 class _Strict(BaseModel):
@@ -32,16 +32,13 @@ class _Strict(BaseModel):
 
 class MoE(_Strict):
     experts: Experts = _alias("experts", "num_experts")
-    top_k: Experts = Field(2, validation_alias=AliasChoices("top_k", "moe_router_topk"))
-    expert_ffn_hidden: Ffn | None = Field(
-        None, validation_alias=AliasChoices("expert_ffn_hidden", "moe_ffn_hidden_size"))
-    # experts every token runs besides its routed ones (Megatron --moe-shared-expert-intermediate-size:
-    # their total ffn width; DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2 and 4.2: one of 2048); None: no shared expert
-    shared_expert_ffn: Ffn | None = Field(
-        None, validation_alias=AliasChoices("shared_expert_ffn", "moe_shared_expert_intermediate_size"))
+    top_k: Experts = _alias("top_k", "moe_router_topk", default=2)
+    expert_ffn_hidden: Ffn | None = _alias("expert_ffn_hidden", "moe_ffn_hidden_size", default=None)
+    # the total ffn width of experts every token runs besides its routed ones (Megatron
+    # --moe-shared-expert-intermediate-size; DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2: 2048); None: none
+    shared_expert_ffn: Ffn | None = _alias("shared_expert_ffn", "moe_shared_expert_intermediate_size", default=None)
     every: Layers = 1  # an MoE layer every `every` layers (1 = all layers)
-    capacity_factor: Factor | None = Field(
-        None, validation_alias=AliasChoices("capacity_factor", "moe_expert_capacity_factor"))
+    capacity_factor: Factor | None = _alias("capacity_factor", "moe_expert_capacity_factor", default=None)
 
 
 class Model(_Strict):
@@ -136,8 +133,7 @@ class Parallel(_Strict):
     # fewer is HSDP: groups of dp_shard ranks shard, their replicas all-reduce across groups.
     # `dp_replicate` (torchtitan's data_parallel_replicate_degree) says the same from the other side.
     dp_shard: Degree | None = None
-    dp_replicate: Degree | None = Field(None, validation_alias=AliasChoices("dp_replicate",
-                                                                           "data_parallel_replicate_degree"))
+    dp_replicate: Degree | None = _alias("dp_replicate", "data_parallel_replicate_degree", default=None)
     # ZeRO-3: free a unit's gathered parameters after its forward and gather them again for its
     # backward (FSDP2's reshard_after_forward). Unset: torchtitan's default, true without
     # pipeline parallelism and false with it (torchtitan/models/llama3/infra/parallelize.py).
