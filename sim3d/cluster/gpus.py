@@ -167,6 +167,11 @@ _HOPPER_KERNELS = ("cudnn", "fa2", "fa3")
 ATTENTION_KERNELS_OF = {"a100-40gb": ("fa2",), "a100-80gb": ("fa2",), "h100-sxm": _HOPPER_KERNELS,
                         "h200": _HOPPER_KERNELS, "h800": _HOPPER_KERNELS, "b200": ("cudnn",), "gb200": ("cudnn",),
                         "v100": ()}
+
+
+def attention_kernels(gpu_name: str) -> tuple[str, ...]:
+    """What `training.kernels.attention` may name on a preset: its own, Triton's, and those with figures."""
+    return ("default", "triton", *ATTENTION_KERNELS_OF.get(gpu_name, ()))
 _B200_SUSTAINED = 1429.0 / 1745.0
 _S_8192, _S_8192_FP8 = 0.954779, 0.940312  # costs/gemm.py gemm_shape_efficiency(8192, 8192, 8192, 132)
 _HOPPER_FACTS = dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,

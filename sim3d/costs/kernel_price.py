@@ -149,8 +149,8 @@ def _gemm(spec, prof, a) -> KernelPrice:
 def _attention(spec, prof, a) -> KernelPrice:
     if a["heads"] % a["kv_heads"]:
         raise ScenarioError(f"kernel attention: heads {a['heads']} is not a multiple of kv_heads {a['kv_heads']}")
-    from ..cluster.gpus import ATTENTION_KERNELS_OF
-    known = ("default", "triton", *ATTENTION_KERNELS_OF.get(spec.name, ()))
+    from ..cluster.gpus import attention_kernels
+    known = attention_kernels(spec.name)
     if a["kernel"] not in known:
         raise ScenarioError(f"kernel attention: kernel {a['kernel']!r} has no figures for {spec.name} "
                             f"(there: {', '.join(known)})")

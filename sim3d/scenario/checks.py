@@ -3,7 +3,7 @@ numbers involved (DESIGN.md section 3)."""
 
 from __future__ import annotations
 
-from ..cluster.gpus import ATTENTION_KERNELS_OF, PRESETS, suggest
+from ..cluster.gpus import PRESETS, attention_kernels, suggest
 from .bounds import NICS_PER_GPU, SERVER_NICS
 from .limits import FLOW_GPUS, GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
@@ -89,13 +89,13 @@ def consistency_problems(s) -> list[str]:
     if tr.attention_backend == "flash" and s.cluster.gpu == "v100":
         p.append("training.attention_backend: flash attention needs an Ampere or newer GPU (FlashAttention-2 "
                  "supports sm80+); set training.attention_backend: unfused for v100")
-    kernel, known = tr.kernels.attention, ATTENTION_KERNELS_OF.get(s.cluster.gpu, ())
+    kernel, known = tr.kernels.attention, attention_kernels(s.cluster.gpu)
     if kernel != "default" and tr.attention_backend == "unfused":
         p.append(f"training.kernels.attention: {kernel} names a fused attention kernel, but "
                  "training.attention_backend is unfused (no fused kernel runs)")
-    elif kernel not in ("default", "triton", *known):
+    elif kernel not in known:
         p.append(f"training.kernels.attention: {kernel} has no figures for {s.cluster.gpu} (there: "
-                 f"{', '.join(('default', 'triton', *known))}; cluster/gpus.py ATTENTION_KERNELS_OF)")
+                 f"{', '.join(known)}; cluster/gpus.py ATTENTION_KERNELS_OF)")
     if tr.tp_comm_overlap and not (par.sequence_parallel and par.tp > 1):
         p.append("training.tp_comm_overlap: Transformer Engine's userbuffer overlap needs tp > 1 and "
                  f"parallel.sequence_parallel: true (Megatron asserts it), got tp={par.tp}, "
