@@ -115,7 +115,7 @@ def kernel_family(attention_family: str, kernel: str) -> AttentionKernels:
     raise ValueError(f"unknown attention kernel {kernel!r}")
 
 
-def head_dim_factor(head_dim: int, at_64: float = HEAD_DIM_64_FACTOR) -> float:
+def head_dim_factor(head_dim: int, at_64: float) -> float:
     return at_64 + (1 - at_64) * (min(max(head_dim, 64), 128) - 64) / 64
 
 
