@@ -1,5 +1,5 @@
 """`python -m sim3d ...` is the `sim3d` command."""
 
-from .cli.app import main
+from .cli.entry import main
 
 main()

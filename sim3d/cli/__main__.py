@@ -1,5 +1,5 @@
 """`python -m sim3d.cli ...` is the `sim3d` command."""
 
-from .app import main
+from .entry import main
 
 main()

@@ -43,16 +43,23 @@ def _terminated(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def main() -> None:  # pragma: no cover - console entry point
+def main(plotter=None) -> None:  # pragma: no cover - console entry point
     """The `sim3d` command, whose process (unlike a test runner's) ends with it: `_run` may gc.freeze,
     and the process ends without tearing the interpreter down (`exit_now`).
     SIGTERM (a job scheduler, `kill`) unwinds like an exception, so a half-written output's
-    temporary file is removed and the folder's lock released on the way out (exit 143)."""
+    temporary file is removed and the folder's lock released on the way out (exit 143).
+    `plotter`: the plotting process the entry point started for `sim3d run` (entry.py); one
+    the run did not take is stopped."""
     import signal
     signal.signal(signal.SIGTERM, _terminated)
     run_command.PROCESS_ENDS_WITH_COMMAND = True
+    run_command.STARTED_PLOTTER = plotter
     try:
-        app()
+        try:
+            app()
+        finally:
+            if plotter is not None:
+                plotter.close()
     except SystemExit as done:
         exit_now(done.code)
     exit_now(0)

@@ -16,6 +16,8 @@ from .support import (SET_HELP, BadInput, _default_folder, _gantt_options, _load
 # True in the `sim3d` command's own process only (app.main): what the imports built then lasts as
 # long as the process, so the collector may freeze it.
 PROCESS_ENDS_WITH_COMMAND = False
+# The plotting process the command's entry point started before the CLI's imports (entry.py).
+STARTED_PLOTTER = None
 
 
 def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
@@ -85,7 +87,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,
     # imported there while this process imports the simulator, loads and simulates)
-    plotter = start_plotting() if plots else None
+    plotter = _plotter(plots, start_plotting)
     lock = None
     if PROCESS_ENDS_WITH_COMMAND:
         # One step's objects: the collector would scan the simulator's imports and the replay's
@@ -176,6 +178,18 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
             lock.release()
         if plotter is not None:
             plotter.close()
+
+
+def _plotter(plots: bool, start_plotting):
+    """The plotting process for this run: the one the entry point started, else a new one;
+    None (and the started one stopped) without plots."""
+    global STARTED_PLOTTER
+    started, STARTED_PLOTTER = STARTED_PLOTTER, None
+    if not plots:
+        if started is not None:
+            started.close()
+        return None
+    return started or start_plotting()
 
 
 def _print_memory(report, hbm_gib: float) -> None:

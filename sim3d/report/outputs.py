@@ -11,6 +11,7 @@ from typing import Callable
 from ..cluster.placement import Placement
 from ..trace import gc_paused, trace_columns
 from .beside import Beside
+from .plot_process import PLOT_MODULES, start_plotting  # noqa: F401 - PLOT_MODULES: the plots' imports
 from .memory_plot import plain_rows
 from .safe_files import refuse_unsafe, replacing, write_bytes, write_with
 
@@ -34,8 +35,6 @@ def rank_labels(s, ranks) -> dict[int, str]:
 TRACE_FORMATS = {"json": "trace.json", "json.gz": "trace.json.gz", "none": None}
 
 
-# no pandas: the plots read numpy columns, and the plotting process is on the critical path
-PLOT_MODULES = ("sim3d.report.gantt", "sim3d.report.memory_plot", "sim3d.report.links_plot")
 
 
 def run_output_names() -> frozenset[str]:
@@ -55,14 +54,6 @@ def planned_outputs(folder: Path, plots: bool = True, trace_format: str = "json"
     names += [TRACE_FORMATS[trace_format]] if TRACE_FORMATS.get(trace_format) else []
     names += (["gantt.png"] + (["gantt.pdf"] if pdf else []) + ["memory.png", "links.png"]) if plots else []
     return [Path(folder) / name for name in names]
-
-
-def start_plotting() -> Beside:
-    """The process that will draw the plots, started now so that matplotlib's import (half a
-    second) overlaps the simulator's import and the simulation; pass it to `write_run_outputs`.
-    numpy is imported first: both processes need it, and the process inherits it for free."""
-    import numpy  # noqa: F401
-    return Beside(preload=PLOT_MODULES)
 
 
 def draw_memory_early(plotter: Beside, scenario, report) -> None:
