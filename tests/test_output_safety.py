@@ -214,7 +214,7 @@ def test_a_manifest_never_removes_a_file_outside_its_folder(tmp_path):
 
 # ---- item 7: a full disk -----------------------------------------------------------------
 
-def _disk_fills_while_writing(df, path):
+def _disk_fills_while_writing(df, path, table=None):
     with open(path, "w") as f:
         f.write("rank,start_s,")  # half a file, then the disk is full
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -167,3 +167,16 @@ def test_expert_gradients_cross_the_network_on_their_own_ring():
     table = r.links.set_index(r.links.src + "->" + r.links.dst)
     for link, points in r.link_timelines(top=4).items():  # the counter tracks split them alike
         assert integral(points, r.step_time) * table.bandwidth_Bps[link] == pytest.approx(table.bytes[link], rel=1e-6)
+
+
+@pytest.mark.parametrize("label", ["leaf0", "a,b", 'say "x"', "two\nlines"])
+def test_links_csv_is_what_pandas_writes(label):
+    """links.csv is formatted without pandas, a row at a time where no label needs quotes:
+    the file must be pandas' own (QUOTE_MINIMAL, floats as %.6g) either way."""
+    import numpy as np
+    import pandas as pd
+    from sim3d.report.outputs import links_csv
+    links = {"src": np.array(["gpu0.0", label], dtype=object), "dst": np.array(["switch0", "spine0"], dtype=object),
+             "kind": np.array(["nvlink", "uplink"], dtype=object), "bandwidth_Bps": np.array([3e11, 5e10]),
+             "bytes": np.array([6.426341e11, 0.0]), "busy_fraction": np.array([0.0770837123, 1 / 3])}
+    assert links_csv(links).decode() == pd.DataFrame(links).to_csv(index=False, float_format="%.6g")

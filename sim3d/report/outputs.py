@@ -117,7 +117,7 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
         if then is not None:  # the Gantt chart, the longest plot, is being drawn: the links wait for it
             then()
-        from ..trace import parquet_available, write_trace_csv, write_trace_parquet
+        from ..trace import arrow_table, parquet_available, write_trace_csv, write_trace_parquet
         from ..analysis.summary import write_summary
         from .trace import write_chrome_trace
         links = result.link_table
@@ -131,10 +131,11 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
                        "src", "dst", "kind", "bytes", "busy_fraction")))]
         write_with(written[0], lambda path: write_summary({**summary, "busiest_links": busiest}, path))
         write_bytes(written[1], links_csv(links))
-        write_with(written[2], lambda path: write_trace_csv(trace, path))
+        table = arrow_table(trace) if parquet_available() else None  # for the CSV and the Parquet file
+        write_with(written[2], lambda path: write_trace_csv(trace, path, table))
         write_bytes(written[3], result.schedule.to_csv().encode())
         if parquet_available():  # the same table, typed and compressed, for pandas / Arrow users
-            written.append(write_with(folder / "trace.parquet", lambda path: write_trace_parquet(trace, path)))
+            written.append(write_with(folder / "trace.parquet", lambda path: write_trace_parquet(trace, path, table)))
         if TRACE_FORMATS[trace_format]:
             written.append(write_with(folder / TRACE_FORMATS[trace_format], lambda path: write_chrome_trace(
                 trace, path, rank_labels=labels, link_timelines=result.link_timelines())))
@@ -162,12 +163,17 @@ def _with_twins(trace: dict, twins: dict[int, int]) -> dict:
 
 def links_csv(links: dict) -> bytes:
     """links.csv of `Result.link_table`, as pandas wrote the DataFrame (QUOTE_MINIMAL labels,
-    floats in %.6g), without pandas."""
+    floats in %.6g), without pandas. Labels that need no quotes (the graph's names never do)
+    are formatted a row at a time, twice as fast as csv.writer's cell at a time."""
+    floats = [links[name].dtype.kind == "f" for name in links]
+    columns = [column.tolist() for column in links.values()]
+    labels = {value for column, is_float in zip(columns, floats) if not is_float for value in column} | set(links)
+    if all(isinstance(label, str) and not set(label) & set(',"\r\n') for label in labels):
+        row = ",".join("%.6g" if is_float else "%s" for is_float in floats)
+        return "\n".join([",".join(links), *(row % values for values in zip(*columns)), ""]).encode()
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(links)
-    floats = [links[name].dtype.kind == "f" for name in links]
-    columns = [column.tolist() for column in links.values()]
     writer.writerows([[("%.6g" % v) if is_float else v for v, is_float in zip(row, floats)] for row in zip(*columns)])
     return text.getvalue().encode()
 
