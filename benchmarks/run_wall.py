@@ -1,6 +1,6 @@
 """Whole-process wall time of `sim3d run` as a user types it (issue 16's first two targets).
 
-    python benchmarks/run_wall.py [--repeats 5]
+    python benchmarks/run_wall.py [--repeats 5] [--against SOURCE_TREE]
 
 Each case runs in a fresh process (imports included); the median and range of `--repeats`
 runs are printed with the median CPU time of the whole run (GNU time's user + system
@@ -32,11 +32,13 @@ CASES = [  # name, arguments after `sim3d run`
 ]
 
 
-def one_run(args: list[str], out: str) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds (user + system, the plotting process included) and peak GB."""
+def one_run(args: list[str], out: str, source: str | None = None) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, the plotting process included) and peak GB;
+    `source`: run the sim3d of that source tree instead of the installed one."""
     command = ["/usr/bin/time", "-f", "%M %U %S", sys.executable, "-m", "sim3d", "run", *args, "--out", out]
+    env = dict(os.environ, PYTHONPATH=source) if source else None
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env, cwd=source)
     wall = time.perf_counter() - start
     peak_kb, user, system = done.stderr.strip().splitlines()[-1].split()
     return wall, float(user) + float(system), int(peak_kb) / 2**20
@@ -75,10 +77,36 @@ print(json.dumps([["imports (sim3d and its CLI)", t1 - t0], ["simulate + summary
     return json.loads(done.stdout)
 
 
+def against(baseline: str, repeats: int) -> None:
+    """The flagship's default run, this checkout and `baseline` (another source tree, e.g. a
+    `git worktree` of an older commit) taken in turns: this machine's speed drifts by a
+    quarter from minute to minute, so only runs side by side compare."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"this checkout": here, f"baseline {baseline}": os.path.abspath(baseline)}
+    runs: dict[str, list] = {name: [] for name in trees}
+    with tempfile.TemporaryDirectory() as out:
+        for _ in range(repeats):
+            for name, tree in trees.items():
+                runs[name].append(one_run(CASES[0][1], out, source=tree))
+    print(f"{CASES[0][0]}, {repeats} runs of each in turn:")
+    for name, done in runs.items():
+        walls = sorted(w for w, _, _ in done)
+        print(f"  {name:40} median {statistics.median(walls):5.2f} s ({walls[0]:.2f}-{walls[-1]:.2f}), "
+              f"CPU {statistics.median(c for _, c, _ in done):5.2f} s")
+    (mine, theirs) = runs.values()
+    print(f"  median ratio of paired runs: {statistics.median(a[0] / b[0] for a, b in zip(mine, theirs)):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--against", metavar="SOURCE_TREE",
+                        help="time the flagship alternately with another source tree's sim3d (a git worktree)")
+    options = parser.parse_args()
+    repeats = options.repeats
+    if options.against:
+        against(options.against, repeats)
+        return
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         # an installed sim3d runs from cached bytecode; this setting recompiles it every run
         # (about half a second more for the flagship on this machine)
