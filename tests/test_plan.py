@@ -205,7 +205,7 @@ def _slow_network_case(vpp: int, vocab: int, order: str):
     space = Space(base, 32, {})
     layout = Layout(tp=2, pp=2, dp=8, cp=1, ep=1, vpp=vpp, micro_batch=1,
                     schedule="interleaved-1f1b" if vpp > 1 else "1f1b", recompute="none", sequence_parallel=False,
-                    zero=0, tp_comm_overlap=False, order=order)
+                    zero=0, tp_comm_overlap=False, order=order, dp_shard=8)
     scenario = space.scenario(layout)
     return Estimator(space).estimate(layout, scenario), simulate(scenario)
 

@@ -16,7 +16,8 @@ LLAMA_8B = ROOT / "scenarios" / "llama3.1-8b.yaml"
 def _layout(**changes) -> Layout:
     base = dict(tp=1, pp=1, dp=8, cp=1, ep=1, vpp=1, micro_batch=1, schedule="1f1b", recompute="none",
                 sequence_parallel=False, zero=2, tp_comm_overlap=False, order="tp-cp-ep-dp-pp")
-    return Layout(**{**base, **changes})
+    layout = {**base, **changes}
+    return Layout(**layout, dp_shard=layout["dp"] * layout["cp"])  # sharded over every data-parallel rank
 
 
 def test_a_finalist_simulates_in_a_worker_that_priced_the_space_with_headroom():

@@ -101,7 +101,8 @@ class Estimator:
                 links[axis] = self._memo(key, lambda: topology.group_link(axis))
             topology.release_loads()  # the links are priced; the tables behind them are not kept
             return topology, links
-        return self._memo(("placed", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order), place)
+        return self._memo(("placed", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
+                           layout.dp_shard), place)
 
     def cost_model(self, layout: Layout, scenario) -> CostModel:
         """The folded cost model of a layout's scenario, on the shared fabric and links (what
@@ -126,7 +127,7 @@ class Estimator:
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
         # ZeRO-2/3 price each unit's gathers and reduce-scatters inside the compute actions, on
         # the shard group the placement gives
-        sharded = (layout.zero, layout.dp, layout.order) if layout.zero >= 2 else ()
+        sharded = (layout.zero, layout.dp, layout.order, layout.dp_shard) if layout.zero >= 2 else ()
         per_rank = self._memo(("work", compute_key, layout.pp, layout.vpp, v_shape) + sharded,
                               lambda: self._rank_work(layout, scenario, cost_model(), compute_key))
         transfers = self._memo(("p2p", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
@@ -138,7 +139,7 @@ class Estimator:
         carried = scenario.num_microbatches * (layout.vpp if spec.p2p_per_chunk else 1)
         pipeline = max(self._pipeline(layout, scenario.num_microbatches, per_rank), carried * max(transfers, default=0.0))
         states_key = (layout.tp, layout.pp, layout.vpp, v_shape, layout.dp, layout.cp, layout.ep,
-                      layout.zero)
+                      layout.zero, layout.dp_shard)
         dp = self._memo(("dp",) + states_key + (layout.order,), lambda: self._dp(layout, scenario, cost_model()))
         dp_tail = self._dp_tail(layout, scenario, dp, per_rank)
         # the placement too: the tied embedding's all-reduce crosses from the first stage to the last

@@ -112,12 +112,12 @@ def _tier_one(args: tuple) -> list[tuple]:
         scenario = None
         # order and TP overlap change neither what a rank holds nor when
         mem_key = (layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.vpp, layout.micro_batch,
-                   layout.schedule, layout.recompute, layout.sequence_parallel, layout.zero)
+                   layout.schedule, layout.recompute, layout.sequence_parallel, layout.zero, layout.dp_shard)
         if mem_key not in memory:
             scenario = space.scenario(layout)
             # the model states depend on fewer fields: a layout whose states alone overflow
             # rules out every micro-batch, recompute and SP choice with the same states
-            states_key = mem_key[:6] + (layout.schedule, layout.zero)
+            states_key = mem_key[:6] + (layout.schedule, layout.zero, layout.dp_shard)
             if states_key not in states:
                 states[states_key] = model_state_bytes(scenario) + RESERVE_FIXED_BYTES
             memory[mem_key] = _memory_verdict(scenario, states[states_key], hbm)
@@ -404,7 +404,9 @@ def plan_table(result: Plan, top: int, baseline_step: float | None = None):
             table.add_row(str(i + 1), describe(row), row["schedule"], row["recompute"], "", "error",
                           *[""] * (len(columns) - 6))
             continue
+        hsdp = row["zero"] and row["dp_shard"] < row["dp"] * row["cp"]
         switches = [name for name, on in (("SP", row["sequence_parallel"]), (f"Z{row['zero']}", row["zero"]),
+                                          (f"HSDP{row['dp_shard']}", hsdp),
                                           ("TPO", row["tp_comm_overlap"]),
                                           ("pp-dp", row["order"].endswith("pp-dp"))) if on]
         gain = [f"{baseline_step / row['step_time_s'] - 1:+.1%}"] if baseline_step else []

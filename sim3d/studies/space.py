@@ -13,7 +13,7 @@ each named so that a search can count what it dropped and why:
   load-balanced ring); ep > 1 on a dense model, or ep not dividing the experts, or etp*ep not
   dividing tp*cp*dp (etp, the experts' tensor parallelism, is held at the base scenario's:
   tp unless it names one), or etp apart from tp > 1 without sequence parallelism (Megatron
-  asserts it for MoE with TP);
+  asserts it for MoE with TP); the shard group (`dp_shard`, HSDP) does not divide dp*cp;
 - `schedule`: a schedule's own rule (`ScheduleSpec.accepts`, schedule/specs.py: interleaved:
   vpp >= 2 and micro-batches a multiple of pp; zbv / dualpipev: vpp = 2, dualpipev at least
   2*pp micro-batches; the planner proposes the specs marked `planned`; every schedule but
@@ -26,7 +26,8 @@ each named so that a search can count what it dropped and why:
 - `same run`: a switch that changes nothing is held at its default (sequence parallelism and
   TP overlap without tp > 1, TP overlap without sequence parallelism, which Megatron asserts,
   the distributed optimizer without dp*cp > 1 or expert replicas, the rank order without both pp > 1 and
-  dp > 1), so each run is counted once.
+  dp > 1, a shard group that two values of `dp_shard` both name, e.g. 8 and `all` where dp*cp is
+  8, and with ZeRO 0, which shards nothing, every value), so each run is counted once.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Layout:
     zero: int  # ZeRO stage: what data parallelism shards
     tp_comm_overlap: bool
     order: str
+    dp_shard: int  # ranks one shard of the sharded states spans: dp*cp, or fewer (HSDP)
 
     def row(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -75,12 +77,14 @@ KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "cp": "pa
         "vpp": "parallel.vpp", "micro_batch": "training.micro_batch", "schedule": "schedule",
         "recompute": "training.recompute", "sequence_parallel": "parallel.sequence_parallel",
         "zero": "parallel.zero", "tp_comm_overlap": "training.tp_comm_overlap",
-        "order": "parallel.order"}
+        "order": "parallel.order", "dp_shard": "parallel.dp_shard"}
 FIELD_OF = {key: name for name, key in KEYS.items()} | {key.split(".")[-1]: name for name, key in KEYS.items()}
 BOOLEAN = {"sequence_parallel", "tp_comm_overlap"}
 # ZeRO stages the planner tries: replicas, then the optimizer state, gradients and parameters
-# sharded over every dp x cp rank (the base scenario's dp_shard, if any, is kept)
+# sharded over the shard group: every dp x cp rank (ALL_RANKS), or as many as the base
+# scenario's HSDP groups hold; `--space parallel.dp_shard=8,all` tries both
 ZERO_STAGES = (0, 1, 2, 3)
+ALL_RANKS = "all"
 TEXT = {"schedule", "recompute", "order"}
 # Megatron-LM's rank orders: the default, and --use-tp-pp-dp-mapping (pipeline stages on
 # neighbouring ranks, data-parallel replicas far apart; megatron/training/arguments.py)
@@ -94,6 +98,8 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 def _value(name: str, text: str):
     text = text.strip()
+    if name == "dp_shard" and text.lower() == ALL_RANKS:
+        return ALL_RANKS
     if name in BOOLEAN:
         if text.lower() not in ("true", "false"):
             raise ScenarioError(f"{KEYS[name]}: expected true or false, got {text!r}")
@@ -178,9 +184,16 @@ class Space:
             "zero": ZERO_STAGES if self.base.costs.network != "flow" else tuple(z for z in ZERO_STAGES if z < 2),
             "tp_comm_overlap": SWITCHES,
             "order": ORDERS,
+            "dp_shard": self._base_shard_group(),
         }
         dims.update({k: v for k, v in self.choices.items() if k != "dp"})
         return dims
+
+    def _base_shard_group(self) -> tuple:
+        """The base scenario's shard group, kept in every layout: all dp x cp ranks, or its HSDP
+        groups' size (`parallel.dp_shard`, or dp x cp / `parallel.dp_replicate`)."""
+        base = self.base
+        return (base.shard_group,) if base.shard_group < base.dp * base.cp else (ALL_RANKS,)
 
     def _stage_counts(self) -> tuple[int, ...]:
         """Divisors of the layers, and with Megatron's split options of the layers counted with
@@ -208,7 +221,7 @@ class Space:
         out: list[Layout] = []
         rest = 1
         for key in ("micro_batch", "vpp", "schedule", "recompute", "sequence_parallel", "zero",
-                    "tp_comm_overlap", "order"):
+                    "tp_comm_overlap", "order", "dp_shard"):
             rest *= len(d[key])
         inner = rest // (len(d["micro_batch"]) * len(d["vpp"]) * len(d["schedule"]))
         want_dp = self.choices.get("dp")
@@ -238,19 +251,31 @@ class Space:
                     for recompute, sp, dist, overlap, order in itertools.product(
                             d["recompute"], d["sequence_parallel"], d["zero"], d["tp_comm_overlap"],
                             d["order"]):
+                        shards = len(d["dp_shard"])
                         if ((sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1 and edp == 1)
                                 or (order != d["order"][0] and (pp == 1 or dp == 1))):
-                            dropped["same run"] += 1
+                            dropped["same run"] += shards
                             continue
                         folded = self._expert_tp(tp) != tp
                         if folded and not sp:
-                            dropped["shape"] += 1
+                            dropped["shape"] += shards
                             continue
                         if (order == PP_DP_ORDER and (cp > 1 or ep > 1)) or not self._experts_laid_out(
                                 tp, pp, dp, cp, ep, order):
-                            dropped["order"] += 1
+                            dropped["order"] += shards
                             continue
-                        out.append(Layout(tp, pp, dp, cp, ep, vpp, mb, schedule, recompute, sp, dist, overlap, order))
+                        groups: set[int] = set()
+                        for shard in d["dp_shard"]:
+                            # with nothing sharded (ZeRO 0) there are no shard groups: one run
+                            group = dp * cp if shard == ALL_RANKS or dist == 0 else shard
+                            if (dp * cp) % group:
+                                dropped["shape"] += 1
+                            elif group in groups:
+                                dropped["same run"] += 1
+                            else:
+                                groups.add(group)
+                                out.append(Layout(tp, pp, dp, cp, ep, vpp, mb, schedule, recompute, sp, dist, overlap,
+                                                  order, group))
                 if len(out) > PLAN_LAYOUTS.value:
                     PLAN_LAYOUTS.check(len(out), "valid layouts of this space, counted so far (narrow it with --fix or "
                                                   "--space)")
@@ -303,9 +328,10 @@ class Space:
     # ---- a layout as a scenario ---------------------------------------------------------
     def overrides(self, layout: Layout) -> tuple[str, ...]:
         """The `--set` texts that make `layout` of the base scenario (as `scenario` does)."""
-        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items())
+        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items() if name != "dp_shard")
         gather = self.base.training.overlap_param_gather and layout.zero >= 1
-        return sets + (f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
+        return sets + (f"parallel.dp_shard={_dp_shard(layout) or 'null'}", "parallel.dp_replicate=null",
+                       f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
                        f"cluster.gpus_per_node={self.gpus_per_node}")
 
     def scenario(self, layout: Layout) -> Scenario:
@@ -314,7 +340,8 @@ class Space:
         base = self.base
         parallel = base.parallel.model_copy(update={
             "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep, "vpp": layout.vpp,
-            "sequence_parallel": layout.sequence_parallel, "zero": layout.zero, "order": layout.order})
+            "sequence_parallel": layout.sequence_parallel, "zero": layout.zero, "order": layout.order,
+            "dp_shard": _dp_shard(layout), "dp_replicate": None})
         training = base.training.model_copy(update={
             "micro_batch": layout.micro_batch, "recompute": layout.recompute, "tp_comm_overlap": layout.tp_comm_overlap,
             "overlap_param_gather": base.training.overlap_param_gather and layout.zero >= 1})
@@ -323,6 +350,11 @@ class Space:
                                     "schedule": layout.schedule})
         s.__dict__.pop("stage_layers", None)  # derived from the layout: never the base's
         return s
+
+
+def _dp_shard(layout: Layout) -> int | None:
+    """`parallel.dp_shard` of a layout: None where its shard group is every dp x cp rank."""
+    return None if layout.dp_shard == layout.dp * layout.cp else layout.dp_shard
 
 
 @lru_cache(maxsize=4096)
