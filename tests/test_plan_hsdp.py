@@ -82,7 +82,7 @@ def test_smaller_shard_groups_hold_more_of_the_model_states():
     assert sorted(peaks) == [2, 4, 16] and peaks[2] > peaks[4] > peaks[16]
 
 
-@pytest.mark.parametrize("text, message", [("0", "positive"), ("eight", "whole number"), ("", "expected KEY")])
+@pytest.mark.parametrize("text, message", [("0", "positive"), ("eight", "whole number or .all."), ("", "expected KEY")])
 def test_a_bad_shard_group_is_refused(text, message):
     with pytest.raises(ScenarioError, match=message):
         parse_choices([], [f"parallel.dp_shard={text}"])

@@ -109,7 +109,8 @@ def _value(name: str, text: str):
     try:
         value = int(text)
     except ValueError:
-        raise ScenarioError(f"{KEYS[name]}: expected a whole number, got {text!r}") from None
+        also = f" or {ALL_RANKS!r}" if name == "dp_shard" else ""
+        raise ScenarioError(f"{KEYS[name]}: expected a whole number{also}, got {text!r}") from None
     if value < 1:
         raise ScenarioError(f"{KEYS[name]}: expected a positive number, got {value}")
     return value
