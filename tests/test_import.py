@@ -243,3 +243,42 @@ def test_a_flat_megatron_namespace_with_recompute_method_and_padded_vocab_valida
     assert s.model.vocab == 129_024 and s.training.recompute == "full"
     with pytest.raises(sim3d.ScenarioError, match="recompute_method"):  # not a Megatron dict: still refused
         scenario_from_dict({"name": "yaml", "recompute_method": "uniform", "model": {"layers": 2}})
+
+
+@pytest.mark.parametrize("sets", [
+    ["parallel.zero=2"],
+    ["parallel.zero=3"],
+    ["parallel.zero=3", "parallel.dp_shard=2"],  # HSDP: groups of 2 of dp*cp = 4 ranks
+    ["parallel.zero=1", "parallel.dp_replicate=2"],  # Megatron's partial distributed optimizer
+])
+def test_sharded_layouts_round_trip_through_megatron_fsdp_arguments(sets):
+    """ZeRO-2/3 leave as Megatron-FSDP's flags (examples/megatron_fsdp/README.md's required set),
+    HSDP as distributed-optimizer instances, and come back as the same sharding, unmapped nothing."""
+    from sim3d.scenario.importers import to_megatron_args
+    s = sim3d.load_scenario(ROOT / "scenarios" / "llama3.1-8b.yaml", sets)
+    args = to_megatron_args(s)
+    assert ("--use-megatron-fsdp" in args) == (s.parallel.zero >= 2)
+    imported = from_megatron(args, name=s.name, gpu=s.cluster.gpu, gpus=s.num_gpus, gpus_per_node=s.gpus_per_node)
+    assert imported.unmapped == []
+    back = scenario_from_dict({**imported.scenario, "schedule": s.schedule})
+    assert (back.parallel.zero, back.shard_group) == (s.parallel.zero, s.shard_group)
+    replicas = s.dp * s.cp // s.shard_group
+    assert ("--num-distributed-optimizer-instances" in args) == (replicas > 1)
+
+
+def test_a_megatron_fsdp_command_line_imports_as_sharded():
+    fsdp = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--use-distributed-optimizer",
+            "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
+    args = gpt3_args() + fsdp
+    s = scenario_from_dict(from_megatron(args, name="x", gpu="h100-sxm", gpus=1024).scenario)
+    assert (s.parallel.zero, s.shard_group) == (3, s.dp * s.cp)
+    hsdp = from_megatron(args + ["--num-distributed-optimizer-instances", "4", "--outer-dp-sharding-strategy",
+                                 "no_shard"], name="x", gpu="h100-sxm", gpus=1024)
+    assert hsdp.unmapped == [] and scenario_from_dict(hsdp.scenario).shard_group == s.dp * s.cp // 4
+    hfsdp = from_megatron(args + ["--outer-dp-sharding-strategy", "optim"], name="x", gpu="h100-sxm", gpus=1024)
+    assert [note for note in hfsdp.unmapped if note.startswith("--outer-dp-sharding-strategy optim")]
+    # the strategy alone is Megatron-FSDP's setting: without it enabled, the distributed optimizer's ZeRO-1
+    plain = from_megatron(gpt3_args() + ["--use-distributed-optimizer", "--data-parallel-sharding-strategy",
+                                         "optim_grads_params"], name="x", gpu="h100-sxm", gpus=1024)
+    assert scenario_from_dict(plain.scenario).parallel.zero == 1
+    assert any("ignored" in note for note in plain.assumed)
