@@ -126,7 +126,10 @@ def trace_columns(trace) -> dict:
     import numpy as np
     if isinstance(trace, (list, tuple)):
         with gc_paused():
-            return _columns_of_rows(trace)
+            if all(type(row) is TraceRow or type(row) is tuple for row in trace):
+                return _columns_of_rows(trace)
+            # rows of another form (lists, read from JSON): a column at a time
+            return {name: _column(name, [row[i] for row in trace]) for i, name in enumerate(TRACE_COLUMNS)}
     if hasattr(trace, "columns") and hasattr(trace, "loc"):  # a DataFrame
         trace = check_trace(trace)
     elif not (hasattr(trace, "keys") and all(name in trace for name in TRACE_COLUMNS)):
@@ -139,7 +142,7 @@ def _columns_of_rows(rows) -> dict:
     array (half the time of a list per column: the flagship's Gantt chart waits for this);
     the labels as wide as their longest value, as numpy sizes them from a list."""
     import numpy as np
-    widths = {name: max((len(str(v)) for v in {row[i] for row in rows}), default=1)
+    widths = {name: max(map(len, {str(row[i]) for row in rows}), default=1)  # str first: 1 and True differ
               for i, name in enumerate(TRACE_COLUMNS) if name in _STR_COLUMNS}
     table = np.array(rows, dtype=[(name, f"<U{widths[name]}" if name in widths else
                                    "float64" if name in _FLOAT_COLUMNS else "int64") for name in TRACE_COLUMNS])

@@ -282,3 +282,36 @@ def test_a_megatron_fsdp_command_line_imports_as_sharded():
                                          "optim_grads_params"], name="x", gpu="h100-sxm", gpus=1024)
     assert scenario_from_dict(plain.scenario).parallel.zero == 1
     assert any("ignored" in note for note in plain.assumed)
+
+
+def test_megatron_fsdp_reshards_after_the_forward_both_ways():
+    """Megatron-FSDP's ZeRO-3 reshards after every forward (torchtitan's default keeps the
+    parameters gathered when pp > 1): imported so, and a layout that keeps them is named as
+    one Megatron would run otherwise."""
+    from sim3d.scenario import megatron_fsdp
+    from sim3d.scenario.importers import to_megatron_args
+    path = ROOT / "scenarios" / "llama3.1-8b.yaml"
+    kept = sim3d.load_scenario(path, ["parallel.zero=3", "parallel.pp=2", "parallel.dp=2"])
+    assert not kept.reshard_after_forward and "reshards" in megatron_fsdp.caveat(kept)
+    resharded = sim3d.load_scenario(path, ["parallel.zero=3", "parallel.pp=2", "parallel.dp=2",
+                                           "parallel.reshard_after_forward=true"])
+    assert megatron_fsdp.caveat(resharded) is None
+    imported = from_megatron(to_megatron_args(resharded), name="x", gpu="h100-sxm", gpus=resharded.num_gpus)
+    back = scenario_from_dict({**imported.scenario, "schedule": "1f1b"})
+    assert (back.parallel.zero, back.pp, back.reshard_after_forward) == (3, 2, True)
+
+
+@pytest.mark.parametrize("extra, zero", [
+    (["--use-megatron-fsdp"], 3),  # Megatron-Core 0.18's default strategy, said as assumed
+    (["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "no_shard", "--use-distributed-optimizer"], 0),
+    (["--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"], 2),  # 0.12-0.13's name
+])
+def test_megatron_fsdp_strategy_says_what_is_sharded(extra, zero):
+    imported = from_megatron(gpt3_args() + extra, name="x", gpu="h100-sxm", gpus=1024)
+    assert scenario_from_dict(imported.scenario).parallel.zero == zero
+    assert ("--data-parallel-sharding-strategy" in extra) != any("default from 0.18" in n for n in imported.assumed)
+
+
+def test_distributed_optimizer_instances_need_a_number():
+    with pytest.raises(ValueError, match="num-distributed-optimizer-instances needs a positive whole number"):
+        from_megatron(gpt3_args() + ["--num-distributed-optimizer-instances"], name="x", gpu="h100-sxm", gpus=1024)

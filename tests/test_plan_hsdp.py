@@ -86,3 +86,23 @@ def test_smaller_shard_groups_hold_more_of_the_model_states():
 def test_a_bad_shard_group_is_refused(text, message):
     with pytest.raises(ScenarioError, match=message):
         parse_choices([], [f"parallel.dp_shard={text}"])
+
+
+def test_moe_hsdp_layouts_keep_the_experts_replicas_whole():
+    """Megatron asserts that the distributed optimizer's instances divide the experts' data-parallel
+    replicas: with 64 experts on 4 x 64 ranks of a stage, groups of 16 (4 instances) leave ep 32
+    (2 expert replicas) and ep 64 (1) out; every layout left passes the scenario checks."""
+    from pathlib import Path
+    from sim3d.scenario.load import load_scenario
+    base = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "moe-1024.yaml")
+    fix = ["parallel.tp=4", "parallel.pp=4", "parallel.cp=1", "training.recompute=none", "schedule=1f1b",
+           "parallel.order=tp-cp-ep-dp-pp", "training.tp_comm_overlap=false", "training.micro_batch=1",
+           "parallel.zero=1"]
+    space = Space(base, 1024, parse_choices(fix, ["parallel.dp_shard=16,all"]))
+    layouts, _ = space.layouts()
+    shards = {(x.ep, x.dp_shard) for x in layouts}
+    assert (16, 16) in shards and (32, 64) in shards and (32, 16) not in shards and (64, 16) not in shards
+    assert all(consistency_problems(space.scenario(x)) == [] for x in layouts)
+    refused = base.model_copy(update={"parallel": base.parallel.model_copy(update={"ep": 32, "dp_shard": 16,
+                                                                                   "zero": 1})})
+    assert any("experts'" in problem for problem in consistency_problems(refused))

@@ -435,6 +435,8 @@ def test_trace_columns_equal_the_table_from_rows_frames_and_columns():
     [],
     [(0, 0, 0, 1, "F", "compute", 0, 1.5, 2.0, -1), (1, 0, 0, 1, "EP_COMBINE_COMM", "ep", 0.5, 1, True, 0)],
     [(3, 1, 0, 2, 7, "pp", 0, 2**60, 2**62, 2)],  # a label that is no str, integers as times
+    [(0, 0, 0, 0, 1, "compute", 0, 1, 0, -1), (0, 0, 0, 0, True, "compute", 1, 2, 0, -1)],  # 1 and True: one set entry
+    [[0, 0, 0, 1, "F", "compute", 0.0, 1.5, 2, -1]],  # rows as lists (read from JSON)
 ])
 def test_rows_become_the_columns_numpy_makes_of_each(rows):
     """Engine rows are read in one pass (a structured array); each column must be what numpy

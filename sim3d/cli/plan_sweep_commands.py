@@ -119,12 +119,13 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
 
 def _plan_megatron_line(scenario: Path, overrides: str) -> str:
+    from ..scenario import megatron_fsdp
     from ..scenario.importers import SCHEDULE_ELSEWHERE
     from ..scenario.load import load_scenario
     s = load_scenario(scenario, overrides.split())
     line = megatron_line(s)
-    note = SCHEDULE_ELSEWHERE.get(s.schedule)
-    return f"{line}  # {note}" if note else line
+    notes = [note for note in (SCHEDULE_ELSEWHERE.get(s.schedule), megatron_fsdp.caveat(s)) if note]
+    return f"{line}  # {'; '.join(notes)}" if notes else line
 
 
 def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),

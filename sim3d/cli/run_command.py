@@ -158,6 +158,9 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                 _print_explain(result)
             if flags:
                 out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
+                from ..scenario.megatron_fsdp import caveat
+                if caveat(s):
+                    say("note:", caveat(s), "yellow")
         # printed once the plots have their data: the plotting process draws while this one prints
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
                                  memory_drawn=plots, then=report, **gantt)

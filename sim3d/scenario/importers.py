@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..schedule.specs import SCHEDULES, megatron_schedule
+from . import megatron_fsdp
 
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
 VALUE_FLAGS = {
@@ -190,49 +191,21 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             if value is True or isinstance(value, list):
                 raise ValueError(f"{option} needs one value, got {value!r}")
             tokenizer[flag] = value
-        elif flag in MEGATRON_FSDP_FLAGS:
+        elif flag in megatron_fsdp.FLAGS:
             fsdp[flag] = value
         elif flag == "recompute_method":
             out.assumed.append(f"--recompute-method {value}: every layer of a stage recomputed (sim3d has no "
                                "per-layer recompute count)")
         elif flag not in IRRELEVANT:
             out.unmapped.append(f"--{flag.replace('_', '-')}" + ("" if value is True else f" {value}"))
-    _read_megatron_fsdp(fsdp, out)
+    settings, assumed, unmapped = megatron_fsdp.read(fsdp)
+    if megatron_fsdp.enabled(fsdp):  # it runs the distributed optimizer whatever: the strategy says what it shards
+        tree.get("parallel", {}).pop("distributed_optimizer", None)
+    for path, value in settings.items():
+        _set(tree, path, value)
+    out.assumed += assumed
+    out.unmapped += unmapped
     return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags, tokenizer=tokenizer)
-
-
-# Megatron-FSDP (megatron/core/distributed/fsdp; NVIDIA/Megatron-LM examples/megatron_fsdp/README.md
-# names the flags a run needs). --use-custom-fsdp is its name in Megatron-Core 0.12-0.13.
-MEGATRON_FSDP_FLAGS = {"use_megatron_fsdp", "use_custom_fsdp", "data_parallel_sharding_strategy",
-                       "num_distributed_optimizer_instances", "outer_dp_sharding_strategy", "ckpt_format",
-                       "no_gradient_accumulation_fusion"}
-
-
-def _read_megatron_fsdp(fsdp: dict, out: Imported) -> None:
-    """What Megatron-FSDP's flags shard: the strategy as the ZeRO stage (scenario/schema.py
-    reads Megatron's spelling), the distributed optimizer's instances as HSDP's replicas
-    (the state sharded within dp x cp / instances ranks, replicated across instances)."""
-    enabled = fsdp.get("use_megatron_fsdp") is True or fsdp.get("use_custom_fsdp") is True
-    strategy = fsdp.get("data_parallel_sharding_strategy")
-    if strategy is not None and enabled:
-        _set(out.scenario, "parallel.data_parallel_sharding_strategy", strategy)
-    elif strategy is not None:
-        out.assumed.append(f"--data-parallel-sharding-strategy {strategy}: ignored, as Megatron does without "
-                           "--use-megatron-fsdp")
-    instances = fsdp.get("num_distributed_optimizer_instances")
-    if instances is not None:
-        replicas = number_of(instances)
-        if not isinstance(replicas, int) or replicas < 1:
-            raise ValueError(f"--num-distributed-optimizer-instances {instances}: expected a positive whole number")
-        if replicas > 1:
-            _set(out.scenario, "parallel.dp_replicate", replicas)
-    outer = fsdp.get("outer_dp_sharding_strategy")
-    if outer not in (None, "no_shard"):
-        out.unmapped.append(f"--outer-dp-sharding-strategy {outer} (sim3d keeps each replica group's states whole "
-                            "across the replicas: HSDP's no_shard)")
-    if "no_gradient_accumulation_fusion" in fsdp:
-        out.assumed.append("--no-gradient-accumulation-fusion: the weight-gradient GEMMs priced as accumulating "
-                           "into the main gradient (the fused path)")
 
 
 def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> Imported:
@@ -470,12 +443,7 @@ def to_megatron_args(s) -> list[str]:
                                    ("--use-distributed-optimizer", p.distributed_optimizer),
                                    ("--account-for-embedding-in-pipeline-split", p.account_for_embedding_in_pipeline_split),
                                    ("--account-for-loss-in-pipeline-split", p.account_for_loss_in_pipeline_split)) if on]
-    if p.zero >= 2:  # Megatron-FSDP, with the flags its README requires
-        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads" if p.zero == 2 else
-                 "optim_grads_params", "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
-    replicas = s.dp * s.cp // s.shard_group
-    if p.zero >= 1 and replicas > 1:  # HSDP: Megatron's distributed optimizer instances
-        args += ["--num-distributed-optimizer-instances", replicas]
+    args += megatron_fsdp.args(s)
     args += ["--micro-batch-size", t.micro_batch, "--global-batch-size", t.global_batch]
     args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[t.precision]
     if t.recompute != "none":

@@ -13,7 +13,8 @@ each named so that a search can count what it dropped and why:
   load-balanced ring); ep > 1 on a dense model, or ep not dividing the experts, or etp*ep not
   dividing tp*cp*dp (etp, the experts' tensor parallelism, is held at the base scenario's:
   tp unless it names one), or etp apart from tp > 1 without sequence parallelism (Megatron
-  asserts it for MoE with TP); the shard group (`dp_shard`, HSDP) does not divide dp*cp;
+  asserts it for MoE with TP); the shard group (`dp_shard`, HSDP) does not divide dp*cp, or
+  its replicas do not divide the experts' data-parallel replicas (Megatron asserts it);
 - `schedule`: a schedule's own rule (`ScheduleSpec.accepts`, schedule/specs.py: interleaved:
   vpp >= 2 and micro-batches a multiple of pp; zbv / dualpipev: vpp = 2, dualpipev at least
   2*pp micro-batches; the planner proposes the specs marked `planned`; every schedule but
@@ -269,7 +270,8 @@ class Space:
                         for shard in d["dp_shard"]:
                             # with nothing sharded (ZeRO 0) there are no shard groups: one run
                             group = dp * cp if shard == ALL_RANKS or dist == 0 else shard
-                            if (dp * cp) % group:
+                            if (dp * cp) % group or (dp * cp > group and edp % (dp * cp // group)
+                                                     and self.base.model.moe is not None):
                                 dropped["shape"] += 1
                             elif group in groups:
                                 dropped["same run"] += 1
