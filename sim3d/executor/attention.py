@@ -6,6 +6,10 @@ grouped-query attention. Layout of q, k, v: [batch, heads, sequence, head_dim].
   kernel: FlashAttention-2, cuDNN or memory-efficient attention on GPUs, its flash kernel or
   the math path on CPUs; none stores the [s, s] scores. Grouped-query attention reaches the
   kernel unexpanded (`enable_gqa`), as FlashAttention takes it.
+  A kernel the scenario names (`training.kernels.attention`) is the one SDPA runs on a GPU:
+  `cudnn` its cuDNN backend, `fa2` its flash backend (FlashAttention-2); SDPA has no
+  FlashAttention-3 or Triton kernel, so those are refused on a GPU. On a CPU torch's own
+  kernel runs whatever the scenario names (its GPU kernels are priced, not run).
 * `unfused` (`attention_backend: unfused`, 2020-22 Megatron): the scores are materialised,
   masked and soft-maxed in at least fp32 (Megatron's FusedScaleMaskSoftmax computes in fp32
   whatever its input), then cast back before the product with the values. GQA repeats each
@@ -39,17 +43,43 @@ def attention_kernel(backend: str) -> str:
                          f"{sorted(KERNEL_OF_BACKEND)}") from None
 
 
+# training.kernels.attention -> torch.nn.attention.SDPBackend's member (torch >= 2.3)
+SDPA_BACKEND_OF_KERNEL = {"cudnn": "CUDNN_ATTENTION", "fa2": "FLASH_ATTENTION"}
+
+
+def sdpa_backends(named: str, device_type: str) -> list | None:
+    """The SDPA backends to hold a named attention kernel to on this device, or None for torch's
+    own choice (the `default` kernel, or any device but a GPU)."""
+    if named == "default" or device_type != "cuda":
+        return None
+    if named not in SDPA_BACKEND_OF_KERNEL:
+        raise ValueError(f"training.kernels.attention={named!r}: torch SDPA has no such kernel; name default, "
+                         f"{' or '.join(SDPA_BACKEND_OF_KERNEL)} to run it")
+    from torch.nn.attention import SDPBackend
+    return [getattr(SDPBackend, SDPA_BACKEND_OF_KERNEL[named])]
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Where a reduction (softmax, loss, rotary angles) is carried out: fp32 for 16-bit
     inputs, the input's own type when it is already at least as wide."""
     return torch.promote_types(dtype, torch.float32)
 
 
-def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str) -> torch.Tensor:
-    """Causal attention of q [b, n, s, d] over k, v [b, n_kv, s, d] -> [b, n, s, d]."""
-    groups = q.shape[1] // k.shape[1]
+def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str,
+                   backends: list | None = None) -> torch.Tensor:
+    """Causal attention of q [b, n, s, d] over k, v [b, n_kv, s, d] -> [b, n, s, d];
+    `backends`: the SDPA backends to hold `sdpa` to (`sdpa_backends`)."""
     if kernel not in ("sdpa", "unfused"):
         raise ValueError(f"unknown attention kernel {kernel!r}")
+    if kernel == "sdpa" and backends:
+        from torch.nn.attention import sdpa_kernel
+        with sdpa_kernel(backends):
+            return _attend(q, k, v, kernel)
+    return _attend(q, k, v, kernel)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str) -> torch.Tensor:
+    groups = q.shape[1] // k.shape[1]
     if kernel == "sdpa" and SDPA_GQA:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=groups > 1)
     if groups > 1:

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import attention_kernel, compute_dtype, core_attention, rotary
+from .attention import attention_kernel, compute_dtype, core_attention, rotary, sdpa_backends
 from .context_parallel import CPContext, ring_attention
 from .experts import EPContext, MoE
 from .tensor_parallel import (TPContext, enter_tp_region, exit_tp_region, reduce_from_tp,
@@ -59,6 +59,7 @@ class GPTConfig:
     activation: str = "gelu"
     kv_channels: int | None = None  # head dim when it is not hidden / heads
     attention: str = "unfused"  # the kernel: "sdpa" | "unfused" (attention.py)
+    sdpa_kernel: str = "default"  # the one SDPA runs on a GPU: training.kernels.attention
     # mixture of experts (experts.py): 0 experts is a dense model
     experts: int = 0
     top_k: int = 1
@@ -74,7 +75,8 @@ class GPTConfig:
             experts=moe.experts, top_k=moe.top_k, expert_ffn=moe.expert_ffn_hidden or m.ffn, moe_every=moe.every,
             expert_tp=scenario.parallel.etp or scenario.tp, routing=routing)
         return cls(m.layers, m.hidden, m.heads, m.num_kv_heads, m.ffn, m.vocab, m.seq_len, m.activation,
-                   m.kv_channels, attention_kernel(scenario.training.attention_backend), **experts)
+                   m.kv_channels, attention_kernel(scenario.training.attention_backend),
+                   scenario.training.kernels.attention, **experts)
 
     @property
     def head_dim(self) -> int:
@@ -184,6 +186,7 @@ class Attention(nn.Module):
         self.tp, self.cp, self.seq_len, hd, bias = b.tp, b.cp, cfg.seq_len, cfg.head_dim, cfg.gpt_style
         self.heads, self.kv_heads, self.head_dim = cfg.heads // b.tp.size, cfg.kv_heads // b.tp.size, hd
         self.kernel, self.rotary = cfg.attention, not cfg.gpt_style
+        self.backends = sdpa_backends(cfg.sdpa_kernel, torch.device(b.device).type) if cfg.attention == "sdpa" else None
         self.q = ColumnLinear(b, f"{name}.q", cfg.hidden, cfg.heads * hd, bias)
         self.k = ColumnLinear(b, f"{name}.k", cfg.hidden, cfg.kv_heads * hd, bias)
         self.v = ColumnLinear(b, f"{name}.v", cfg.hidden, cfg.kv_heads * hd, bias)
@@ -202,7 +205,7 @@ class Attention(nn.Module):
         if self.cp.size > 1:
             ctx = ring_attention(q, k, v, self.cp)
         else:
-            ctx = core_attention(q, k, v, self.kernel)
+            ctx = core_attention(q, k, v, self.kernel, self.backends)
         return self.o(ctx.permute(2, 0, 1, 3).reshape(s, batch, self.heads * self.head_dim))
 
 

@@ -162,6 +162,10 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
         resolve_precision(scenario.training, check)
     except ValueError as e:  # fp8
         raise ExecutorRefusal(str(e)) from None
+    named = scenario.training.kernels.attention
+    if backend == "nccl" and named in ("fa3", "triton"):
+        raise ExecutorRefusal(f"training.kernels.attention={named}: the executor runs torch's scaled_dot_product_attention, "
+                              "which has no such kernel; on a GPU it runs default, cudnn or fa2")
     if scenario.parallel.zero >= 2 and scenario.dp * scenario.cp > 1:
         raise ExecutorRefusal(f"parallel.zero={scenario.parallel.zero}: the executor shards the optimizer state at "
                               "most (zero 0 or 1); run sharded gradients and parameters in the simulator only")

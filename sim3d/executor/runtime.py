@@ -48,6 +48,7 @@ from ..schedule.ir import BUCKETED, P2P
 from ..schedule.dependencies import input_of
 from ..step import step_schedule
 from ..trace import STREAM_OF_KIND, TraceRow
+from .attention import sdpa_backends
 from .context_parallel import CPContext
 from .experts import EPContext
 from .gpt import GPTChunk, GPTConfig, activation_shape, token_batch
@@ -319,8 +320,13 @@ class RankRuntime(Interpreter):
             device += f" ({torch.cuda.get_device_name(self.device)})"
         return {"precision": p.name, "dtype": p.param, "master_dtype": p.main, "grad_dtype": p.grad,
                 "loss_scale": self.opt.scaler.scale if self.opt.scaler else None, "described": p.describe(),
-                "attention": f"ring over {self.cp.size} cp ranks" if self.cp.size > 1 else self.cfg.attention,
+                "attention": f"ring over {self.cp.size} cp ranks" if self.cp.size > 1 else self._attention_ran(),
                 "routing": self.cfg.routing if self.cfg.experts else None, "device": device}
+
+    def _attention_ran(self) -> str:
+        named = self.cfg.sdpa_kernel
+        held = self.cfg.attention == "sdpa" and sdpa_backends(named, self.device.type)
+        return f"{self.cfg.attention} ({named})" if held else self.cfg.attention
 
     def shards_for_check(self) -> dict:
         """This rank's final master weights and (dp-averaged, unscaled) gradients, by global name."""
