@@ -44,3 +44,10 @@ def test_groups_are_what_their_coordinates_define(p, data):
                 assert group == sorted(same, key=lambda r: (coords[r]["dp"], coords[r]["cp"]))
             seen.update(group)
         assert seen == set(range(p.world_size))
+
+
+@settings(max_examples=30, deadline=None)
+@given(placements())
+def test_one_coordinate_is_that_of_all_of_them(p):
+    for rank in range(p.world_size):
+        assert {axis: p.coord(rank, axis) for axis in DENSE_AXES} == {a: p.coords(rank)[a] for a in DENSE_AXES}

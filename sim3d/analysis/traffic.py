@@ -37,7 +37,7 @@ LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")
 def twin_pair(placement, twin: int, peer: int) -> int:
     """The rank `twin` (a TP peer of `peer`'s sender) sends to: `peer`'s stage on its own pipeline."""
     c = placement.coords(twin)
-    return placement.rank(tp=c["tp"], pp=placement.coords(peer)["pp"], dp=c["dp"], cp=c["cp"])
+    return placement.rank(tp=c["tp"], pp=placement.coord(peer, "pp"), dp=c["dp"], cp=c["cp"])
 
 
 def gradient_split(costs):
@@ -88,9 +88,9 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
             for axis, share in _axes(stream, stage, split, kind):
                 sent[(rank, axis)] += nbytes * share
     if folded:  # a simulated rank stands for every rank with its pipeline coordinate
-        by_stage = {(placement.coords(rank)["pp"], axis): b for (rank, axis), b in sent.items()}
-        bytes_of = lambda rank, axis: by_stage.get((placement.coords(rank)["pp"], axis), 0.0)  # noqa: E731
-        stage_p2p = {(placement.coords(a)["pp"], placement.coords(b)["pp"]): n for (a, b), n in p2p.items()}
+        by_stage = {(placement.coord(rank, "pp"), axis): b for (rank, axis), b in sent.items()}
+        bytes_of = lambda rank, axis: by_stage.get((placement.coord(rank, "pp"), axis), 0.0)  # noqa: E731
+        stage_p2p = {(placement.coord(a, "pp"), placement.coord(b, "pp")): n for (a, b), n in p2p.items()}
         p2p = {}
         for pipe in _pipelines(placement):
             for (a, b), n in stage_p2p.items():
@@ -173,7 +173,7 @@ def link_timelines(rows, topology, links, folded: bool, top: int = 8,
 
     def pp_of(rank: int) -> int:
         if rank not in stage_of:
-            stage_of[rank] = placement.coords(rank)["pp"]
+            stage_of[rank] = placement.coord(rank, "pp")
         return stage_of[rank]
 
     def lay(rank, stage, stream, peer, kind):

@@ -126,6 +126,12 @@ class Placement:
         coords = {"tp": tp, "pp": pp, "dp": dp, "cp": cp}
         return sum(coords[a] * self._strides[a] for a in DENSE_AXES)
 
+    def coord(self, rank: int, axis: str) -> int:
+        """One dense coordinate of a global rank (`coords(rank)[axis]`, without the others)."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} outside 0..{self.world_size - 1}")
+        return (rank // self._strides[axis]) % getattr(self, axis)
+
     def coords(self, rank: int) -> dict[str, int]:
         """{'tp', 'cp', 'dp', 'pp', 'ep'} coordinates of a global rank (ep: its index in its
         expert group, on the expert grid)."""
