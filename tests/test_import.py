@@ -315,3 +315,10 @@ def test_megatron_fsdp_strategy_says_what_is_sharded(extra, zero):
 def test_distributed_optimizer_instances_need_a_number():
     with pytest.raises(ValueError, match="num-distributed-optimizer-instances needs a positive whole number"):
         from_megatron(gpt3_args() + ["--num-distributed-optimizer-instances"], name="x", gpu="h100-sxm", gpus=1024)
+
+
+def test_the_older_megatron_fsdp_switch_alone_shards_nothing():
+    """--use-custom-fsdp is Megatron-Core 0.12-0.13's spelling, whose default strategy was no_shard."""
+    imported = from_megatron(gpt3_args() + ["--use-custom-fsdp"], name="x", gpu="h100-sxm", gpus=1024)
+    assert scenario_from_dict(imported.scenario).parallel.zero == 0
+    assert any("0.12-0.13's default" in note for note in imported.assumed)

@@ -106,3 +106,15 @@ def test_moe_hsdp_layouts_keep_the_experts_replicas_whole():
     refused = base.model_copy(update={"parallel": base.parallel.model_copy(update={"ep": 32, "dp_shard": 16,
                                                                                    "zero": 1})})
     assert any("experts'" in problem for problem in consistency_problems(refused))
+
+
+@pytest.mark.parametrize("sets, says, not_says", [
+    (["parallel.ep=16", "parallel.zero=1", "parallel.dp_replicate=16"], "parallel.dp_replicate: the 16 replicas", None),
+    (["parallel.zero=1", "parallel.dp_shard=5"], "do not divide the dp*cp", "experts'"),  # one problem, said once
+])
+def test_the_experts_replica_rule_names_what_was_set_and_only_where_it_applies(sets, says, not_says):
+    from pathlib import Path
+    from sim3d.scenario.load import load_scenario
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "moe-1024.yaml", sets)
+    assert says in str(refused.value) and (not_says is None or not_says not in str(refused.value))

@@ -6,10 +6,10 @@ grouped-query attention. Layout of q, k, v: [batch, heads, sequence, head_dim].
   kernel: FlashAttention-2, cuDNN or memory-efficient attention on GPUs, its flash kernel or
   the math path on CPUs; none stores the [s, s] scores. Grouped-query attention reaches the
   kernel unexpanded (`enable_gqa`), as FlashAttention takes it.
-  A kernel the scenario names (`training.kernels.attention`) is the one SDPA runs on a GPU:
-  `cudnn` its cuDNN backend, `fa2` its flash backend (FlashAttention-2); SDPA has no
-  FlashAttention-3 or Triton kernel, so those are refused on a GPU. On a CPU torch's own
-  kernel runs whatever the scenario names (its GPU kernels are priced, not run).
+  A kernel the scenario names (`training.kernels.attention`) is the one SDPA runs on a GPU in
+  fp16 / bf16: `cudnn` its cuDNN backend, `fa2` its flash backend (FlashAttention-2); SDPA has
+  no FlashAttention-3 or Triton kernel, so those are refused on a GPU. Elsewhere (a CPU, fp32,
+  torch < 2.5) torch's own kernel runs, and the run says so (runtime.py `_attention_ran`).
 * `unfused` (`attention_backend: unfused`, 2020-22 Megatron): the scores are materialised,
   masked and soft-maxed in at least fp32 (Megatron's FusedScaleMaskSoftmax computes in fp32
   whatever its input), then cast back before the product with the values. GQA repeats each
@@ -43,14 +43,19 @@ def attention_kernel(backend: str) -> str:
                          f"{sorted(KERNEL_OF_BACKEND)}") from None
 
 
-# training.kernels.attention -> torch.nn.attention.SDPBackend's member (torch >= 2.3)
+# training.kernels.attention -> torch.nn.attention.SDPBackend's member
 SDPA_BACKEND_OF_KERNEL = {"cudnn": "CUDNN_ATTENTION", "fa2": "FLASH_ATTENTION"}
+# Holding SDPA to one backend: torch.nn.attention.sdpa_kernel exists from torch 2.3, and its
+# cuDNN backend took training inputs (and needed no opt-in variable) from 2.5
+SDPA_HOLDS = torch.__version__ >= "2.5"
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)  # what the flash and cuDNN backends take
 
 
-def sdpa_backends(named: str, device_type: str) -> list | None:
-    """The SDPA backends to hold a named attention kernel to on this device, or None for torch's
-    own choice (the `default` kernel, or any device but a GPU)."""
-    if named == "default" or device_type != "cuda":
+def sdpa_backends(named: str, device_type: str, dtype: torch.dtype = torch.bfloat16) -> list | None:
+    """The SDPA backends to hold a named attention kernel to, or None for torch's own choice:
+    the `default` kernel, any device but a GPU, inputs in neither fp16 nor bf16 (an fp32
+    scenario, a float64 check: the named kernels take none), or a torch before 2.5."""
+    if named == "default" or device_type != "cuda" or dtype not in SIXTEEN_BIT or not SDPA_HOLDS:
         return None
     if named not in SDPA_BACKEND_OF_KERNEL:
         raise ValueError(f"training.kernels.attention={named!r}: torch SDPA has no such kernel; name default, "

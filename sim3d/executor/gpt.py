@@ -186,7 +186,8 @@ class Attention(nn.Module):
         self.tp, self.cp, self.seq_len, hd, bias = b.tp, b.cp, cfg.seq_len, cfg.head_dim, cfg.gpt_style
         self.heads, self.kv_heads, self.head_dim = cfg.heads // b.tp.size, cfg.kv_heads // b.tp.size, hd
         self.kernel, self.rotary = cfg.attention, not cfg.gpt_style
-        self.backends = sdpa_backends(cfg.sdpa_kernel, torch.device(b.device).type) if cfg.attention == "sdpa" else None
+        self.backends = (sdpa_backends(cfg.sdpa_kernel, torch.device(b.device).type, b.dtype)
+                         if cfg.attention == "sdpa" and b.cp.size == 1 else None)
         self.q = ColumnLinear(b, f"{name}.q", cfg.hidden, cfg.heads * hd, bias)
         self.k = ColumnLinear(b, f"{name}.k", cfg.hidden, cfg.kv_heads * hd, bias)
         self.v = ColumnLinear(b, f"{name}.v", cfg.hidden, cfg.kv_heads * hd, bias)

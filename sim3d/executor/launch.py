@@ -163,7 +163,7 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     except ValueError as e:  # fp8
         raise ExecutorRefusal(str(e)) from None
     named = scenario.training.kernels.attention
-    if backend == "nccl" and named in ("fa3", "triton"):
+    if backend == "nccl" and named in ("fa3", "triton") and scenario.cp == 1:  # cp > 1: the ring, not SDPA
         raise ExecutorRefusal(f"training.kernels.attention={named}: the executor runs torch's scaled_dot_product_attention, "
                               "which has no such kernel; on a GPU it runs default, cudnn or fa2")
     if scenario.parallel.zero >= 2 and scenario.dp * scenario.cp > 1:
@@ -246,7 +246,8 @@ def _activation_bytes(scenario) -> float:
     from ..model.memory import memory_report
     from ..scenario.load import scenario_from_dict
     as_run = scenario_from_dict(scenario.model_dump(exclude_none=True), values={
-        "training.attention_backend": "unfused", "training.precision": "fp32", "cluster.gpu": "a100-80gb"})
+        "training.attention_backend": "unfused", "training.kernels.attention": "default",
+        "training.precision": "fp32", "cluster.gpu": "a100-80gb"})
     rows = memory_report(as_run, check_schedule=False).rows
     return sum(r.activations + r.other for r in rows) * scenario.world_size / scenario.pp
 

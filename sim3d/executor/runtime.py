@@ -320,13 +320,21 @@ class RankRuntime(Interpreter):
             device += f" ({torch.cuda.get_device_name(self.device)})"
         return {"precision": p.name, "dtype": p.param, "master_dtype": p.main, "grad_dtype": p.grad,
                 "loss_scale": self.opt.scaler.scale if self.opt.scaler else None, "described": p.describe(),
-                "attention": f"ring over {self.cp.size} cp ranks" if self.cp.size > 1 else self._attention_ran(),
+                "attention": self._attention_ran(),
                 "routing": self.cfg.routing if self.cfg.experts else None, "device": device}
 
     def _attention_ran(self) -> str:
+        """The attention kernel that ran, and the named one (training.kernels.attention) where
+        it did not: the ring of context parallelism computes its own blocks; elsewhere see
+        attention.sdpa_backends."""
         named = self.cfg.sdpa_kernel
-        held = self.cfg.attention == "sdpa" and sdpa_backends(named, self.device.type)
-        return f"{self.cfg.attention} ({named})" if held else self.cfg.attention
+        if self.cp.size > 1:
+            ran = f"ring over {self.cp.size} cp ranks"
+        elif self.cfg.attention == "sdpa" and sdpa_backends(named, self.device.type, self.precision.dtype("param")):
+            return f"sdpa ({named})"
+        else:
+            ran = self.cfg.attention
+        return ran if named == "default" or self.cfg.attention != "sdpa" else f"{ran}; {named} not run"
 
     def shards_for_check(self) -> dict:
         """This rank's final master weights and (dp-averaged, unscaled) gradients, by global name."""

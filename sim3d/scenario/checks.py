@@ -227,11 +227,14 @@ def _sharding_problems(s) -> list[str]:
     if par.dp_shard is not None and par.dp_replicate is not None and par.dp_shard * par.dp_replicate != ranks:
         p.append(f"parallel.dp_shard and parallel.dp_replicate: {par.dp_shard} x {par.dp_replicate} replicas = "
                  f"{par.dp_shard * par.dp_replicate}, but dp*cp = {ranks}")
-    replicas = ranks // s.shard_group if s.shard_group else 1
+    stage = s.tp * s.cp * s.dp
+    whole = s.shard_group and ranks % s.shard_group == 0 and stage % (s.etp * s.ep) == 0  # else refused above
+    replicas = ranks // s.shard_group if whole else 1
     if s.model.moe is not None and par.zero >= 1 and replicas > 1 and s.edp % replicas:
         # Megatron's parallel_state.py: the expert data-parallel size must divide into the
         # distributed optimizer's instances too
-        p.append(f"parallel.dp_shard: the {replicas} replicas of the shard groups do not divide the experts' "
+        key = "parallel.dp_replicate" if par.dp_shard is None else "parallel.dp_shard"
+        p.append(f"{key}: the {replicas} replicas of the shard groups do not divide the experts' "
                  f"{s.edp} data-parallel replicas (expert parallelism {s.ep}); shard over more ranks")
     if par.zero == 0 and s.shard_group < ranks:
         p.append(f"parallel.dp_shard: shard groups of {s.shard_group} ranks shard nothing with parallel.zero: 0 "

@@ -29,10 +29,14 @@ def read(flags: dict) -> tuple[dict[str, object], list[str], list[str]]:
     if strategy is True or isinstance(strategy, list):
         raise ValueError(f"--data-parallel-sharding-strategy needs one value, got {strategy!r}")
     if enabled(flags):
-        if strategy is None:
+        if strategy is None and flags.get("use_megatron_fsdp") is True:
             strategy = "optim_grads_params"
             assumed.append("--data-parallel-sharding-strategy optim_grads_params: Megatron-Core's default from 0.18 "
                            "(no_shard before it: give the flag)")
+        elif strategy is None:  # --use-custom-fsdp: Megatron-Core 0.12-0.13, whose default shards nothing
+            strategy = "no_shard"
+            assumed.append("--data-parallel-sharding-strategy no_shard: Megatron-Core 0.12-0.13's default "
+                           "(--use-custom-fsdp is their spelling)")
         settings["parallel.data_parallel_sharding_strategy"] = strategy
         if strategy == "optim_grads_params":  # Megatron-FSDP's ZeRO-3 always reshards after the forward
             settings["parallel.reshard_after_forward"] = True
