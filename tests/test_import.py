@@ -322,3 +322,16 @@ def test_the_older_megatron_fsdp_switch_alone_shards_nothing():
     imported = from_megatron(gpt3_args() + ["--use-custom-fsdp"], name="x", gpu="h100-sxm", gpus=1024)
     assert scenario_from_dict(imported.scenario).parallel.zero == 0
     assert any("0.12-0.13's default" in note for note in imported.assumed)
+
+
+def test_run_json_carries_what_megatron_would_run_otherwise(tmp_path):
+    """ZeRO-3 that keeps its parameters gathered (pp > 1, torchtitan's default) has no Megatron-FSDP
+    spelling: the JSON says so beside the arguments, as the table output does."""
+    runner = CliRunner()
+    base = ["run", str(ROOT / "scenarios" / "llama3.1-8b.yaml"), "--json", "--no-plots", "--trace", "none",
+            "--megatron-args", "--set", "parallel.zero=3", "--set", "parallel.pp=2", "--set", "parallel.dp=2"]
+    kept = json.loads(runner.invoke(app, base + ["--out", str(tmp_path / "a")]).stdout)
+    assert "--use-megatron-fsdp" in kept["megatron_args"] and "reshards" in kept["megatron_args_note"]
+    resharded = json.loads(runner.invoke(app, base + ["--set", "parallel.reshard_after_forward=true",
+                                                      "--out", str(tmp_path / "b")]).stdout)
+    assert "megatron_args_note" not in resharded

@@ -139,11 +139,13 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                            f"{', ...' if len(simulated) > 8 else ''})" +
                            ("" if result.full_fidelity else "; --full-fidelity replays every GPU"))
         flags = megatron_line(s) if megatron_args else None
+        from ..scenario.megatron_fsdp import caveat
+        flags_note = caveat(s) if flags else None  # what Megatron would run otherwise
 
         def report() -> None:
             if as_json:
-                print(json.dumps({**summary, "megatron_args": flags} if flags else summary, indent=2,
-                                 allow_nan=False))
+                extra = {"megatron_args": flags, **({"megatron_args_note": flags_note} if flags_note else {})}
+                print(json.dumps({**summary, **extra} if flags else summary, indent=2, allow_nan=False))
                 return
             out.print(summary_table(summary))
             out.print(breakdown_table(summary))
@@ -158,9 +160,8 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                 _print_explain(result)
             if flags:
                 out.print("Megatron-LM arguments: " + flags, highlight=False, soft_wrap=True)
-                from ..scenario.megatron_fsdp import caveat
-                if caveat(s):
-                    say("note:", caveat(s), "yellow")
+                if flags_note:
+                    say("note:", flags_note, "yellow")
         # printed once the plots have their data: the plotting process draws while this one prints
         written = _write_outputs(result, folder, plots, quiet=as_json, trace=trace, pdf=pdf, plotter=plotter,
                                  memory_drawn=plots, then=report, **gantt)
