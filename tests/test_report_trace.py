@@ -435,7 +435,7 @@ def test_the_plotting_process_imports_none_of_the_simulator():
     """`sim3d run` forks its plotting process before it imports the simulator, pandas among
     it: the plots and what they are handed must need none of it, or both processes import it
     (a fifth of a second on the run's critical path for pandas alone)."""
-    code = ("import sys, importlib; from sim3d.report.outputs import PLOT_MODULES\n"
+    code = ("import sys, importlib; from sim3d.report.plot_process import PLOT_MODULES\n"
             "[importlib.import_module(m) for m in PLOT_MODULES]\n"
             "print(sorted(m for m in ('pandas', 'networkx', 'simpy', 'pydantic', 'sim3d.model', 'sim3d.api')"
             " if m in sys.modules))")

@@ -11,7 +11,7 @@ from typing import Callable
 from ..cluster.placement import Placement
 from ..trace import gc_paused, trace_columns
 from .beside import Beside
-from .plot_process import PLOT_MODULES, start_plotting  # noqa: F401 - PLOT_MODULES: the plots' imports
+from .plot_process import start_plotting
 from .memory_plot import plain_rows
 from .safe_files import refuse_unsafe, replacing, write_bytes, write_with
 

@@ -226,6 +226,7 @@ class Space:
                     "tp_comm_overlap", "order", "dp_shard"):
             rest *= len(d[key])
         inner = rest // (len(d["micro_batch"]) * len(d["vpp"]) * len(d["schedule"]))
+        shards = len(d["dp_shard"])
         want_dp = self.choices.get("dp")
         for tp, cp, ep, pp in itertools.product(d["tp"], d["cp"], d["ep"], d["pp"]):
             if g % (tp * cp * pp):
@@ -253,7 +254,6 @@ class Space:
                     for recompute, sp, dist, overlap, order in itertools.product(
                             d["recompute"], d["sequence_parallel"], d["zero"], d["tp_comm_overlap"],
                             d["order"]):
-                        shards = len(d["dp_shard"])
                         if ((sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1 and edp == 1)
                                 or (order != d["order"][0] and (pp == 1 or dp == 1))):
                             dropped["same run"] += shards
