@@ -60,3 +60,39 @@ def test_masking_allows_the_clock_and_nothing_else():
     assert generate.masked("24,080 actions in 0.40 s") == generate.masked("24,080 actions in 0.07 s")
     assert generate.masked("estimating 1,016/s") == generate.masked("estimating 2,401/s")
     assert generate.masked("step 27.789 s") != generate.masked("step 27.790 s")
+
+
+EXECUTOR_OUTPUT = """tiny: schedule 1f1b on 4 process(es), median step 125.3 ms
+losses: 5.583130, 5.566050, 5.554345
+check PASSED (tolerance 6.2e-02 for bf16): loss rel 1.10e-05, param abs 3.90e-03 rel 3.78e-03
+"""
+
+
+def test_executor_losses_agree_within_twice_the_checks_tolerance_and_no_further():
+    other_cpu = EXECUTOR_OUTPUT.replace("5.583130", "5.583127").replace("125.3 ms", "131.0 ms")
+    assert generate.agree(other_cpu, EXECUTOR_OUTPUT)
+    within = EXECUTOR_OUTPUT.replace("5.583130", f"{5.583130 * (1 + 0.12):.6f}")  # < 2 x 6.2e-2
+    assert generate.agree(within, EXECUTOR_OUTPUT)
+    beyond = EXECUTOR_OUTPUT.replace("5.583130", f"{5.583130 * (1 + 0.13):.6f}")
+    assert not generate.agree(beyond, EXECUTOR_OUTPUT)
+    assert not generate.agree(EXECUTOR_OUTPUT.replace("losses: 5.583130, ", "losses: "), EXECUTOR_OUTPUT)
+    assert not generate.agree(EXECUTOR_OUTPUT.replace("PASSED", "FAILED"), EXECUTOR_OUTPUT)
+
+
+def test_round_off_is_allowed_only_on_the_executors_loss_line():
+    assert not generate.agree("step 27.788 s\ncheck PASSED (tolerance 6.2e-02 for bf16): x\n",
+                              "step 27.789 s\ncheck PASSED (tolerance 6.2e-02 for bf16): x\n")
+    without_check = "losses: 5.583130\n"
+    assert not generate.agree("losses: 5.583127\n", without_check)
+
+
+def test_the_executor_block_agrees_on_another_cpu(tmp_path):
+    """Another machine, emulated: ATen's portable kernels instead of this CPU's vector ones
+    and one thread, which sum in another order (the losses move in their sixth digit)."""
+    block = next(b for b in generate.blocks((ROOT / "README.md").read_text())
+                 if b.kind == "console" and b.source.startswith("sim3d execute") and "--check" in b.source)
+    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    env = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
+    output = generate.run(block, tmp_path, extra_env=env)
+    assert "check PASSED" in output
+    assert generate.agree(output, block.output), output
