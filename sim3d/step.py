@@ -11,6 +11,7 @@ reduces in about P / bucket buckets (at least 1; at most 16, to keep schedules s
 from __future__ import annotations
 
 from .model.params import stage_params
+from .scenario.sharding import ShardingPlan
 from .schedule import Schedule, build, lower
 
 BUCKET_PARAMS = 40_000_000
@@ -35,9 +36,6 @@ def step_schedule(scenario, buckets_per_chunk: int | None = None) -> Schedule:
 
 
 def gathers_after_step(scenario) -> bool:
-    """Whether updated parameter shards are all-gathered in buckets after the optimizer step:
-    with a sharded optimizer over more than one rank, unless ZeRO-3 resharding after the
-    forward gathers each unit inside the next forward instead (costs/sharded_dp.py)."""
-    gathers_in_forward = scenario.parallel.zero == 3 and scenario.reshard_after_forward
-    return (scenario.parallel.distributed_optimizer and not gathers_in_forward
-            and max(scenario.dp * scenario.cp, scenario.edp) > 1)
+    """Whether updated parameter shards are all-gathered in buckets after the optimizer step
+    (`ShardingPlan.gathers_after_step`), over more than one rank."""
+    return ShardingPlan.of(scenario).gathers_after_step and max(scenario.dp * scenario.cp, scenario.edp) > 1

@@ -7,7 +7,7 @@ from functools import cached_property
 
 from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, Placement
 from ..model.params import stage_params
-from ..model.ops import ACT_BYTES, grad_bytes
+from ..scenario.sharding import ShardingPlan
 
 
 class GradientBuckets:
@@ -18,14 +18,8 @@ class GradientBuckets:
         self.placement = placement
 
     @cached_property
-    def sharded_in_compute(self) -> bool:
-        """Gradients are reduce-scattered unit by unit inside every backward (ZeRO-2, and ZeRO-3
-        resharding after the forward, which also gathers each unit's parameters inside every
-        forward and backward: sharded_dp.py), not in buckets after the last backward. ZeRO-3
-        keeping its parameters gathered (pipelines) gathers once and reduces once per step, in
-        buckets, as the distributed optimizer does."""
-        zero = self.s.parallel.zero
-        return zero == 2 or (zero == 3 and self.s.reshard_after_forward)
+    def sharding(self) -> ShardingPlan:
+        return ShardingPlan.of(self.s)
 
     @cached_property
     def gradient_axes(self) -> tuple[tuple[str, bool], ...]:
@@ -33,7 +27,7 @@ class GradientBuckets:
         parameters over dp x cp, and an MoE model's experts over their own replicas; with
         reduce-scatters inside the backward, only HSDP's all-reduce of each shard over its
         replicas (a group of one, costing nothing, without replicas)."""
-        if self.sharded_in_compute:
+        if self.sharding.reduces_in_compute:
             return ((REPLICA_AXIS, False),)
         if self.s.model.moe is None:
             return ((GRADIENT_AXIS, False),)
@@ -41,20 +35,17 @@ class GradientBuckets:
 
     def gradient_op(self, what: str) -> str:
         """The collective of a bucket's "reduce" or "gather"."""
-        if what == "gather":
-            return "all-gather"
-        sharded = self.s.parallel.distributed_optimizer and not self.sharded_in_compute
-        return "reduce-scatter" if sharded else "all-reduce"
+        return "all-gather" if what == "gather" else self.sharding.bucket_reduction
 
     def bucket_bytes(self, op: str, stage: int, buckets: int, expert: bool) -> float:
         """The buffer of one bucket's collective: its share of the stage's dense (or expert)
         parameters at the collective's width; of the rank's shard alone where the gradients
         were reduce-scattered inside the backward (HSDP's all-reduce over replicas)."""
         params = stage_params(self.s, (stage,))
-        shard = self.placement.shard_group_size if self.sharded_in_compute else 1
+        shard = self.placement.shard_group_size if self.sharding.reduces_in_compute else 1
         return (params.expert if expert else params.dense) / buckets / shard * self.dp_width(op)
 
     def dp_width(self, op: str) -> int:
         """Bytes per element of a data-parallel collective: gradients go at their buffer's
-        width (`grad_bytes`: fp32 in Megatron's default), gathered parameters at theirs."""
-        return ACT_BYTES[self.s.training.precision] if op == "all-gather" else grad_bytes(self.s.training)
+        width (fp32 in Megatron's default), gathered parameters at theirs (one byte in FP8)."""
+        return self.sharding.gather_bytes if op == "all-gather" else self.sharding.grad_bytes

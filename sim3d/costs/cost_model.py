@@ -14,7 +14,8 @@ from collections import defaultdict
 from functools import cached_property
 
 from ..model.params import embedding_params, head_params, layer_params, stage_params, tied_embedding
-from ..model.ops import ACT_BYTES, Dims, embedding_ops, grad_bytes, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..scenario.sharding import ShardingPlan, grad_bytes
 from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
@@ -69,8 +70,8 @@ class CostModel:
         return self.s.network_asymmetric
 
     @property
-    def sharded_in_compute(self) -> bool:
-        return self.buckets.sharded_in_compute
+    def sharding(self) -> ShardingPlan:
+        return self.buckets.sharding
 
     @property
     def gradient_axes(self) -> tuple[tuple[str, bool], ...]:
@@ -80,7 +81,7 @@ class CostModel:
     def _folded_links(self):
         # no "pp": a pipeline transfer is priced on its own path (`_transfer`), not as a ring
         rings = ("tp", "cp") + tuple(axis for axis, _ in self.gradient_axes) + (
-            (SHARD_AXIS,) if self.sharded_in_compute else ())
+            (SHARD_AXIS,) if self.sharding.collectives_in_compute else ())
         if not self._degraded:
             return {axis: self.topology.group_link(axis) for axis in rings + ("ep",)}
         links = {axis: self.topology.slowest_group_link(axis) for axis in rings}
@@ -149,7 +150,7 @@ class CostModel:
         """F, B, BI or BW of one micro-batch on a global stage, priced on `rank`'s process
         groups (no straggler slowdown)."""
         links = self._links_of(rank)
-        shard = self._link(SHARD_AXIS, rank) if self.sharded_in_compute else None
+        shard = self._link(SHARD_AXIS, rank) if self.sharding.collectives_in_compute else None
         key = (stage, kind, links, shard)
         if key not in self._stage_cache:
             cost = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
@@ -172,13 +173,13 @@ class CostModel:
             units.append((self.block("head", kind, links), head_params(d, stage == 0)))
         if kind != "F":
             units.reverse()  # the backward runs the units last to first
-        gathers_params = s.parallel.zero == 3 and kind in ("F", "B", "BI")
-        reduces_grads = kind in ("B", "BW")
-        gather_width = 1 if s.training.fp8_param_gather else ACT_BYTES[s.training.precision]
+        plan = self.sharding
+        gathers_params = (plan.gathers_in_compute and kind == "F") or (plan.regathers_in_backward and kind in ("B", "BI"))
+        reduces_grads = plan.reduces_in_compute and kind in ("B", "BW")
         gathers, reduces, wire = [], [], 0.0
         for _, params in units:
-            g = params * gather_width if gathers_params else 0.0
-            r = params * grad_bytes(s.training) if reduces_grads else 0.0
+            g = params * plan.gather_bytes if gathers_params else 0.0
+            r = params * plan.grad_bytes if reduces_grads else 0.0
             gathers.append(self._collective("all-gather", g, "dp", {"dp": shard}) if g else 0.0)
             reduces.append(self._collective("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0)
             wire += (self._wire("all-gather", g, "dp", {"dp": shard}) if g else 0.0) + (
@@ -420,7 +421,7 @@ class CostModel:
         embedding's all-reduce before it is `embedding_sync`, network time booked apart."""
         held = [stage_params(self.s, (stage,)) for stage in stages]
         count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
-        if self.s.parallel.distributed_optimizer:
+        if self.sharding.shards_optimizer:
             p = self.placement
             count["shard"] = sum(h.dense / p.shard_group_size + h.expert / p.expert_data_parallel for h in held)
         moved = defaultdict(float)

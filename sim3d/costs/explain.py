@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.ops import ACT_BYTES, grad_bytes
+from ..scenario.sharding import grad_bytes
 from .tp_overlap import COMM_SMS, PIPELINE_SPLITS
 from .optimizer_step import step_bytes
 from .provenance import ANALYTICAL, PROFILE
@@ -22,7 +22,7 @@ def explain(costs) -> list[tuple[str, str]]:
                      "time. TP / CP collectives inside compute stay analytical"))
     rows.append(("data-parallel bytes", f"gradients reduced at {grad_bytes(costs.s.training)} B per parameter "
                  f"({_gradient_width_source(costs.s.training)}), parameters gathered at "
-                 f"{ACT_BYTES[costs.s.training.precision]} B"))
+                 f"{costs.sharding.gather_bytes} B"))
     kernels = step_bytes(costs.s.training)
     per = {where: " + ".join(f"{name} {nbytes}" for name, (nbytes, at) in kernels.items() if at == where)
            for where in ("shard", "local")}

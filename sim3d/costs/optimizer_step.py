@@ -17,7 +17,7 @@ Per local parameter: zero_grad_buffer rewrites the whole gradient buffer (its wi
 
 from __future__ import annotations
 
-from ..model.ops import grad_bytes
+from ..scenario.sharding import grad_bytes
 
 GRAD_CAST_BYTES = 6
 UNSCALE_BYTES = 8

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..trace import rows_to_frame, write_trace_csv
+from ..scenario.sharding import ShardingPlan
 
 SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe",
              "econnreset", "socket closed", "read error", "connection refused", "peer")
@@ -166,8 +167,9 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     if backend == "nccl" and named in ("fa3", "triton") and scenario.cp == 1:  # cp > 1: the ring, not SDPA
         raise ExecutorRefusal(f"training.kernels.attention={named}: the executor runs torch's scaled_dot_product_attention, "
                               "which has no such kernel; on a GPU it runs default, cudnn or fa2")
-    if scenario.parallel.zero >= 2 and scenario.dp * scenario.cp > 1:
-        raise ExecutorRefusal(f"parallel.zero={scenario.parallel.zero}: the executor shards the optimizer state at "
+    zero = ShardingPlan.of(scenario).zero
+    if zero >= 2 and scenario.dp * scenario.cp > 1:
+        raise ExecutorRefusal(f"parallel.zero={zero}: the executor shards the optimizer state at "
                               "most (zero 0 or 1); run sharded gradients and parameters in the simulator only")
     if steps < 1:
         raise ExecutorRefusal(f"steps must be >= 1, got {steps}")
@@ -199,7 +201,7 @@ def _refuse_experts(scenario, routing: str, check: bool) -> None:
     if moe.capacity_factor is not None and (routing == "topk" or moe.capacity_factor < 1):
         raise ExecutorRefusal("model.moe.capacity_factor: the executor's experts are dropless; with --routing "
                               "balanced and a capacity factor of at least 1 no token would be dropped, so that runs")
-    if p.distributed_optimizer and scenario.dp * scenario.cp > 1:
+    if ShardingPlan.of(scenario).shards_optimizer and scenario.dp * scenario.cp > 1:
         raise ExecutorRefusal("the executor's distributed optimizer shards dense parameters only: run MoE with "
                               "parallel.zero 0")
     if check and routing == "topk" and scenario.training.precision in ("bf16", "fp16"):

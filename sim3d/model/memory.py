@@ -27,7 +27,8 @@ from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
-from .ops import Dims, embedding_dims_ops, grad_bytes, head_dims_ops, ops_for
+from ..scenario.sharding import ShardingPlan
+from .ops import Dims, embedding_dims_ops, head_dims_ops, ops_for
 from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
 
 GIB = 2**30
@@ -220,30 +221,8 @@ def _schedule_key(s, check: bool) -> tuple:
     return s.schedule, s.pp, m, s.vpp, check
 
 
-@dataclass(frozen=True)
-class Sharding:
-    """What a rank's model states depend on beyond its parameters: the ZeRO stage, the groups
-    the shards spread over, and the widths of what is kept and gathered."""
-    zero: int
-    fp32: bool
-    grad_bytes: int  # per gradient element, as kept and reduced
-    dense_group: int  # ranks a dense parameter's states are sharded over (dp x cp, or an HSDP group)
-    expert_group: int  # ... an expert parameter's (its expert-data-parallel replicas)
-    gather_bytes: int  # per parameter element, as ZeRO-3 gathers it
-    reshard_after_forward: bool
-    bf16_optimizer: bool = False  # Adam moments in bf16 on the bf16 weights, no fp32 master copy
-
-    @classmethod
-    def of(cls, s) -> "Sharding":
-        fp32 = s.training.precision == "fp32"
-        gather = 1 if s.training.fp8_param_gather else (4 if fp32 else 2)
-        expert_group = s.edp * s.shard_group // (s.dp * s.cp)  # HSDP narrows both groups alike
-        return cls(s.parallel.zero, fp32, grad_bytes(s.training), s.shard_group, max(1, expert_group), gather,
-                   s.reshard_after_forward, s.training.optimizer_dtype == "bf16" and not fp32)
-
-
 def _states_of(s, d: Dims, schedule: tuple) -> tuple:
-    return _rank_states(_params_dims(d), layer_split(s), schedule, Sharding.of(s))
+    return _rank_states(_params_dims(d), layer_split(s), schedule, ShardingPlan.of(s))
 
 
 @lru_cache(maxsize=4096)
@@ -300,7 +279,7 @@ ZERO3_STATE_BYTES = (4, 4, 8)
 
 
 @lru_cache(maxsize=65536)
-def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: Sharding) -> tuple:
+def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: ShardingPlan) -> tuple:
     """Per rank: (stages, layers, parameters, weight / grad / optimizer bytes).
 
     ZeRO 0-2 follow Megatron's table (distrib_optimizer.md): the optimizer state (1), then the
@@ -308,13 +287,15 @@ def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: Sharding) -> 
     and holds, besides, what is gathered at the peak: with resharding after forward the unit
     running and the one prefetched (FSDP2 prefetches one unit ahead), else every unit of the
     rank from its forward to its backward; and one unit's unsharded gradient before its
-    reduce-scatter (also ZeRO-2's transient)."""
+    reduce-scatter (also ZeRO-2's transient). Where gradients are reduced once per step instead
+    (under a pipeline: `ShardingPlan.reduces_in_compute`), ZeRO-2/3 accumulate the stage's
+    unsharded gradients at the reduce width until then, as ZeRO-1 does."""
     # distrib_optimizer.md's table (header): half-precision gradients leave the optimizer an
     # fp32 copy of them to keep (16 B instead of 12). The distributed optimizer makes that copy
     # of its shard only inside the step (distrib_optimizer.py: shard_main_param.grad =
     # shard_model_grad.float()), after the last backward freed the activations, and train_step
     # zeroes it before the next forward: at the activation peak its shard holds 12 B.
-    w_bytes, opt_bytes = (4, 8) if sharding.fp32 else (2, 12 if sharding.grad_bytes == 4 or sharding.zero else 16)
+    w_bytes, opt_bytes = (4, 8) if sharding.fp32 else (2, 12 if sharding.grad_bytes == 4 or sharding.shards_optimizer else 16)
     if sharding.bf16_optimizer:
         # Apex DistributedFusedAdam with dtype bf16: exp_avg and exp_avg_sq shards in bf16 and no
         # parameter copy (distributed_fused_adam.py: store_params off when the optimizer's
@@ -331,15 +312,17 @@ def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: Sharding) -> 
         p = params_of(d, split, stages)
         shard = p.dense / sharding.dense_group + p.expert / sharding.expert_group
         unit = _largest_unit(d, split, stages)
+        if sharding.reduces_in_compute:
+            g = (ZERO3_STATE_BYTES[1] if sharding.zero == 3 else g_bytes) * shard + g_bytes * unit
+        else:
+            g = g_bytes * p.total
         if sharding.zero == 3:
             gathered = 2 * unit if sharding.reshard_after_forward else p.total
             w = ZERO3_STATE_BYTES[0] * shard + sharding.gather_bytes * gathered
-            g = ZERO3_STATE_BYTES[1] * shard + g_bytes * unit
             o = ZERO3_STATE_BYTES[2] * shard
         else:
             w = w_bytes * p.total
-            g = g_bytes * shard + g_bytes * unit if sharding.zero == 2 else g_bytes * p.total
-            o = opt_bytes * shard if sharding.zero >= 1 else opt_bytes * p.total
+            o = opt_bytes * shard if sharding.shards_optimizer else opt_bytes * p.total
         rows.append((stages, dense + moe, p.total, w, g, o))
     return tuple(rows)
 
@@ -406,7 +389,7 @@ def _reason(s, rows: list[RankMemory], hbm: float) -> str:
         return (f"{head}: weights+grads+optimizer alone need {_gib(states.model_states)} GiB > "
                 f"{_gib(hbm)} GiB (weights {_gib(states.weights)}, grads {_gib(states.grads)}, "
                 f"optimizer {_gib(states.optimizer)} GiB on {where}); raise tp/pp or "
-                + ("shard more (parallel.zero 1-3)" if s.parallel.zero < 3 else
+                + ("shard more (parallel.zero 1-3)" if ShardingPlan.of(s).zero < 3 else
                    f"shard over more ranks (shard groups of {s.shard_group})"))
     parts = {"weights+grads+optimizer": worst.model_states, "activations": worst.activations + worst.other,
              "reserve": worst.reserve}

@@ -49,15 +49,6 @@ LSE_BYTES = 4  # FlashAttention keeps one fp32 log-sum-exp per query and head fo
 FP8_CAST_BYTES_PER_ELEMENT = 4
 
 
-def grad_bytes(training) -> int:
-    """Bytes per gradient element as Megatron keeps and reduces them (its gradient buffer):
-    fp32 where `grad_reduce_in_fp32` holds, by default for every precision but fp16."""
-    in_fp32 = training.grad_reduce_in_fp32
-    if in_fp32 is None:
-        in_fp32 = training.precision != "fp16"
-    return 4 if training.precision == "fp32" or in_fp32 else 2
-
-
 @dataclass(frozen=True)
 class Dims:
     """Sizes the op formulas need. `unsharded()` gives the same model with tp=cp=ep=1."""

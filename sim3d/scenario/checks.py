@@ -7,6 +7,7 @@ from ..cluster.gpus import PRESETS, attention_kernels, suggest
 from .bounds import NICS_PER_GPU, SERVER_NICS
 from .limits import FLOW_GPUS, GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
+from .sharding import ShardingPlan
 from ..cluster.placement import Placement
 from ..schedule.specs import SCHEDULES
 AXES = ("tp", "cp", "ep", "dp", "pp")
@@ -163,12 +164,11 @@ def _size_problems(s) -> list[str]:
 
 def _fabric_problems(s) -> list[str]:
     inter, p = s.cluster.inter_node, []
-    zero = s.parallel.zero
-    if s.costs.network == "flow" and (zero == 2 or (zero == 3 and s.reshard_after_forward)):
+    if s.costs.network == "flow" and ShardingPlan.of(s).collectives_in_compute:
         # found by a hostile pass: the folded and the full-fidelity replays of the same layout
         # disagree (by up to 26%) when the units' gathers and reduce-scatters run inside the
         # compute actions on the flow network; refused until they agree, not answered wrongly
-        p.append(f"costs.network: flow with parallel.zero {zero} (units gathered and reduce-scattered inside "
+        p.append(f"costs.network: flow with parallel.zero {s.parallel.zero} (units gathered or reduce-scattered inside "
                  "every forward and backward) is not supported yet; use costs.network: analytical")
     # a what-if that shrinks a DGX's GPU count keeps its cabling: a server's 10 NICs stay allowed
     most = max(NICS_PER_GPU * s.gpus_per_node, SERVER_NICS)

@@ -25,6 +25,7 @@ from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXI
 from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
+from ..scenario.sharding import ShardingPlan
 from ..schedule.specs import SCHEDULES
 from ..step import gathers_after_step, dp_buckets_per_chunk
 from ..cluster.topology import Topology
@@ -125,9 +126,10 @@ class Estimator:
         links = self._placed(layout, scenario)[1]
         compute_key = (layout.tp, layout.cp, layout.ep, layout.micro_batch, layout.recompute,
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
-        # ZeRO-2/3 price each unit's gathers and reduce-scatters inside the compute actions, on
-        # the shard group the placement gives
-        sharded = (layout.zero, layout.dp, layout.order, layout.dp_shard) if layout.zero >= 2 else ()
+        # ZeRO-2/3 may price each unit's gathers and reduce-scatters inside the compute actions,
+        # on the shard group the placement gives
+        in_compute = ShardingPlan.of(scenario).collectives_in_compute
+        sharded = (layout.zero, layout.dp, layout.order, layout.dp_shard) if in_compute else ()
         per_rank = self._memo(("work", compute_key, layout.pp, layout.vpp, v_shape) + sharded,
                               lambda: self._rank_work(layout, scenario, cost_model(), compute_key))
         transfers = self._memo(("p2p", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
@@ -155,7 +157,7 @@ class Estimator:
         held = np.array([[stage_map.stage(r, c) for c in range(layout.vpp)] for r in range(layout.pp)])
         work = {}
         for kind in KINDS:
-            if costs.sharded_in_compute:  # the stage's action: its blocks and its units' collectives
+            if costs.sharding.collectives_in_compute:  # the stage's action: its blocks and its units' collectives
                 per_stage = np.array([costs.action(stage, kind).seconds for stage in range(len(dense))])
             else:
                 per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)
