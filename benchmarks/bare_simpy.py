@@ -23,7 +23,7 @@ import simpy
 
 from sim3d.costs.cost_model import CostModel
 from sim3d.engine.replay import Engine, ReplayOptions
-from sim3d.trace import gc_paused
+from sim3d.util.gc_control import gc_paused
 from sim3d.scenario.load import load_scenario
 from sim3d.schedule.dependencies import family, input_of, output_to
 from sim3d.schedule.ir import Kind

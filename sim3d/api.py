@@ -46,7 +46,7 @@ class Result:
 
     @cached_property
     def trace(self):
-        """One row per simulated action (pandas DataFrame, DESIGN.md trace columns)."""
+        """One row per simulated action (pandas DataFrame, docs/contracts.md#trace-columns)."""
         return self.sim.trace()
 
     @cached_property

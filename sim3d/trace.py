@@ -1,4 +1,4 @@
-"""The trace contract (DESIGN.md section 4), below the engine and the executor, which both
+"""The trace contract (docs/contracts.md#trace-columns), below the engine and the executor, which both
 build rows for it, and the report, which reads and writes it.
 
 One row per executed action, simulated and executed alike, columns TRACE_COLUMNS:
@@ -27,12 +27,11 @@ Only the standard library is imported at module level: the engine imports this m
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 from .schedule.ir import Kind
+from .util.gc_control import gc_paused
 
 
 class TraceRow(NamedTuple):
@@ -285,16 +284,3 @@ def read_trace(path: str | Path):
         return check_trace_values(canonical(df))
     return read_trace_csv(path)
 
-
-@contextmanager
-def gc_paused():
-    """`with gc_paused():` around code that allocates many small objects without reference
-    cycles (the replay's events, a trace's rows and columns): the cyclic collector would only
-    rescan them, and on a full-fidelity run that rescanning cost a third of the time."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()

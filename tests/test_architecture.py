@@ -1,8 +1,9 @@
-"""The package's shape (DESIGN.md section 2, docs/architecture.md): imports flow one way,
-from the hardware up to the command line, and only the seams sit at the package root.
+"""The package's shape (docs/architecture.md): imports flow one way, from the utilities and
+the hardware up to the command line, and only the seams sit at the package root.
 
-Imports are read from the source with `ast`, those inside functions included (a lazy import
-is still a dependency), so a module reaching upward fails here, not in a user's traceback.
+Imports are read from the source with `ast.walk` over the whole module, so those inside
+functions and `if TYPE_CHECKING:` blocks count too (a lazy import is still a dependency), and
+a module reaching upward fails here, not in a user's traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sim3d"
 
 # Bottom to top. A module may import its own layer and those below it, never above.
 LAYERS = [
+    {"util"},                # safe output files, process lifetime, GC control: nothing of sim3d's
     {"errors"},
     {"cluster"},
     {"schedule", "trace"},   # the IR (pure: no scenario), and the trace contract on its kinds
@@ -102,21 +104,60 @@ def test_no_import_circles_between_modules():
     assert not circles, "import circles: " + "; ".join(" -> ".join(c + c[:1]) for c in circles[:5])
 
 
+def test_util_imports_nothing_of_sim3d_but_itself():
+    """The utilities sit below every layer, errors included: any module may use them."""
+    reaching = sorted(f"{source} imports {target}" for source, target in _graph().edges
+                      if _unit(source) == "util" and _unit(target) != "util")
+    assert not reaching, "\n".join(reaching)
+
+
+def test_report_and_studies_do_not_import_each_other():
+    """Same layer, separate jobs: studies compute, report draws and writes; the CLI joins them."""
+    crossing = sorted(f"{source} imports {target}" for source, target in _graph().edges
+                      if {_unit(source), _unit(target)} == {"report", "studies"})
+    assert not crossing, "\n".join(crossing)
+
+
 def test_package_root_holds_only_the_seams():
     loose = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
     assert loose <= SEAMS and len(loose) <= 5, f"modules at the package root beyond the seams: {loose - SEAMS}"
 
 
-def test_the_layer_check_sees_an_upward_import(tmp_path):
-    """The checker itself bites: a cluster module importing the engine is reported."""
+def _edges_of(tmp_path, source: str) -> list[tuple[str, str]]:
+    """The import graph of a fake package holding one module, sim3d/cluster/bad.py."""
     fake = tmp_path / "sim3d" / "cluster"
     fake.mkdir(parents=True)
-    (fake / "bad.py").write_text("from ..engine.replay import Engine\n")
+    (fake / "bad.py").write_text(source)
     global PACKAGE
     real, PACKAGE = PACKAGE, tmp_path / "sim3d"
     try:
-        edges = list(_graph().edges)
+        return list(_graph().edges)
     finally:
         PACKAGE = real
-    assert edges == [("sim3d.cluster.bad", "sim3d.engine.replay")]
+
+
+def test_contracts_are_cited_from_the_repository():
+    """The contracts live in docs/contracts.md: code and tests cite it, not a design card
+    outside the repository that users do not have."""
+    card = "DESIGN" + ".md"  # built, so this file does not cite it itself
+    citing = sorted(f"{path.relative_to(PACKAGE.parent)}:{number}"
+                    for folder in (PACKAGE, Path(__file__).parent) for path in folder.rglob("*")
+                    if path.is_file() and "__pycache__" not in path.parts
+                    for number, line in enumerate(path.read_bytes().splitlines(), 1) if card.encode() in line)
+    assert not citing, "cite docs/contracts.md (its section) instead: " + ", ".join(citing)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """The checker itself bites: a cluster module importing the engine is reported."""
+    assert _edges_of(tmp_path, "from ..engine.replay import Engine\n") == [("sim3d.cluster.bad", "sim3d.engine.replay")]
     assert RANK[_unit("sim3d.engine.replay")] > RANK[_unit("sim3d.cluster.bad")]
+
+
+def test_the_layer_check_sees_lazy_imports(tmp_path):
+    """An import inside a function, a method or a TYPE_CHECKING block is a dependency too."""
+    source = ("from typing import TYPE_CHECKING\n"
+              "if TYPE_CHECKING:\n    from ..analysis.summary import summarize\n"
+              "def draw():\n    from ..report import gantt\n"
+              "class Late:\n    def run(self):\n        import sim3d.engine.replay\n")
+    assert sorted(target for _, target in _edges_of(tmp_path, source)) == [
+        "sim3d.analysis.summary", "sim3d.engine.replay", "sim3d.report"]

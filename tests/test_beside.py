@@ -224,7 +224,7 @@ def test_the_process_collects_though_forked_where_the_caller_paused_it(tmp_path,
     when it forked is frozen there, not collected again."""
     import gc
 
-    from sim3d.trace import gc_paused
+    from sim3d.util.gc_control import gc_paused
     with gc_paused():
         process = beside.Beside()
     process.submit(collector_state, tmp_path / "state.txt")

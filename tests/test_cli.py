@@ -117,7 +117,7 @@ def test_a_sweep_over_null_and_a_value_plots_both(tmp_path):
                     "--out", tmp_path, "--workers", 1)
     assert result.exit_code == 0, result.stderr
     assert len(pd.read_csv(tmp_path / "results.csv")) == 2 and (tmp_path / "sweep.png").exists()
-    from sim3d.studies.sweep import _numbers_first  # its x axis: numbers in order, null last, text a-z
+    from sim3d.report.sweep_plot import _numbers_first  # its x axis: numbers in order, null last, text a-z
     values = pd.Series(["null", "1024", "512"])
     assert values.sort_values(key=_numbers_first, na_position="last").tolist() == ["512", "1024", "null"]
     assert pd.Series(["zbv", "1f1b"]).sort_values(key=_numbers_first).tolist() == ["1f1b", "zbv"]

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim3d.cli.app import app
-from sim3d.report.safe_files import LOCK_NAME, MANIFEST_NAME, TEMP_PREFIX, record_outputs
+from sim3d.util.safe_files import LOCK_NAME, MANIFEST_NAME, TEMP_PREFIX, record_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny.yaml"

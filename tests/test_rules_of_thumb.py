@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sim3d.cli.app import app
 from sim3d.studies.rules import HOLDS, HOLDS_WHEN, RULES, WRONG
-from sim3d.studies.rules.base import bubble_1f1b, bubble_interleaved, microbatches_for_bubble
+from sim3d.schedule.bubble import bubble_1f1b, bubble_interleaved, microbatches_for_bubble
 from sim3d.studies.rules.memory import _closed_form_gpt3, _memory
 from sim3d.studies.rules.pipeline import GPT3, unit_cost_bubble
 

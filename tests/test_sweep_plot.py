@@ -4,7 +4,7 @@ a bubble panel beside step time and MFU."""
 import pandas as pd
 import pytest
 
-from sim3d.studies.sweep import plot_sweep, series_style, sweep_figure
+from sim3d.report.sweep_plot import plot_sweep, series_style, sweep_figure
 
 BATCHES = ["1024", "128", "2048", "256", "512", "64", "32", "16", "8", "4", "2", "1"]
 

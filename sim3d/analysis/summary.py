@@ -1,4 +1,4 @@
-"""The summary of one simulated step (DESIGN.md section 4 keys, SI units) and its table."""
+"""The summary of one simulated step (docs/contracts.md#summary-keys, SI units) and its table."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from ..model.memory import memory_report
 SUMMARY_KEYS = ("name", "num_gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch",
                 "global_batch", "num_microbatches", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
                 "hardware_tflops_per_gpu", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
-                "fits_in_memory", "sim_events", "sim_wall_s", "hfu", "breakdown", "sim3d_version")
+                "fits_in_memory", "sim_events", "sim_wall_s", "hfu", "breakdown", "memory_note", "warnings",
+                "sim3d_version")
 
 
 def summarize(run, memory=None) -> dict:

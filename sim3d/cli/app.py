@@ -69,7 +69,7 @@ def exit_now(code) -> None:
     """End the process as `sys.exit(code)` would, less the interpreter's teardown, which frees a
     finished run's objects one by one (0.1 s of the flagship's 1.7, benchmarks/run_wall.py):
     the exit handlers still run and the standard streams are flushed. Every file sim3d writes is
-    closed by then (report/safe_files.py, raw descriptors elsewhere)."""
+    closed by then (util/safe_files.py, raw descriptors elsewhere)."""
     import atexit
     import os
     import sys

@@ -108,7 +108,7 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
         out.print(f"step: {timeline.step_time:g} units (F=1, B=2{per_chunk}); bubble: {timeline.bubble_fraction:.1%} "
                   f"(idle share of the least busy rank)", highlight=False)
     if csv_path:
-        from ..report.safe_files import naming
+        from ..util.safe_files import naming
         with naming(csv_path):  # a user's path, written in place: it may be /dev/stdout
             csv_path.write_text(full.to_csv())
     if gantt:

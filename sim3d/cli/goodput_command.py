@@ -32,7 +32,7 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     """Effective training time under failures and the optimal checkpoint interval (Young/Daly)."""
     from rich.table import Table
 
-    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe, write_with
+    from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe, write_with
     from ..studies.goodput import (ASSUMED_RESTART_S, LLAMA3_EFFECTIVE, LLAMA3_GPUS, goodput as model, gpu_counts,
                                    llama3_failures)
 

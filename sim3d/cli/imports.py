@@ -31,7 +31,7 @@ def _emit(imported, out: Optional[Path], as_json: bool) -> None:
                      "path": str(out) if out else None})
     if out is not None:
         _writable_file(out, "--out", (".yaml", ".yml"))
-        from ..report.safe_files import naming
+        from ..util.safe_files import naming
         with naming(out):
             out.write_text("# written by `sim3d import`\n" + "".join(f"# {n}\n" for n in notes) + text)
     elif not as_json:

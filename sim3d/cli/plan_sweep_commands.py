@@ -47,9 +47,10 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         GPUS.check(gpus, "--gpus")
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
-    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
-    from ..studies.plan import (baseline_of, check_space, estimate_misses, json_row, plan as search, plan_table,
-                                planned_outputs, write_outputs)
+    from ..report.plan_plot import PLOT_NAME, plot_plan
+    from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe, write_with
+    from ..studies.plan import (TABLES, baseline_of, check_space, estimate_misses, json_row, plan as search,
+                                plan_table, planned_tables, write_tables)
     from ..studies.space import parse_choices
 
     choices = parse_choices(fix, space)
@@ -58,7 +59,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     gpus = gpus or base.num_gpus
     check_space(scenario, gpus, choices, headroom / 100)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
-    refuse_unsafe(planned_outputs(folder, plots))  # before the search; the writes check again
+    # before the search; the writes check again
+    refuse_unsafe(planned_tables(folder) + ([folder / PLOT_NAME] if plots else []))
     with folder_lock(folder, "plan"), progress_bars("plan", err) as progress:
         tasks: dict[str, int] = {}
 
@@ -72,10 +74,14 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                 progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
 
         result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100)
-        written = write_outputs(result, folder, plots)
+        written = write_tables(result, folder)
+        if plots and result.fitting:
+            hbm = result.space.base.gpu.hbm_gib
+            written.append(write_with(folder / PLOT_NAME,
+                                      lambda path: plot_plan(result.candidates, result.finalists, hbm, path)))
         # an earlier search's plan.png beside this one's tables would pass for this search's
         removed = record_outputs(folder, written, {"written_by": "sim3d plan", "scenario": str(scenario)},
-                                 ("candidates.csv", "finalists.csv", "plan.png"))
+                                 (*TABLES, PLOT_NAME))
     if removed:
         say("removed", f"{', '.join(removed)} from {folder}/: an earlier search wrote them, this one did not", "yellow")
     if not result.fitting:
@@ -140,14 +146,16 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """What-if grid over scenario values; results table and plots."""
-    from ..report.safe_files import refuse_unsafe
+    from ..report.sweep_plot import PLOT_NAME, plot_sweep
+    from ..util.safe_files import refuse_unsafe
     from ..studies.runner import check_backend
     from ..studies.sweep import grid_shape, parse_grid, parse_zip, planned_outputs, points, run_sweep
 
     from ..scenario.load import load_scenario
     load_scenario(scenario)  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
-    refuse_unsafe(planned_outputs(out_dir))  # checked again under the folder's lock, which run_sweep takes
+    # checked again under the folder's lock, which run_sweep takes
+    refuse_unsafe([*planned_outputs(out_dir), out_dir / PLOT_NAME])
     try:
         check_backend(backend)
     except ValueError as e:
@@ -160,9 +168,11 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         LOCAL_PROCESSES.check(workers, "--workers")
     with progress_bars("sweep", err) as progress:
         task = progress.add_task(f"{len(points(parsed, zips))} grid points", total=None)
+        title = f"{scenario.name}: sweep over {', '.join(parsed)}"
         results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
                             progress=lambda done, total: progress.update(task, completed=done, total=total),
-                            zips=zips)
+                            zips=zips, plot=lambda table: plot_sweep(table, list(parsed), out_dir / PLOT_NAME,
+                                                                     title=title, zips=zips))
     import pandas as pd
     table = pd.read_csv(results, dtype={"label": str, "error": str}, keep_default_na=False)
     shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]
@@ -178,4 +188,4 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         say("warning:", f"{len(failed)} of {len(table)} grid points failed; their reasons are in the error column",
             "yellow")
     if not as_json:
-        out.print(f"wrote {results} and {out_dir / 'sweep.png'}")
+        out.print(f"wrote {results} and {out_dir / PLOT_NAME}")

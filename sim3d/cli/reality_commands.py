@@ -24,7 +24,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
                                         "(each expert the same load, as benchmarks force).")):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
     from ..executor import ExecutorError, ExecutorRefusal, RankKilled, execute as run_executor
-    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
+    from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe
 
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"--backend: expected gloo or nccl, got {backend!r}")
@@ -83,7 +83,8 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of 
         try:
             return read_trace(path)
         except ValueError as e:  # also undecodable bytes (UnicodeDecodeError is a ValueError)
-            raise BadInput(f"{path}: not a trace CSV with the columns of DESIGN.md section 4 ({e})") from None
+            raise BadInput(f"{path}: not a trace CSV with the columns of docs/contracts.md#trace-columns "
+                           f"({e})") from None
 
     from ..report.compare import UnrelatedTraces
     try:

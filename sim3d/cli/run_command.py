@@ -82,7 +82,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
          plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict, sampling=None) -> dict:
     from ..report.outputs import draw_memory_early, planned_outputs, start_plotting
-    from ..report.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
+    from ..util.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
     # forked before the simulator's imports: the plots need none of them (matplotlib and numpy,

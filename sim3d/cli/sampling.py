@@ -90,7 +90,7 @@ class SampledRun:
         import csv
         import io
         from ..studies.step_distribution import samples_table
-        from ..report.safe_files import write_bytes
+        from ..util.safe_files import write_bytes
         table = samples_table(self.samples)
         text = io.StringIO()
         writer = csv.writer(text, lineterminator="\n")
@@ -107,7 +107,7 @@ class SampledRun:
     def _worst_gantt(self, path: Path, title: str, size: str) -> Path:
         """The Gantt chart of the slowest sample, replayed again with its own draws."""
         from ..report.gantt import plot_gantt
-        from ..report.safe_files import replacing
+        from ..util.safe_files import replacing
         steps = self.samples.steps
         worst = int(steps.argmax())
         critical = int(self.samples.critical_rank[worst])

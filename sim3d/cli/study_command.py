@@ -33,7 +33,7 @@ def study(name: str = typer.Argument(..., help="The study to run: rules-of-thumb
     if size not in SIZES:
         raise BadInput(f"--size {size!r}: expected one of {', '.join(SIZES)}")
     from ..report.rules_page import PAGE, output_names, write_rules_report
-    from ..report.safe_files import folder_lock, record_outputs, refuse_unsafe
+    from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe
     from ..studies.rules import RULES, run_rules
 
     folder = _writable_folder(out_dir or DEFAULT_OUT[name])

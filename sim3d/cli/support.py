@@ -54,7 +54,9 @@ def _bad_input_types():
     from ..scenario.limits import WorkLimitExceeded
     from ..errors import ScenarioError
     from ..schedule import MalformedSchedule, ScheduleConstraint, ScheduleError
-    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded)
+    from ..util.safe_files import UnsafeOutput
+    return (ScenarioError, BadInput, ScheduleConstraint, ScheduleError, MalformedSchedule, WorkLimitExceeded,
+            UnsafeOutput)
 
 
 EXIT_BUG, EXIT_BAD_INPUT, EXIT_ENVIRONMENT = 1, 2, 3

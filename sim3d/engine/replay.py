@@ -33,7 +33,8 @@ import simpy
 
 from ..costs.interface import RankCosts
 from ..schedule.ir import Kind, Schedule
-from ..trace import TraceRow, gc_paused
+from ..trace import TraceRow
+from ..util.gc_control import gc_paused
 from ..cluster.placement import GRADIENT_AXIS
 from ..trace import rows_to_frame
 from .flow_network import NetworkStats

@@ -1,9 +1,8 @@
 """Run the SAME lowered schedules for real with torch.distributed, on a small Megatron-style
-GPT (DESIGN.md section 9): `execute(scenario, steps, backend, check, out_dir, seed)`.
+GPT (docs/commands.md, sim3d execute): `execute(scenario, steps, backend, check, out_dir, seed)`.
 
 Importing this package imports neither torch nor pandas: `launch` (pandas) loads on first use
-of its names, so `lifetime` serves the plotting process and the sweep pool cheaply;
-`precision` (the run's number formats) is torch-free too; `gpt`, `attention`,
+of its names; `precision` (the run's number formats) is torch-free too; `gpt`, `attention`,
 `tensor_parallel`, `optimizer`, `runtime` and `reference` import torch.
 """
 

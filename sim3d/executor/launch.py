@@ -340,7 +340,7 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
 
 
 def _child(rank, world, init_method, spec, results_q, launcher: int) -> None:
-    from .lifetime import die_with
+    from ..util.lifetime import die_with
     from .runtime import run_rank
 
     die_with(launcher)  # the launching process; our parent is the forkserver

@@ -1,6 +1,6 @@
 """One rank of an executed run: walk this rank's lowered action list, and nothing else
-decides the order (DESIGN.md section 5). `RankRuntime` is a `schedule.Interpreter`, as the
-simpy engine's rank is; the loop follows the description of PyTorch's pipelining runtime in
+decides the order (docs/contracts.md#schedule-ir). `RankRuntime` is a `schedule.Interpreter`, as
+the simpy engine's rank is; the loop follows the description of PyTorch's pipelining runtime in
 shared/reference/schedules.md section 1.6.
 
 * `F`: run the chunk on its input (tokens on stage 0; the received activation, or the

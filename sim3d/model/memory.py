@@ -1,5 +1,5 @@
 """Per pipeline-rank memory: weights, gradients, optimizer state, activations, the
-embedding / LM-head extras and a reserve (DESIGN.md section 7). Bytes throughout; GiB
+embedding / LM-head extras and a reserve (docs/contracts.md#summary-keys: peak_memory_gib). Bytes throughout; GiB
 (2**30 bytes) only in messages. All TP/CP/DP ranks of one pipeline rank are symmetric, so
 one row per pipeline rank describes the whole cluster.
 

@@ -7,7 +7,7 @@ CLI starts a `Beside` process before it simulates: the process imports what the 
 arguments, pickled: ~10 ms for the flagship's trace) and runs them in order, each as soon as
 it arrives, while the caller writes the tables and traces. An error in the process is raised again in the caller, with the
 process's traceback attached; a process that dies says so with its exit code; the process
-dies with its caller (sim3d.executor.lifetime), and an interrupted or failed caller stops it.
+dies with its caller (sim3d.util.lifetime), and an interrupted or failed caller stops it.
 
 On Linux a single-threaded caller is forked. Elsewhere (spawn would re-import everything),
 beside other Python threads, with SIM3D_SERIAL_OUTPUTS=1 (debuggers, profilers), where the
@@ -29,7 +29,7 @@ import threading
 import traceback
 from typing import Callable, Sequence
 
-from ..executor.lifetime import die_with_parent
+from ..util.lifetime import die_with_parent
 
 _SERIAL = os.environ.get("SIM3D_SERIAL_OUTPUTS", "") not in ("", "0")
 

@@ -1,7 +1,7 @@
 """Put a simulated and an executed trace side by side (`sim3d compare A B`).
 
-Both traces have the columns of DESIGN.md section 4 (`rank, stage, chunk, microbatch, kind,
-stream, start_s, end_s, bytes, peer`). The simulated one may be folded (ranks 0..pp-1 of one
+Both traces have the columns of docs/contracts.md#trace-columns (`rank, stage, chunk,
+microbatch, kind, stream, start_s, end_s, bytes, peer`). The simulated one may be folded (ranks 0..pp-1 of one
 pipeline) while the executed one has every rank, so actions are aligned on
 (pipeline rank, kind, microbatch, chunk), where a rank's pipeline rank is the stage of its
 chunk 0 (the same in loop and V placement), and durations are averaged over the ranks that

@@ -45,6 +45,6 @@ def distribution_figure(steps, stats: dict, title: str):
 
 
 def plot_distribution(steps, stats: dict, title: str, path: Path) -> Path:
-    from .safe_files import write_with
+    from ..util.safe_files import write_with
     fig = distribution_figure(steps, stats, title)
     return write_with(path, lambda temp: fig.savefig(temp, dpi=110, format="png"))

@@ -41,6 +41,6 @@ def goodput_figure(rows: list[dict], chosen: dict, reported: tuple[int, float] |
 
 def plot_goodput(rows: list[dict], chosen: dict, reported: tuple[int, float] | None, title: str,
                  path: Path) -> Path:
-    from .safe_files import write_with
+    from ..util.safe_files import write_with
     fig = goodput_figure(rows, chosen, reported, title)
     return write_with(path, lambda temp: fig.savefig(temp, dpi=130, format="png"))

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Callable
 
 from ..cluster.placement import Placement
-from ..trace import gc_paused, trace_columns
+from ..trace import trace_columns
+from ..util.gc_control import gc_paused
+from ..util.safe_files import refuse_unsafe, replacing, write_bytes, write_with
 from .beside import Beside
 from .plot_process import start_plotting
 from .memory_plot import plain_rows
-from .safe_files import refuse_unsafe, replacing, write_bytes, write_with
 
 
 def folder_name(name: str) -> str:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+PLOT_NAME = "plan.png"
+
 
 def plot_plan(candidates: pd.DataFrame, finalists: pd.DataFrame, hbm_gib: float, path: Path) -> Path:
     import matplotlib

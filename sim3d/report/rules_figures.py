@@ -50,7 +50,7 @@ def _log2(ax, values) -> None:
 
 
 def _microbatches(check, axes) -> None:
-    from ..studies.rules.base import bubble_1f1b
+    from ..schedule.bubble import bubble_1f1b
     ax = axes[0]
     cases = check.cases
     p = cases[0]["p"]
@@ -94,12 +94,11 @@ def _interleaving(check, axes) -> None:
 
 
 def _parallelism_costs(check, axes) -> None:
-    from ..studies.rules.network import BANDS
     names = [c["case"] for c in check.cases]
     for ax, dim in zip(axes, ("tp", "pp", "dp")):
         used = [c[f"uses_{dim}"] for c in check.cases]
         values = [c[dim] for c in check.cases]
-        lo, hi = BANDS[dim]
+        lo, hi = check.bands[dim]
         colors = [SIM if not u else (CLOSED if lo <= v <= hi else BAD) for v, u in zip(values, used)]
         for i, (value, color, u) in enumerate(zip(values, colors, used)):
             if u:

@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from .safe_files import write_bytes, write_with
+from ..util.safe_files import write_bytes, write_with
 
 PAGE = "index.md"
 DATA = "rules.json"

@@ -133,7 +133,7 @@ def _draw_bubbles(ax, compared: list[ComparedSchedule]) -> None:
 def _draw_memory(ax, compared: list[ComparedSchedule]) -> None:
     """Per rank, not only the worst: zero-bubble schedules keep their first rank's peak but
     raise the others' (ZB-H1 holds p on every rank), which a single number would hide."""
-    from ..studies.sweep import series_style
+    from .sweep_plot import series_style
 
     nudge = 0.45 / max(1, len(compared) - 1)  # equal peaks (ZB-H1's and ZB-V's) side by side, not hidden
     for i, c in enumerate(compared):

@@ -236,7 +236,7 @@ def write_chrome_trace(trace, path: str | Path, rank_labels: Mapping[int, str] |
     if path.suffix == ".gz":  # Perfetto opens trace.json.gz as it is
         import gzip
         # not gzip.open: its header would carry the file's name, a temporary one when written
-        # safely (report/safe_files.py)
+        # safely (util/safe_files.py)
         text = gzip.compress(text, compresslevel=6)
     path.write_bytes(text)
     return path

@@ -17,8 +17,8 @@ them, and the flash-attention kernel:
   llm-foundry's `attn_impl: triton` runs it). A kernel a GPU has no figures for is refused
   (cluster/gpus.py ATTENTION_KERNELS_OF).
 
-A scenario may write the stack alone (`kernels: eager`), as DESIGN.md shows, or both
-(`kernels: {stack: eager, attention: triton}`).
+A scenario may write the stack alone (`kernels: eager`), as docs/contracts.md#scenario-file
+gives it, or both (`kernels: {stack: eager, attention: triton}`).
 """
 
 from __future__ import annotations
@@ -39,5 +39,5 @@ class Kernels(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _stack_alone(cls, raw):
-        # `kernels: eager` (the form DESIGN.md gives) names the stack with the default attention
+        # `kernels: eager` (docs/contracts.md#scenario-file) names the stack with the default attention
         return {"stack": raw} if isinstance(raw, str) else raw

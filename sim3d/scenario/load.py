@@ -1,5 +1,5 @@
-"""Scenario files: YAML -> typed, validated `Scenario` (DESIGN.md section 3; the model tree is
-in scenario_model.py).
+"""Scenario files: YAML -> typed, validated `Scenario` (docs/contracts.md#scenario-file; the
+model tree is in schema.py).
 
 Loading never shows a traceback to a user: every problem becomes a `ScenarioError` whose
 lines each name the field path and the numbers involved.

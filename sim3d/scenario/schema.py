@@ -1,4 +1,4 @@
-"""The scenario as typed data (DESIGN.md section 3): one pydantic model per section, the
+"""The scenario as typed data (docs/contracts.md#scenario-file): one pydantic model per section, the
 derived layout values; the physical range of every number is bounds.py's, reading files and
 applying overrides load.py's."""
 

@@ -1,4 +1,4 @@
-"""The scenario's `variability` section (DESIGN.md section 3): what makes one step differ from
+"""The scenario's `variability` section (docs/contracts.md#scenario-file): what makes one step differ from
 the next, drawn anew for every sample of `sim3d run --samples N --seed S`.
 
 * `jitter`: every compute action takes its priced time times a factor drawn for that action

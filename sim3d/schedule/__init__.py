@@ -1,4 +1,5 @@
-"""Per-rank action lists (the IR), generators, lowering, validation and a reference evaluator.
+"""Per-rank action lists (the IR), generators, lowering, validation, a reference evaluator and
+the bubble's closed forms (bubble.py).
 
 Imports neither simpy nor torch: the engine and the executor both consume these objects.
 """

@@ -26,7 +26,8 @@ class Timeline:
 
     @property
     def bubble_fraction(self) -> float:
-        """Idle time of the compute stream on the worst rank / step time (DESIGN.md section 4)."""
+        """Idle time of the compute stream on the worst rank / step time (the summary's
+        bubble_fraction, docs/contracts.md#summary-keys)."""
         return max(self.step_time - b for b in self.busy) / self.step_time if self.step_time else 0.0
 
 

@@ -1,4 +1,4 @@
-"""The schedule IR: per-rank ordered lists of frozen `Action`s (DESIGN.md section 5).
+"""The schedule IR: per-rank ordered lists of frozen `Action`s (docs/contracts.md#schedule-ir).
 
 No times live here (time is the engine's business) and no `None` padding. `StageMap` is the
 single place that knows which global pipeline stage a (rank, chunk) pair holds.

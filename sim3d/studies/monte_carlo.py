@@ -251,7 +251,7 @@ _worker: Sampler | None = None
 
 
 def _start_worker(scenario, seed: int) -> None:
-    from ..executor.lifetime import die_with_parent
+    from ..util.lifetime import die_with_parent
     die_with_parent()
     global _worker
     _worker = Sampler(scenario, seed)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..costs.profile import load_profile
 from ..engine.run import replay_step
-from ..executor.lifetime import die_with_parent
+from ..util.lifetime import die_with_parent
 from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
 from ..scenario.limits import PLAN_SECONDS
 from ..scenario.load import load_scenario
@@ -295,7 +295,7 @@ def simulate_finalists(path: Path, space: Space, candidates: pd.DataFrame, count
     return frame.reset_index(drop=True)
 
 
-# the simulation's critical-path breakdown (DESIGN.md summary keys) grouped as the estimate's parts
+# the simulation's critical-path breakdown (docs/contracts.md#summary-keys) grouped as the estimate's parts
 PARTS = {"pipeline": ("compute", "recompute", "tp", "cp", "ep", "tp_sync", "pipeline_wait"),
          "p2p": ("pipeline_p2p",), "dp": ("dp",), "optimizer": ("embedding_sync", "optimizer")}
 PART_NAMES = {"pipeline": "compute and bubble", "p2p": "pipeline transfers", "dp": "data-parallel tail",
@@ -365,25 +365,23 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     return Plan(space, candidates, dropped, done)
 
 
-def write_outputs(result: Plan, folder: Path, plots: bool = True) -> list[Path]:
-    """candidates.csv (every layout, its verdict and estimate), finalists.csv and plan.png,
-    each renamed over its target once whole (report/safe_files.py)."""
-    from ..report.safe_files import write_with
+TABLES = ("candidates.csv", "finalists.csv")
+
+
+def write_tables(result: Plan, folder: Path) -> list[Path]:
+    """candidates.csv (every layout, its verdict and estimate) and finalists.csv, each renamed
+    over its target once whole (util/safe_files.py); `sim3d plan` draws plan.png beside them."""
+    from ..util.safe_files import write_with
     folder.mkdir(parents=True, exist_ok=True)
-    written = [folder / "candidates.csv", folder / "finalists.csv"]
+    written = planned_tables(folder)
     write_with(written[0], lambda path: result.candidates.to_csv(path, index=False))
     write_with(written[1], lambda path: result.finalists.to_csv(path, index=False))
-    if plots and result.fitting:
-        from ..report.plan_plot import plot_plan
-        hbm = result.space.base.gpu.hbm_gib
-        written.append(write_with(folder / "plan.png",
-                                  lambda path: plot_plan(result.candidates, result.finalists, hbm, path)))
     return written
 
 
-def planned_outputs(folder: Path, plots: bool = True) -> list[Path]:
-    """The files `write_outputs` may write, to be checked before the search starts."""
-    return [folder / "candidates.csv", folder / "finalists.csv"] + ([folder / "plan.png"] if plots else [])
+def planned_tables(folder: Path) -> list[Path]:
+    """The files `write_tables` writes, to be checked before the search starts."""
+    return [folder / name for name in TABLES]
 
 
 def plan_table(result: Plan, top: int, baseline_step: float | None = None):
@@ -441,5 +439,5 @@ def check_space(path: Path, gpus: int, choices: dict | None = None, headroom: fl
     Space(load_scenario(path, headroom_sets(path, headroom)), gpus, choices or {}).check_size()
 
 
-__all__ = ["Plan", "plan", "plan_table", "baseline_of", "headroom_sets", "estimate_misses", "json_row", "write_outputs", "planned_outputs",
-           "check_space", "ScenarioError"]
+__all__ = ["Plan", "plan", "plan_table", "baseline_of", "headroom_sets", "estimate_misses", "json_row", "write_tables",
+           "planned_tables", "TABLES", "check_space", "ScenarioError"]

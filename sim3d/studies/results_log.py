@@ -4,7 +4,7 @@ Each row reaches the file in one `write` on an O_APPEND descriptor and is fsynce
 at any moment leaves whole rows and at most one torn last line, which `--resume` cuts off and
 recomputes. The header is on disk before the first point starts. `sweep.json` beside the
 table records the grid and the scenario's digest, and `--resume` refuses a table written by
-another grid or scenario. The caller holds the folder's lock (report/safe_files.folder_lock),
+another grid or scenario. The caller holds the folder's lock (util/safe_files.folder_lock),
 so that two sweeps never interleave in one folder; the table is never opened through a link.
 """
 
@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from ..errors import ScenarioError
-from ..report.safe_files import naming, open_for_append, refuse_unsafe, write_bytes
+from ..util.safe_files import naming, open_for_append, refuse_unsafe, write_bytes
 from .runner import WORKER_DIED
 
 META_NAME = "sweep.json"

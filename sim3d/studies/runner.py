@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..executor.lifetime import die_with_parent
+from ..util.lifetime import die_with_parent
 
 
 # Not a property of the point (another job's memory, a signal): `--resume` runs such rows again.

@@ -22,12 +22,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ..errors import ScenarioError
-
 LOCK_NAME = ".sim3d.lock"
 MANIFEST_NAME = "manifest.json"
 TEMP_PREFIX = ".sim3d-"
 MAX_MANIFEST_BYTES = 1 << 20
+
+
+class UnsafeOutput(ValueError):
+    """An output path sim3d will not write: not a regular file, linked to another name, or in a
+    folder another sim3d command holds. Bad input like a bad scenario (the command exits 2):
+    the user removes what is in the way or chooses another folder."""
 
 
 def _kind(mode: int) -> str:
@@ -39,7 +43,7 @@ def _kind(mode: int) -> str:
 
 
 def refuse_unsafe(paths: Iterable[Path]) -> None:
-    """ScenarioError naming the first path that exists and is not a regular file (lstat: a
+    """UnsafeOutput naming the first path that exists and is not a regular file (lstat: a
     link is judged as itself, never by what it points to, and nothing is opened)."""
     for path in paths:
         try:
@@ -47,7 +51,7 @@ def refuse_unsafe(paths: Iterable[Path]) -> None:
         except FileNotFoundError:
             continue
         if not stat.S_ISREG(mode):
-            raise ScenarioError(f"{path}: is {_kind(mode)}; sim3d writes its outputs only as regular files and "
+            raise UnsafeOutput(f"{path}: is {_kind(mode)}; sim3d writes its outputs only as regular files and "
                                 "never through links (remove it, or choose another output folder)")
 
 
@@ -141,10 +145,10 @@ def open_for_append(path: Path) -> int:
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         refuse_unsafe([path])
-        raise ScenarioError(f"{path}: is {_kind(info.st_mode)}; sim3d writes its outputs only as regular files")
+        raise UnsafeOutput(f"{path}: is {_kind(info.st_mode)}; sim3d writes its outputs only as regular files")
     if info.st_nlink > 1:  # appending would change the other names' file too (a cp -al snapshot)
         os.close(fd)
-        raise ScenarioError(f"{path}: has {info.st_nlink - 1} other hard link(s); sim3d appends only to a file of "
+        raise UnsafeOutput(f"{path}: has {info.st_nlink - 1} other hard link(s); sim3d appends only to a file of "
                             "its own (copy the folder, or choose another --out)")
     return fd
 
@@ -170,7 +174,7 @@ class FolderLock:
 
 
 def folder_lock(folder: Path, command: str) -> FolderLock:
-    """Take `folder`'s lock now; ScenarioError at once, naming the holder, when another live
+    """Take `folder`'s lock now; UnsafeOutput at once, naming the holder, when another live
     process holds it. `command` ("run", "sweep", ...) is what a refused process is told."""
     return FolderLock(folder, command)
 
@@ -183,14 +187,14 @@ def _take_lock(folder: Path, command: str) -> int:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ScenarioError(f"{path}: is {_kind(info.st_mode)}; the lock sim3d keeps here must be a regular file")
+            raise UnsafeOutput(f"{path}: is {_kind(info.st_mode)}; the lock sim3d keeps here must be a regular file")
         if info.st_nlink > 1:  # writing the holder's pid would change the other names' file too
-            raise ScenarioError(f"{path}: has {info.st_nlink - 1} other hard link(s); the lock sim3d keeps here "
+            raise UnsafeOutput(f"{path}: has {info.st_nlink - 1} other hard link(s); the lock sim3d keeps here "
                                 "must be a file of its own")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ScenarioError(f"{folder}: another sim3d command is writing here ({_holder(fd)}); wait for it "
+            raise UnsafeOutput(f"{folder}: another sim3d command is writing here ({_holder(fd)}); wait for it "
                                 "or choose another --out") from None
         with naming(path):
             os.ftruncate(fd, 0)

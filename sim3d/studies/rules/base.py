@@ -1,5 +1,5 @@
-"""What every rule check shares: the record it returns, the closed forms it compares with, and
-one helper that simulates a case and keeps only the figures a rule reads.
+"""What every rule check shares: the record it returns and one helper that simulates a case
+and keeps only the figures a rule reads (the bubble's closed forms are sim3d/schedule/bubble.py's).
 
 A check never fits anything: each case is a shipped scenario, a published run read by the
 validation's own row reader, or one of them with a few keys changed, and each number it
@@ -41,34 +41,15 @@ class RuleCheck:
     conditions: str                 # when it holds, when it breaks
     evidence: tuple[str, ...]       # the closed forms and published runs compared with, cited
     notes: tuple[str, ...] = field(default=())  # what the check leaves out; where sim3d itself is doubtful
+    # the shares of the step the rule claims, by name (rule 3: tp, pp, dp): its figure draws them
+    bands: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def as_json(self) -> dict:
         return {"number": self.number, "key": self.key, "title": self.title, "rule": self.rule,
                 "number_text": self.number_text, "value": self.value, "verdict": self.verdict,
                 "conclusion": self.conclusion, "conditions": self.conditions, "evidence": list(self.evidence),
-                "notes": list(self.notes), "columns": [c.key for c in self.columns], "cases": list(self.cases)}
-
-
-# ---- closed forms (reference/schedules.md section 7; Narayanan et al. 2021, section 2.2) ----
-
-def bubble_1f1b(p: int, m: int) -> float:
-    """Idle share of a rank's step under GPipe / 1F1B with uniform stages and free
-    communication: the step is (m + p - 1) slots, of which a rank computes m."""
-    return (p - 1) / (m + p - 1)
-
-
-def bubble_interleaved(p: int, m: int, v: int) -> float:
-    """The same with v model chunks per rank (Megatron's interleaved 1F1B): the fill and
-    drain shrink to (p - 1) / v of a rank's whole forward and backward."""
-    return (p - 1) / (v * m + p - 1)
-
-
-def microbatches_for_bubble(p: int, target: float, v: int = 1) -> int:
-    """The least m with bubble_interleaved(p, m, v) <= target, i.e. v m >= (p - 1)(1 - target) / target."""
-    m = max(1, int((p - 1) * (1 - target) / (target * v)) - 1)
-    while bubble_interleaved(p, m, v) > target + 1e-12:  # the float of 135 * 0.1 is not 13.5 exactly
-        m += 1
-    return m
+                "notes": list(self.notes), "bands": {name: list(band) for name, band in self.bands.items()},
+                "columns": [c.key for c in self.columns], "cases": list(self.cases)}
 
 
 # ---- one simulated case -------------------------------------------------------------------

@@ -81,6 +81,7 @@ def parallelism_cost_rule(quick: bool = False) -> RuleCheck:
         notes=("Shares are of the critical rank's step (Result.breakdown): tp includes waiting for TP peers, pp the "
                "pipeline wait, transfers and the embedding all-reduce, dp the exposed gradient reduction and "
                "parameter gather; overlapped traffic that slows compute is inside 'compute'.",),
+        bands=BANDS,
     )
 
 

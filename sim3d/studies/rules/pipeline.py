@@ -8,8 +8,8 @@ closed form back exactly) and the simulated step of a real model.
 
 from __future__ import annotations
 
-from .base import (HOLDS, HOLDS_WHEN, SCENARIOS, WRONG, Column, RuleCheck, bubble_1f1b, bubble_interleaved,
-                   microbatches_for_bubble, pct, published_run, simulate_case)
+from ...schedule.bubble import bubble_1f1b, bubble_interleaved, microbatches_for_bubble
+from .base import HOLDS, HOLDS_WHEN, SCENARIOS, WRONG, Column, RuleCheck, pct, published_run, simulate_case
 
 GPT3 = SCENARIOS / "gpt3.yaml"            # tp 8, pp 16, dp 8: Narayanan et al. 2021's 175B run
 GPT3_DP = 8
