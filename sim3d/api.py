@@ -99,7 +99,7 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     if not isinstance(full_fidelity, bool):  # "no" would be true
         raise TypeError(f"full_fidelity must be True or False, not {full_fidelity!r}")
     s = _scenario(scenario, sets, overrides)
-    full_fidelity = full_fidelity or any(f.straggler for f in s.faults)
+    full_fidelity = s.full_fidelity(full_fidelity)
     try:
         run = replay_step(s, full_fidelity=full_fidelity, progress=progress)
     except WorkLimitExceeded as e:

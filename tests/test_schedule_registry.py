@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from sim3d import simulate
 from sim3d.cli.app import app
 from sim3d.scenario.importers import SCHEDULE_ELSEWHERE
-from sim3d.scenario.torchtitan import SCHEDULES as TORCHTITAN_SCHEDULES
+from sim3d.scenario.torchtitan import pytorch_schedules
 from sim3d.schedule import GENERATORS, ScheduleConstraint, build, prove
 from sim3d.schedule.specs import (BUBBLE_RULES, CHUNKS, PLACEMENTS, SCHEDULES, ScheduleSpec, planned_schedules,
                                   register_spec, schedule_spec, unregister_spec)
@@ -120,6 +120,18 @@ def test_a_half_described_spec_is_refused():
                      bubble_rule="fill-drain", p2p_per_chunk=False)
 
 
-def test_pytorch_names_agree_with_the_torchtitan_importer():
-    named = {spec.pytorch_name: (name, spec.default_vpp) for name, spec in SCHEDULES.items() if spec.pytorch_name}
-    assert named == TORCHTITAN_SCHEDULES
+def test_pytorch_names_are_torchs_schedule_classes():
+    """Each spec's `pytorch_name` is a class of torch.distributed.pipelining (torchtitan's
+    pipeline_parallel_schedule spelling), which the torchtitan importer reads from the registry."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    named = pytorch_schedules()
+    assert {"1F1B", "GPipe", "Interleaved1F1B"} <= set(named)
+    for pytorch_name, (name, vpp) in named.items():
+        assert hasattr(schedules, "Schedule" + pytorch_name), pytorch_name
+        assert vpp == SCHEDULES[name].default_vpp
+
+
+def test_the_planner_has_a_pipeline_time_for_every_bubble_rule():
+    from sim3d.studies.estimate import PIPELINE_TIME
+    assert set(PIPELINE_TIME) == set(BUBBLE_RULES)
+    assert all(spec.bubble_rule in PIPELINE_TIME for spec in SCHEDULES.values())

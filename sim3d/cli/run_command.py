@@ -112,7 +112,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
             draw_memory_early(plotter, s, memory_report(s, check_schedule=False))
         if PROCESS_ENDS_WITH_COMMAND:  # what the imports built lasts as long as the process:
             gc.freeze()  # the collector need not scan it again when it runs (for --samples, below)
-        every_gpu = full_fidelity or any(f.straggler for f in s.faults)
+        every_gpu = s.full_fidelity(full_fidelity)
         if every_gpu and not as_json:
             with progress_bars("simulate", err) as bar:
                 task = bar.add_task(f"simulating all {s.num_gpus} GPUs", total=1.0)

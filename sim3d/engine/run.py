@@ -28,7 +28,7 @@ def replay_step(scenario, full_fidelity: bool = False, profile=None, costs: Cost
     The scenario's `costs.profile` is loaded unless `profile` or `costs` is given.
     `progress(fraction)` is called during a full-fidelity run, against the folded step time
     (simulated first, in a fraction of the time) as the expected end."""
-    full = full_fidelity or any(f.straggler for f in scenario.faults)
+    full = scenario.full_fidelity(full_fidelity)
     if costs is None:
         if profile is None and scenario.costs.profile:
             from ..costs.profile import load_profile  # imports pandas: only when a profile is named

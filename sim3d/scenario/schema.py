@@ -475,6 +475,11 @@ class Scenario(_Strict):
         uplinks (ECMP)."""
         return any(f.network for f in self.faults) or self.cluster.inter_node.routing == "ecmp"
 
+    def full_fidelity(self, asked: bool = False) -> bool:
+        """Whether every GPU must be simulated: when asked, or when a straggler makes its
+        ranks unlike their twins, so that folding them would average it away."""
+        return asked or any(f.straggler for f in self.faults)
+
     def warnings(self) -> list[str]:
         out = []
         if self.tp > self.nvlink_domain_gpus:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from .importers import Imported
+from ..schedule.specs import SCHEDULES
 
 # torchtitan/models/llama3/__init__.py: TransformerModelArgs of each flavor; vocab_size 128256
 # is model/args.py's default (the Llama 3 tokenizer).
@@ -23,11 +24,14 @@ LLAMA3_FLAVORS = {
              "multiple_of": 4096},
 }
 LLAMA3_VOCAB = 128256
-# torch.distributed.pipelining's schedule names (pipeline_parallel_schedule) -> sim3d's, with the
-# model chunks each rank holds (multi-stage schedules: torchtitan puts two stages on a rank
-# unless pipeline_parallel_layers_per_stage says otherwise)
-SCHEDULES = {"1F1B": ("1f1b", 1), "GPipe": ("gpipe", 1), "Interleaved1F1B": ("interleaved-1f1b", 2),
-             "ZBVZeroBubble": ("zbv", 2), "DualPipeV": ("dualpipev", 2)}
+
+
+def pytorch_schedules() -> dict[str, tuple[str, int]]:
+    """torch.distributed.pipelining's schedule names (pipeline_parallel_schedule) -> sim3d's,
+    with the model chunks each rank holds (multi-stage schedules: torchtitan puts two stages on
+    a rank unless pipeline_parallel_layers_per_stage says otherwise): each ScheduleSpec's
+    `pytorch_name`, read from the registry."""
+    return {spec.pytorch_name: (name, spec.default_vpp) for name, spec in SCHEDULES.items() if spec.pytorch_name}
 # sections that do not change the time or memory of a step
 IRRELEVANT = {"job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "validation", "comm",
               "fault_tolerance", "experimental", "memory_estimation"}
@@ -139,10 +143,11 @@ def from_torchtitan(config: dict, *, name: str, gpu: str, gpus: int | None = Non
         parallel["reshard_after_forward"] = reshard == "always"
     schedule_name = _get(config, "parallelism", "pipeline_parallel_schedule", "1F1B")
     if d["pp"] > 1:
-        if schedule_name not in SCHEDULES:
+        known = pytorch_schedules()
+        if schedule_name not in known:
             raise ValueError(f"parallelism.pipeline_parallel_schedule {schedule_name!r}: sim3d runs "
-                             f"{', '.join(SCHEDULES)}")
-        schedule, vpp = SCHEDULES[schedule_name]
+                             f"{', '.join(known)}")
+        schedule, vpp = known[schedule_name]
         per_stage = _get(config, "parallelism", "pipeline_parallel_layers_per_stage", None)
         if per_stage and schedule == "interleaved-1f1b":
             vpp = max(1, f["n_layers"] // (d["pp"] * per_stage))
@@ -221,7 +226,7 @@ def to_torchtitan_toml(s) -> str:
                          "nothing (DDP, zero 0)")
     if s.model.moe is not None:
         raise ValueError("model.moe: sim3d exports torchtitan configs of dense models only")
-    schedule = next((name for name, (ours, _) in SCHEDULES.items() if ours == s.schedule), None)
+    schedule = SCHEDULES[s.schedule].pytorch_name
     if s.pp > 1 and schedule is None:
         raise ValueError(f"schedule {s.schedule}: torchtitan names none of its pipeline schedules so")
     shard = s.shard_group // s.cp if sharded else 1

@@ -71,6 +71,42 @@ def _queued(chunks: list[tuple[float, float]], buckets: int, backward: float) ->
     return stream
 
 
+@dataclass(frozen=True)
+class Pipeline:
+    """What a bubble rule prices: a layout's schedule, its micro-batches and each rank's
+    seconds of one micro-batch (per kind, and F plus backward in `work`)."""
+    schedule: str
+    pp: int
+    m: int
+    vpp: int
+    per_rank: list[dict]
+    work: list[float]
+
+
+def _fill_drain(p: Pipeline) -> float:
+    return (p.m - 1) * max(p.work) + sum(p.work)
+
+
+def _interleaved(p: Pipeline) -> float:
+    return p.m * max(p.work) + (p.pp - 1) * sum(p.work) / p.pp / p.vpp
+
+
+def _zb_h1(p: Pipeline) -> float:
+    return p.m * max(p.work) + (p.pp - 1) * sum(r["F"] + r["BI"] - r["BW"] for r in p.per_rank) / p.pp
+
+
+def _unit_timeline(p: Pipeline) -> float:
+    """V schedules: the unit-cost bubble, a unit being a third of one chunk's F + BI + BW."""
+    return p.m * max(p.work) + unit_timeline(p.schedule, p.pp, p.m)[0] * sum(p.work) / p.pp / (3 * p.vpp)
+
+
+# The busiest rank's compute plus the bubble, by each ScheduleSpec's `bubble_rule`
+# (schedules.md section 7); tests/test_schedule_registry.py checks every rule a spec may name
+# is here, so a new rule cannot fall through to another's formula.
+PIPELINE_TIME = {"fill-drain": _fill_drain, "interleaved": _interleaved, "zb-h1": _zb_h1,
+                 "unit-timeline": _unit_timeline}
+
+
 class Estimator:
     """Prices layouts of one `Space`. Every part of an estimate is cached under the layout
     fields it depends on, so 100,000 layouts cost a few thousand cost-model calls."""
@@ -176,18 +212,9 @@ class Estimator:
     @staticmethod
     def _pipeline(layout: Layout, m: int, per_rank: list[dict]) -> float:
         """The busiest rank's compute plus the schedule's bubble (schedules.md section 7)."""
-        pp, vpp = layout.pp, layout.vpp
         spec = SCHEDULES[layout.schedule]
         work = [r["F"] + (r["BI"] + r["BW"] if spec.split_backward else r["B"]) for r in per_rank]
-        busiest, mean = max(work), sum(work) / pp
-        if spec.bubble_rule == "fill-drain":
-            return (m - 1) * busiest + sum(work)
-        if spec.bubble_rule == "interleaved":
-            return m * busiest + (pp - 1) * mean / vpp
-        if spec.bubble_rule == "zb-h1":
-            return m * busiest + (pp - 1) * sum(r["F"] + r["BI"] - r["BW"] for r in per_rank) / pp
-        # V schedules: unit-cost bubble, a unit being a third of one chunk's F + BI + BW
-        return m * busiest + unit_timeline(layout.schedule, pp, m)[0] * mean / (3 * vpp)
+        return PIPELINE_TIME[spec.bubble_rule](Pipeline(layout.schedule, layout.pp, m, layout.vpp, per_rank, work))
 
     @staticmethod
     def _transfers(costs: CostModel, pp: int) -> tuple[float, ...]:
