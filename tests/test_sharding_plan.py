@@ -118,3 +118,20 @@ def test_each_zero_stage_holds_no_more_model_state_than_the_one_below(pp, dp, re
         totals.append(max(w + g + o for w, g, o in states(raw)))
     for lower, higher in zip(totals, totals[1:]):
         assert higher <= lower * (1 + 1e-12)
+
+
+def test_only_the_sharding_record_reads_the_zero_stage_outside_the_scenario_package():
+    """`x.parallel.zero` is read in sim3d/scenario/ (schema, importers, exporters, the record)
+    and nowhere else: the rest asks the ShardingPlan."""
+    import ast
+    from pathlib import Path
+    package = Path(sim3d.__file__).parent
+    readers = []
+    for path in package.rglob("*.py"):
+        if path.parent.name == "scenario":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "zero" and isinstance(node.value, ast.Attribute)
+                    and node.value.attr == "parallel"):
+                readers.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert readers == []
