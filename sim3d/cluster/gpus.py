@@ -1,8 +1,12 @@
-"""GPU presets: peak throughput, memory and default interconnect, each with its datasheet.
+"""GPU presets: one record per GPU with every fact sim3d reads of it, each with its source.
 
 Units: TFLOP/s dense (no structured sparsity), HBM capacity in GiB as marketed in GB
 rounded to the physical stack size, HBM bandwidth in TB/s (1e12 B/s), link speeds in
 Gbit/s per GPU per direction (the scenario's `intra_node.gbps` / `inter_node.nic_gbps`).
+
+A preset is one `GpuSpec` record: its datasheet, its compute-model facts, the attention kernels
+with figures for it, its architecture, its NVLink domain and the names it goes by. Nothing
+else in sim3d branches on a GPU's name, so a new preset is one record (`register_preset`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,10 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field, fields, replace
+
+# Which published fused-attention figures price a GPU's kernels (costs/compute.py): "hopper"
+# (cuDNN on H100, FlashAttention-3 paper) or "ampere" (FlashAttention-2 on A100).
+ATTENTION_FAMILIES = ("hopper", "ampere")
 
 
 @dataclass(frozen=True)
@@ -31,9 +39,9 @@ class GpuSpec:
     # node): ring, and NVLink SHARP (NVLS, all-reduce only, NVSwitch 3+) where it exists.
     nvlink_ring_busbw: float
     nvlink_nvls_busbw: float | None = None
-    # Per-GPU facts of the compute model (costs/compute.py), cited in MEASURED below. "16" is the
-    # 16-bit tensor-core rate (bf16, or fp16 where there is no bf16); fp8 facts exist exactly
-    # when fp8_tflops does. Required: a preset without one is refused by `check_preset`.
+    # Per-GPU facts of the compute model (costs/compute.py), cited beside each record below. "16"
+    # is the 16-bit tensor-core rate (bf16, or fp16 where there is no bf16); fp8 facts exist
+    # exactly when fp8_tflops does. Required: a preset without one is refused by `check_preset`.
     gemm_burst_efficiency_16: float | None = field(default=None, kw_only=True)
     gemm_burst_efficiency_fp8: float | None = field(default=None, kw_only=True)
     sustained_clock_16: float | None = field(default=None, kw_only=True)
@@ -42,6 +50,24 @@ class GpuSpec:
     # CTA tile of its GEMM library (costs/gemm.py); None: cuBLAS's 128x256. (1, 1): no tile or
     # wave quantization, e.g. a CPU BLAS fitted by costs/fit.py
     gemm_tile: tuple[int, int] | None = field(default=None, kw_only=True)
+    # The fused-attention kernels `training.kernels.attention` may name on it besides the GPU's
+    # own (`default`) and Triton's: those with figures (costs/attention.py). FlashAttention-2 runs
+    # on Ampere, Ada and Hopper (Dao-AILab/flash-attention README), FlashAttention-3 on Hopper
+    # alone (its README: H100 / H800), cuDNN's fused attention is Hopper's and Blackwell's default
+    # (the H100 profile).
+    attention_kernels_with_figures: tuple[str, ...] = field(default=(), kw_only=True)
+    # CUDA compute capability (NVIDIA's CUDA GPUs list, developer.nvidia.com/cuda-gpus): its
+    # architecture, which decides the kernels it runs and the era of the runs published on it.
+    # None: not a CUDA GPU (a device fitted by costs/fit.py).
+    compute_capability: float | None = field(default=None, kw_only=True)
+    # Nodes that one NVLink switch system joins as the maker ships them: 1 for a server, more
+    # for a rack-scale system (the most a scenario's cluster.intra_node.domain_nodes is given
+    # when a published run is read, validation/published_row.py).
+    nvlink_domain_nodes: int = field(default=1, kw_only=True)
+    # How free text names it (a table's gpu cell, nvidia-smi's device name, a system's
+    # description): marks found anywhere in the text, in any case, with -, _ and spaces alike
+    # (`preset_named_in`).
+    aliases: tuple[str, ...] = field(default=(), kw_only=True)
 
     def gemm_burst_efficiency(self, precision: str) -> float:
         return self.gemm_burst_efficiency_fp8 if precision == "fp8" else self.gemm_burst_efficiency_16
@@ -60,68 +86,16 @@ class GpuSpec:
             raise ValueError(f"{self.name} has no {precision} tensor cores")
         return peak
 
-
-_DATASHEETS: dict[str, GpuSpec] = {
-    # NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web):
-    # BF16/FP16 312 TF, TF32 156 TF, FP32 19.5 TF; 40GB HBM2 at 1,555 GB/s; 108 SMs (NVIDIA
-    # A100 whitepaper); NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction.
-    # DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute.
-    # Ring busbw ~230 GB/s on 8 A100 (NCCL maintainer, NVIDIA/nccl-tests#149; validation/nccl.csv).
-    "a100-40gb": GpuSpec("a100-40gb", 312.0, 312.0, None, 19.5, 156.0, 40.0, 1.555, 2400.0, 200.0, 8, 8, 108, 230.0),
-    # Same datasheet, A100 80GB SXM: HBM2e at 2,039 GB/s.
-    "a100-80gb": GpuSpec("a100-80gb", 312.0, 312.0, None, 19.5, 156.0, 80.0, 2.039, 2400.0, 200.0, 8, 8, 108, 230.0),
-    # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16 1,979 TF and FP8 3,958 TF
-    # *with sparsity*, i.e. 989.4 / 1978.9 dense; TF32 494.7 dense; FP32 67 TF; 80GB HBM3 at
-    # 3.35 TB/s; 132 SMs (H100 SXM5, NVIDIA H100 whitepaper); NVLink 900 GB/s bidirectional
-    # = 3600 Gb/s per direction. DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (NDR) for compute.
-    # busbw: ring ~370 GB/s, NVLS ~480 GB/s on 8 GPUs (sjeaugey, NVIDIA/nccl-tests#212; nccl#1455).
-    "h100-sxm": GpuSpec("h100-sxm", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 3600.0, 400.0, 8, 8, 132,
-                        370.0, 480.0),
-    # NVIDIA H200 datasheet (SXM): same Hopper tensor throughput and SMs as H100 SXM; 141GB
-    # HBM3e at 4.8 TB/s; NVLink 900 GB/s. DGX H200: 8x ConnectX-7 400 Gb/s. NVLS all-reduce
-    # peak 475 GB/s measured (NVIDIA/nccl-tests#272), ring as H100.
-    "h200": GpuSpec("h200", 989.4, 989.4, 1978.9, 67.0, 494.7, 141.0, 4.8, 3600.0, 400.0, 8, 8, 132, 370.0, 475.0),
-    # NVIDIA DGX B200 / HGX B200 datasheet: per GPU FP8 4.5 PF and BF16 2.25 PF dense
-    # (9 / 4.5 PF quoted with sparsity), TF32 1.1 PF dense, FP32 75 TF; 180GB HBM3e at
-    # 8 TB/s; 148 SMs; NVLink 5 1.8 TB/s bidirectional = 7200 Gb/s per direction;
-    # DGX B200: 8x ConnectX-7 400 Gb/s. No public busbw measurement found: the H100's measured
-    # fractions of the line rate (370/450 ring, 480/450*... NVLS 480/450) are assumed.
-    "b200": GpuSpec("b200", 2250.0, 2250.0, 4500.0, 75.0, 1100.0, 180.0, 8.0, 7200.0, 400.0, 8, 8, 148,
-                    740.0, 960.0),
-    # GB200 (a Blackwell GPU of the GB200 superchip, at up to 1,200 W): NVIDIA's GB200 NVL72
-    # specification, per GPU: FP16/BF16 5 PF, FP8 10 PF, TF32 2.5 PF with sparsity (2.5 / 5 /
-    # 1.25 PF dense), FP32 80 TF, 186 GB HBM3E at 8 TB/s, NVLink 5 at 1.8 TB/s. A compute tray
-    # holds 2 superchips = 4 GPUs, one 400 Gb/s NIC per GPU; its NVLink domain spans 18 trays
-    # (the cluster's intra_node.domain_nodes). busbw as the B200's.
-    "gb200": GpuSpec("gb200", 2500.0, 2500.0, 5000.0, 80.0, 1250.0, 186.0, 8.0, 7200.0, 400.0, 4, 4, 148,
-                     740.0, 960.0),
-    # H800 SXM (the export Hopper, DeepSeek-V3's cluster): H100 SXM compute, HBM and SMs with
-    # NVLink cut to 400 GB/s bidirectional = 1600 Gb/s per direction (validation/hardware.csv;
-    # DeepSeek-V3 report arXiv:2412.19437 sec. 3.2.2: ~160 GB/s usable NVLink, 50 GB/s IB per GPU,
-    # i.e. one 400 Gb/s NIC per GPU). busbw from the H100's measured fractions of the line
-    # rate (ring 370/450, NVLS 480/450): 164 and 213 GB/s; a user measured 215 GB/s
-    # (NVIDIA/nccl#1374, checked by nccl_check).
-    "h800": GpuSpec("h800", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 1600.0, 400.0, 8, 8, 132,
-                    200.0 * 370.0 / 450.0, 200.0 * 480.0 / 450.0),
-    # NVIDIA V100 SXM3 32GB in a DGX-2 (the 2019-20 Megatron runs): FP16 tensor 125 TF, no
-    # BF16 and no FP8; FP32 15.7 TF (V100 datasheet); 80 SMs; HBM2 900 GB/s; 16 GPUs on
-    # NVSwitch at 300 GB/s bidirectional = 1200 Gb/s per direction; 8x EDR 100 Gb/s NICs per
-    # 16 GPUs (DGX-2 datasheet; validation/hardware.csv). No busbw measurement found: the
-    # A100's measured fraction of the line rate (230/300) is assumed.
-    "v100": GpuSpec("v100", None, 125.0, None, 15.7, 125.0, 32.0, 0.9, 1200.0, 100.0, 8, 16, 80, 115.0),
-}
+    def predates(self, compute_capability: float) -> bool:
+        """Whether it is a CUDA GPU of an architecture older than `compute_capability`."""
+        return self.compute_capability is not None and self.compute_capability < compute_capability
 
 
-# ---- compute-model facts, joined to the datasheets above into one record per preset ----------
+# ---- how the compute-model facts of the records below were found -------------------------------
 # gemm_burst_efficiency: fraction of the dense tensor-core peak that torch.matmul (cuBLAS)
 # reaches on the best shape of a brute-force search ("maximum achievable matmul FLOPS"):
-# stas00/ml-engineering, compute/accelerator/README.md, MAMF table (mamf-finder.py): A100 SXM
-# bf16 271.2 of 312; H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; H200 fp8 1453.4 of
-# 1979 (bf16 taken as H100's: same SMs and clocks); B200 SXM bf16 1745.0 of 2250, fp8 3432.5 of
-# 4500 (torch 2.7.1+cu128); GB200 bf16 1822.0 of 2500, fp8 3615.6 of 5000 (torch
-# 2.10.0.dev20250916+cu130). XLA's default matmul table agrees for Blackwell (tensorflow/
-# tensorflow third_party/xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h @a305421,
-# key sm_100: bf16 4 x 4096^3 at 1670 TFLOP/s). V100: no public MAMF found; 0.75 assumed.
+# stas00/ml-engineering, compute/accelerator/README.md, MAMF table (mamf-finder.py); each
+# record gives its figures.
 #
 # sustained_clock: MAMF is a burst figure: the kernels run for well under a second. A training
 # step keeps the tensor cores busy for seconds, the board reaches its power limit, and the SM
@@ -142,58 +116,114 @@ _DATASHEETS: dict[str, GpuSpec] = {
 # the clock a layer holds is higher (1500-1620 MHz in layers.json's hot runs, at 683-690 W); but
 # GEMM throughput follows the clock weakly once power-limited (MAMF's burst at 1980 MHz is
 # only 10% over the best shape's soak rate at ~1390 MHz), so the soak rate is conservative by
-# about 3% (linear in the clock between the two).
-# H200, measured the same way (calibrate/profiles/h200-study/): 658.6 bf16 and 1192.0 FP8 on
-# 8192^3, over the 794.5 burst taken for it above and MAMF's 1453.4. B200 (not measured here):
-# ml-engineering's maximum *sustainable* matmul rate (MSMF, mamf-finder.py after a thermal soak)
-# is 1429 TFLOP/s bf16 against its 1745.0 burst, both the best shape of a search; the card draws
-# its 1000 W limit and the SM clock settles near 1450 MHz from its 1965 MHz boost
-# (stas00/ml-engineering, its counting-FLOPs video script, which reads the README's MAMF/MSMF
-# table). Assumed, no measurement found: FP8 drops with the same clock as bf16, and GB200, the
-# same die at a 1200 W limit, takes the B200's ratio. A100 and V100: not measured, no derating
-# applied (1.0).
-#
-# attention_family: which published fused-attention figures price its kernels
-# (costs/compute.py): "hopper" (cuDNN on H100, FlashAttention-3 paper; Blackwell keeps Hopper's
-# fractions of the peak; V100 has no table of its own and takes them too) or "ampere"
-# (FlashAttention-2 on A100).
-ATTENTION_FAMILIES = ("hopper", "ampere")
-# The fused-attention kernels `training.kernels.attention` may name on each preset, besides the
-# GPU's own (`default`) and Triton's: those with figures here. FlashAttention-2 runs on Ampere,
-# Ada and Hopper (Dao-AILab/flash-attention README), FlashAttention-3 on Hopper alone (its README:
-# H100 / H800), cuDNN's fused attention is Hopper's and Blackwell's default (the H100 profile).
-# cuDNN on an A100 and FlashAttention-2 on Blackwell run, but no figures for them are known here.
-_HOPPER_KERNELS = ("cudnn", "fa2", "fa3")
-ATTENTION_KERNELS_OF = {"a100-40gb": ("fa2",), "a100-80gb": ("fa2",), "h100-sxm": _HOPPER_KERNELS,
-                        "h200": _HOPPER_KERNELS, "h800": _HOPPER_KERNELS, "b200": ("cudnn",), "gb200": ("cudnn",),
-                        "v100": ()}
-
-
-def attention_kernels(gpu_name: str) -> tuple[str, ...]:
-    """What `training.kernels.attention` may name on a preset: its own, Triton's, and those with figures."""
-    return ("default", "triton", *ATTENTION_KERNELS_OF.get(gpu_name, ()))
-_B200_SUSTAINED = 1429.0 / 1745.0
+# about 3% (linear in the clock between the two). Each record says how its own was found.
 _S_8192, _S_8192_FP8 = 0.954779, 0.940312  # costs/gemm.py gemm_shape_efficiency(8192, 8192, 8192, 132)
-_HOPPER_FACTS = dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,
-                     sustained_clock_16=687.6 / (794.5 * _S_8192), sustained_clock_fp8=1238.8 / (1402.6 * _S_8192_FP8),
-                     attention_family="hopper")
-_AMPERE_FACTS = dict(gemm_burst_efficiency_16=0.869, sustained_clock_16=1.0, attention_family="ampere")
-_BLACKWELL_SUSTAINED = dict(sustained_clock_16=_B200_SUSTAINED, sustained_clock_fp8=_B200_SUSTAINED,
-                            attention_family="hopper")
-_COMPUTE_FACTS = {
-    "a100-40gb": _AMPERE_FACTS,
-    "a100-80gb": _AMPERE_FACTS,
-    "h100-sxm": _HOPPER_FACTS,
-    "h200": dict(gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.734,
-                 sustained_clock_16=658.6 / (794.5 * _S_8192), sustained_clock_fp8=1192.0 / (1453.4 * _S_8192_FP8),
-                 attention_family="hopper"),
-    "b200": dict(gemm_burst_efficiency_16=1745.0 / 2250.0, gemm_burst_efficiency_fp8=3432.5 / 4500.0,
-                 **_BLACKWELL_SUSTAINED),
-    "gb200": dict(gemm_burst_efficiency_16=1822.0 / 2500.0, gemm_burst_efficiency_fp8=3615.6 / 5000.0,
-                  **_BLACKWELL_SUSTAINED),
-    "h800": _HOPPER_FACTS,  # the same GH100 die, SMs and clocks, and the same 700 W limit
-    "v100": dict(gemm_burst_efficiency_16=0.75, sustained_clock_16=1.0, attention_family="hopper"),
-}
+_H100_SUSTAINED_16 = 687.6 / (794.5 * _S_8192)
+_H100_SUSTAINED_FP8 = 1238.8 / (1402.6 * _S_8192_FP8)
+# B200 (not measured here): ml-engineering's maximum *sustainable* matmul rate (MSMF,
+# mamf-finder.py after a thermal soak) is 1429 TFLOP/s bf16 against its 1745.0 burst, both the
+# best shape of a search; the card draws its 1000 W limit and the SM clock settles near 1450 MHz
+# from its 1965 MHz boost (stas00/ml-engineering, its counting-FLOPs video script, which reads
+# the README's MAMF/MSMF table). Assumed, no measurement found: FP8 drops with the same clock as
+# bf16.
+_B200_SUSTAINED = 1429.0 / 1745.0
+
+_SHIPPED = (
+    # NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web):
+    # BF16/FP16 312 TF, TF32 156 TF, FP32 19.5 TF; 40GB HBM2 at 1,555 GB/s; 108 SMs (NVIDIA
+    # A100 whitepaper); NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction.
+    # DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute.
+    # Ring busbw ~230 GB/s on 8 A100 (NCCL maintainer, NVIDIA/nccl-tests#149; validation/nccl.csv).
+    # MAMF: A100 SXM bf16 271.2 of 312; sustained clock not measured, no derating applied (1.0).
+    # Attention: FlashAttention-2's figures on A100; cuDNN on an A100 runs, but no figures for it
+    # are known here. Named by its size beside the part's name (an A100 without one is the 80GB).
+    GpuSpec("a100-40gb", 312.0, 312.0, None, 19.5, 156.0, 40.0, 1.555, 2400.0, 200.0, 8, 8, 108, 230.0,
+            gemm_burst_efficiency_16=0.869, sustained_clock_16=1.0, attention_family="ampere",
+            attention_kernels_with_figures=("fa2",), compute_capability=8.0,
+            aliases=("A100-SXM4-40GB", "A100 SXM 40GB", "A100 40GB", "A100 40 GB")),
+    # Same datasheet, A100 80GB SXM: HBM2e at 2,039 GB/s. Compute facts as the 40GB part's (the
+    # same GA100). The A100 whose size is not written beside its name.
+    GpuSpec("a100-80gb", 312.0, 312.0, None, 19.5, 156.0, 80.0, 2.039, 2400.0, 200.0, 8, 8, 108, 230.0,
+            gemm_burst_efficiency_16=0.869, sustained_clock_16=1.0, attention_family="ampere",
+            attention_kernels_with_figures=("fa2",), compute_capability=8.0, aliases=("A100",)),
+    # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16 1,979 TF and FP8 3,958 TF
+    # *with sparsity*, i.e. 989.4 / 1978.9 dense; TF32 494.7 dense; FP32 67 TF; 80GB HBM3 at
+    # 3.35 TB/s; 132 SMs (H100 SXM5, NVIDIA H100 whitepaper); NVLink 900 GB/s bidirectional
+    # = 3600 Gb/s per direction. DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (NDR) for compute.
+    # busbw: ring ~370 GB/s, NVLS ~480 GB/s on 8 GPUs (sjeaugey, NVIDIA/nccl-tests#212; nccl#1455).
+    # MAMF: H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; sustained clock measured here
+    # (above). Attention: cuDNN (the H100 profile), FlashAttention-2 and -3 (FA3 paper).
+    GpuSpec("h100-sxm", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 3600.0, 400.0, 8, 8, 132, 370.0, 480.0,
+            gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,
+            sustained_clock_16=_H100_SUSTAINED_16, sustained_clock_fp8=_H100_SUSTAINED_FP8,
+            attention_family="hopper", attention_kernels_with_figures=("cudnn", "fa2", "fa3"),
+            compute_capability=9.0, aliases=("H100",)),
+    # NVIDIA H200 datasheet (SXM): same Hopper tensor throughput and SMs as H100 SXM; 141GB
+    # HBM3e at 4.8 TB/s; NVLink 900 GB/s. DGX H200: 8x ConnectX-7 400 Gb/s. NVLS all-reduce
+    # peak 475 GB/s measured (NVIDIA/nccl-tests#272), ring as H100.
+    # MAMF: H200 fp8 1453.4 of 1979 (bf16 taken as H100's: same SMs and clocks). Sustained clock
+    # measured the same way (calibrate/profiles/h200-study/): 658.6 bf16 and 1192.0 FP8 on
+    # 8192^3, over the 794.5 burst taken for it and MAMF's 1453.4. Attention: as H100's.
+    GpuSpec("h200", 989.4, 989.4, 1978.9, 67.0, 494.7, 141.0, 4.8, 3600.0, 400.0, 8, 8, 132, 370.0, 475.0,
+            gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.734,
+            sustained_clock_16=658.6 / (794.5 * _S_8192), sustained_clock_fp8=1192.0 / (1453.4 * _S_8192_FP8),
+            attention_family="hopper", attention_kernels_with_figures=("cudnn", "fa2", "fa3"),
+            compute_capability=9.0, aliases=("H200",)),
+    # NVIDIA DGX B200 / HGX B200 datasheet: per GPU FP8 4.5 PF and BF16 2.25 PF dense
+    # (9 / 4.5 PF quoted with sparsity), TF32 1.1 PF dense, FP32 75 TF; 180GB HBM3e at
+    # 8 TB/s; 148 SMs; NVLink 5 1.8 TB/s bidirectional = 7200 Gb/s per direction;
+    # DGX B200: 8x ConnectX-7 400 Gb/s. No public busbw measurement found: the H100's measured
+    # fractions of the line rate (370/450 ring, 480/450*... NVLS 480/450) are assumed.
+    # MAMF: B200 SXM bf16 1745.0 of 2250, fp8 3432.5 of 4500 (torch 2.7.1+cu128). XLA's default
+    # matmul table agrees for Blackwell (tensorflow/tensorflow third_party/xla/xla/backends/gpu/
+    # cost_model/matmul_interpolator_data.h @a305421, key sm_100: bf16 4 x 4096^3 at 1670
+    # TFLOP/s). Sustained clock: _B200_SUSTAINED (above). Attention: Blackwell keeps Hopper's
+    # fractions of the peak; cuDNN alone (FlashAttention-2 on Blackwell runs, but no figures for
+    # it are known here; FlashAttention-3 is Hopper's).
+    GpuSpec("b200", 2250.0, 2250.0, 4500.0, 75.0, 1100.0, 180.0, 8.0, 7200.0, 400.0, 8, 8, 148, 740.0, 960.0,
+            gemm_burst_efficiency_16=1745.0 / 2250.0, gemm_burst_efficiency_fp8=3432.5 / 4500.0,
+            sustained_clock_16=_B200_SUSTAINED, sustained_clock_fp8=_B200_SUSTAINED,
+            attention_family="hopper", attention_kernels_with_figures=("cudnn",), compute_capability=10.0,
+            aliases=("B200",)),
+    # GB200 (a Blackwell GPU of the GB200 superchip, at up to 1,200 W): NVIDIA's GB200 NVL72
+    # specification, per GPU: FP16/BF16 5 PF, FP8 10 PF, TF32 2.5 PF with sparsity (2.5 / 5 /
+    # 1.25 PF dense), FP32 80 TF, 186 GB HBM3E at 8 TB/s, NVLink 5 at 1.8 TB/s. A compute tray
+    # holds 2 superchips = 4 GPUs, one 400 Gb/s NIC per GPU; its NVLink domain spans 18 trays
+    # (the cluster's intra_node.domain_nodes): a GB200 NVL72 rack is 18 compute trays of 4 GPUs
+    # on one NVLink switch system. busbw as the B200's.
+    # MAMF: GB200 bf16 1822.0 of 2500, fp8 3615.6 of 5000 (torch 2.10.0.dev20250916+cu130).
+    # Sustained clock assumed, no measurement found: the same die at a 1200 W limit takes the
+    # B200's ratio. Attention: as the B200's.
+    GpuSpec("gb200", 2500.0, 2500.0, 5000.0, 80.0, 1250.0, 186.0, 8.0, 7200.0, 400.0, 4, 4, 148, 740.0, 960.0,
+            gemm_burst_efficiency_16=1822.0 / 2500.0, gemm_burst_efficiency_fp8=3615.6 / 5000.0,
+            sustained_clock_16=_B200_SUSTAINED, sustained_clock_fp8=_B200_SUSTAINED,
+            attention_family="hopper", attention_kernels_with_figures=("cudnn",), compute_capability=10.0,
+            nvlink_domain_nodes=18, aliases=("GB200",)),
+    # H800 SXM (the export Hopper, DeepSeek-V3's cluster): H100 SXM compute, HBM and SMs with
+    # NVLink cut to 400 GB/s bidirectional = 1600 Gb/s per direction (validation/hardware.csv;
+    # DeepSeek-V3 report arXiv:2412.19437 sec. 3.2.2: ~160 GB/s usable NVLink, 50 GB/s IB per GPU,
+    # i.e. one 400 Gb/s NIC per GPU). busbw from the H100's measured fractions of the line
+    # rate (ring 370/450, NVLS 480/450): 164 and 213 GB/s; a user measured 215 GB/s
+    # (NVIDIA/nccl#1374, checked by nccl_check).
+    # Compute facts as the H100's: the same GH100 die, SMs and clocks, and the same 700 W limit.
+    GpuSpec("h800", 989.4, 989.4, 1978.9, 67.0, 494.7, 80.0, 3.35, 1600.0, 400.0, 8, 8, 132,
+            200.0 * 370.0 / 450.0, 200.0 * 480.0 / 450.0,
+            gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,
+            sustained_clock_16=_H100_SUSTAINED_16, sustained_clock_fp8=_H100_SUSTAINED_FP8,
+            attention_family="hopper", attention_kernels_with_figures=("cudnn", "fa2", "fa3"),
+            compute_capability=9.0, aliases=("H800",)),
+    # NVIDIA V100 SXM3 32GB in a DGX-2 (the 2019-20 Megatron runs): FP16 tensor 125 TF, no
+    # BF16 and no FP8; FP32 15.7 TF (V100 datasheet); 80 SMs; HBM2 900 GB/s; 16 GPUs on
+    # NVSwitch at 300 GB/s bidirectional = 1200 Gb/s per direction; 8x EDR 100 Gb/s NICs per
+    # 16 GPUs (DGX-2 datasheet; validation/hardware.csv). No busbw measurement found: the
+    # A100's measured fraction of the line rate (230/300) is assumed.
+    # No public MAMF found: 0.75 assumed; sustained clock not measured, no derating applied (1.0).
+    # Attention: no table of its own, it takes Hopper's fractions; no fused kernel with figures
+    # (FlashAttention-2 needs sm80+).
+    GpuSpec("v100", None, 125.0, None, 15.7, 125.0, 32.0, 0.9, 1200.0, 100.0, 8, 16, 80, 115.0,
+            gemm_burst_efficiency_16=0.75, sustained_clock_16=1.0, attention_family="hopper",
+            compute_capability=7.0, aliases=("V100",)),
+)
 
 
 def missing_facts(spec: GpuSpec) -> list[str]:
@@ -215,16 +245,22 @@ def check_preset(spec: GpuSpec) -> GpuSpec:
     return spec
 
 
+PRESETS: dict[str, GpuSpec] = {spec.name: check_preset(spec) for spec in _SHIPPED}
+
+
 def register_preset(spec: GpuSpec) -> GpuSpec:
+    """Add (or replace) a preset: scenarios, kernel prices and free-text names then find it."""
     PRESETS[spec.name] = check_preset(spec)
     return spec
 
 
-PRESETS: dict[str, GpuSpec] = {}
-for _name, _spec in _DATASHEETS.items():
-    register_preset(replace(_spec, **_COMPUTE_FACTS.get(_name, {})))
-
 GPU_FIELDS = tuple(f.name for f in fields(GpuSpec) if f.name != "name")
+
+
+def attention_kernels(gpu_name: str) -> tuple[str, ...]:
+    """What `training.kernels.attention` may name on a preset: its own, Triton's, and those with figures."""
+    spec = PRESETS.get(gpu_name)
+    return ("default", "triton", *(spec.attention_kernels_with_figures if spec else ()))
 
 
 def suggest(name: str, choices) -> str:
@@ -237,22 +273,35 @@ def suggest(name: str, choices) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+# Names that hold a preset's alias but are no preset: PCIe cards (other clocks, power, HBM, no
+# NVSwitch) and the GH200 Grace Hopper superchip (an H100 with 96-144 GB beside a CPU).
+_NAMES_OF_NO_PRESET = ("PCIE", "GH200")
+# "NVL" with no rack size after it: beside a server GPU a PCIe pair (H100 NVL), beside a
+# rack-scale one the rack (GB200 NVL)
+_BARE_NVL = re.compile(r"NVL(?![A-Z\d])")
+
+
+def _spelling(text: str) -> str:
+    """`text` as aliases are compared: upper case, each run of -, _ and white space one space."""
+    return re.sub(r"[-_\s]+", " ", text.upper())
+
+
 def preset_named_in(text: str) -> str | None:
     """The preset a free-text GPU or system name refers to ("H100-SXM5-80GB", "8x A100-SXM4-40GB
-    + 4x HDR", "DGX B200"), or None. Most specific first: "H800" and "H200" before "H100",
-    "GB200" before "B200". PCIe cards are none of the SXM presets."""
-    text = text.upper()
-    if "PCIE" in text or re.search(r"NVL(?![A-Z\d])", text) and "GB200" not in text:
-        return None  # PCIe cards (H100 NVL is a PCIe pair): other clocks, power, HBM, no NVSwitch
-    if "GH200" in text:
-        return None  # a Grace Hopper superchip: an H100 with 96-144 GB beside a CPU, no preset
-    for marker, preset in (("H800", "h800"), ("H200", "h200"), ("H100", "h100-sxm"), ("GB200", "gb200"), ("B200", "b200"),
-                           ("V100", "v100")):
-        if marker in text:
-            return preset
-    if "A100" in text:  # the size written with the part's name, not elsewhere in the text
-        return "a100-40gb" if re.search(r"A100[-\w ]*?40 ?GB", text) else "a100-80gb"
-    return None
+    + 4x HDR", "DGX B200"), or None: the preset whose alias comes first in the text, the longest
+    where several start there ("GB200" holds "B200", "A100 40GB" holds "A100"), the one registered
+    first where presets share an alias (a record fitted from a preset keeps its aliases)."""
+    text = _spelling(text)
+    if any(name in text for name in _NAMES_OF_NO_PRESET):
+        return None
+    found = [(text.find(alias), -len(alias), order, spec.name) for order, spec in enumerate(PRESETS.values())
+             for alias in map(_spelling, spec.aliases) if alias in text]
+    if not found:
+        return None
+    name = min(found)[-1]
+    if _BARE_NVL.search(text) and PRESETS[name].nvlink_domain_nodes == 1:
+        return None
+    return name
 
 
 def gpu_preset(name: str, **overrides) -> GpuSpec:

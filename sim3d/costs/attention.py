@@ -102,7 +102,7 @@ def kernel_family(attention_family: str, kernel: str) -> AttentionKernels:
     """The constants of `training.kernels.attention` = `kernel` on a GPU of `attention_family`:
     `default` is the GPU's own (cuDNN on Hopper and later, FlashAttention-2 on Ampere);
     scenario/checks.py refuses a kernel a GPU preset has no figures for (cluster/gpus.py
-    ATTENTION_KERNELS_OF)."""
+    attention_kernels_with_figures)."""
     default = FAMILIES[attention_family]
     if kernel in ("default", "cudnn") or (kernel == "fa2" and attention_family == "ampere"):
         return default

@@ -292,6 +292,7 @@ def fit_profile(table: pd.DataFrame, gpu=None, name: str | None = None, provenan
 def _record(result: FitResult, spec, name: str) -> dict:
     record = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
     record["name"] = name
+    record["aliases"] = ()  # a fitted device is named by its own name, never by its base's spellings
     values = {c.name: c.value for c in result.constants}
     fitted = {p: values[f"gemm_efficiency_{p}"] for p in ("fp32", "bf16", "fp16", "fp8") if f"gemm_efficiency_{p}" in values}
     if result.base is None and fitted:  # the fitted rates are the peaks, efficiency 1.0

@@ -1,5 +1,5 @@
 """Consistency of a parsed scenario: every problem as one line naming the field path and the
-numbers involved (DESIGN.md section 3)."""
+numbers involved (docs/contracts.md#scenario-file)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from .sharding import ShardingPlan
 from ..cluster.placement import Placement
 from ..schedule.specs import SCHEDULES
 AXES = ("tp", "cp", "ep", "dp", "pp")
+# Flash attention needs Ampere or newer: FlashAttention-2 supports sm80+ (Dao-AILab/flash-attention README)
+FLASH_ATTENTION_CAPABILITY = 8.0
 
 
 def consistency_problems(s) -> list[str]:
@@ -87,16 +89,17 @@ def consistency_problems(s) -> list[str]:
     if (s.cluster.gpu in PRESETS and getattr(PRESETS[s.cluster.gpu], f"{key}_tflops") is None
             and getattr(s.cluster, f"{key}_tflops") is None):
         p.append(f"training.precision: {tr.precision} needs {key} tensor cores, which {s.cluster.gpu} lacks")
-    if tr.attention_backend == "flash" and s.cluster.gpu == "v100":
+    if (tr.attention_backend == "flash" and s.cluster.gpu in PRESETS
+            and PRESETS[s.cluster.gpu].predates(FLASH_ATTENTION_CAPABILITY)):
         p.append("training.attention_backend: flash attention needs an Ampere or newer GPU (FlashAttention-2 "
-                 "supports sm80+); set training.attention_backend: unfused for v100")
+                 f"supports sm80+); set training.attention_backend: unfused for {s.cluster.gpu}")
     kernel, known = tr.kernels.attention, attention_kernels(s.cluster.gpu)
     if kernel != "default" and tr.attention_backend == "unfused":
         p.append(f"training.kernels.attention: {kernel} names a fused attention kernel, but "
                  "training.attention_backend is unfused (no fused kernel runs)")
     elif kernel not in known:
         p.append(f"training.kernels.attention: {kernel} has no figures for {s.cluster.gpu} (there: "
-                 f"{', '.join(known)}; cluster/gpus.py ATTENTION_KERNELS_OF)")
+                 f"{', '.join(known)}; the preset's attention_kernels_with_figures, cluster/gpus.py)")
     if tr.tp_comm_overlap and not (par.sequence_parallel and par.tp > 1):
         p.append("training.tp_comm_overlap: Transformer Engine's userbuffer overlap needs tp > 1 and "
                  f"parallel.sequence_parallel: true (Megatron asserts it), got tp={par.tp}, "

@@ -109,13 +109,12 @@ def _precision(settings: dict[str, str], gpu: str | None) -> str:
 # trained on Jean Zay and nowhere else (bigscience train/tr11-176B-ml/README.md, "Hardware"): a
 # row of this model runs there whether or not its notes repeat it
 JEAN_ZAY_MODELS = ("BLOOM-176B",)
-# a GB200 NVL72 rack: 18 compute trays of 4 GPUs on one NVLink switch system (NVIDIA GB200 NVL72)
-NVL72_TRAYS = 18
 
 
 def _cluster(row: dict, notes: str) -> dict:
     """The servers of the row's GPU as its maker ships them (the preset's GPUs and NICs per
-    node), on a rail-optimized fabric; BLOOM on Jean Zay's Omni-Path fat tree."""
+    node, and its NVLink domain), on a rail-optimized fabric; BLOOM on Jean Zay's Omni-Path fat
+    tree."""
     name, row_gpus = _text(row.get("gpu")), _int(row, "num_gpus")
     if row_gpus < 1:
         raise ScenarioError(f"num_gpus: {row_gpus} GPUs")
@@ -130,9 +129,11 @@ def _cluster(row: dict, notes: str) -> dict:
     else:  # DGX datasheets: one NIC per GPU (two GPUs per NIC on a DGX-2)
         inter = {"fabric": "rail-optimized", "nic_gbps": spec.nic_gbps, "nics_per_node": spec.nics_per_node}
     cluster = {"gpu": gpu, "nodes": nodes, "gpus_per_node": per_node, "inter_node": inter}
-    if gpu == "gb200":
-        # the job's trays fill whole racks where they can: the largest rack share that divides them
-        cluster["intra_node"] = {"domain_nodes": max(d for d in range(1, NVL72_TRAYS + 1) if nodes % d == 0)}
+    if spec.nvlink_domain_nodes > 1:
+        # a rack-scale system (GB200 NVL72): the job's nodes fill whole racks where they can, the
+        # largest rack share that divides them
+        rack = spec.nvlink_domain_nodes
+        cluster["intra_node"] = {"domain_nodes": max(d for d in range(1, rack + 1) if nodes % d == 0)}
     return cluster
 
 
@@ -247,7 +248,8 @@ _FUSED_SOFTWARE = re.compile(r"\b(transformer ?engine|megatron-core|mcore|megatr
 # (not in a hash, a version or a count such as "2016 GPUs")
 _ARXIV = re.compile(r"arxiv(?:\.org/(?:abs|pdf)/|:)\s*(\d{2})\d{2}\.\d{4,5}", re.I)
 _YEAR = re.compile(r"(?<![\w@./-])(20(?:1[89]|2\d))(?![\w./-])(?!\s*(?:GPUs?|nodes?|servers?)\b)", re.I)
-PRE_FLASH = ("a100-40gb", "a100-80gb", "v100")  # GPUs of the unfused era
+# GPUs older than Hopper (compute capability 9.0: the A100s and V100s) trained the unfused era's runs
+FUSED_ERA_CAPABILITY = 9.0
 
 
 def _year_of(source: str) -> int | None:
@@ -263,7 +265,8 @@ def _unfused_era(row: dict, notes: str, settings: dict[str, str]) -> bool:
     """Whether a row of a family without a rule ran the 2021-22 Megatron stack. In order, the
     first that speaks decides: a flash_attention / use_flash_attn setting; words on the
     attention kernels; the source's year (FlashAttention reached Megatron-LM in 2023,
-    --use-flash-attn); software of today's stack named; the GPU generation (A100, V100)."""
+    --use-flash-attn); software of today's stack named; the GPU's generation (older than
+    Hopper: A100, V100)."""
     for key in ("flash_attention", "use_flash_attn"):
         if (said := _truth(settings.get(key, ""))) is not None:
             return not said
@@ -276,7 +279,8 @@ def _unfused_era(row: dict, notes: str, settings: dict[str, str]) -> bool:
         return year < 2023
     if _FUSED_SOFTWARE.search(text):
         return False
-    return preset_named_in(_text(row.get("gpu"))) in PRE_FLASH
+    gpu = preset_named_in(_text(row.get("gpu")))
+    return gpu is not None and PRESETS[gpu].predates(FUSED_ERA_CAPABILITY)
 
 
 def _inferred_era(row: dict, notes: str, settings: dict[str, str]) -> dict:
