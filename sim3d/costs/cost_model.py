@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import cached_property
 
-from ..model.params import embedding_params, head_params, layer_params, stage_params, tied_embedding
+from ..model.kernel_stack import AUTOGRAD_ACCUMULATES, accumulation_bytes
+from ..model.params import Params, embedding_params, head_params, layer_params, stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..scenario.sharding import ShardingPlan, grad_bytes
 from ..cluster.placement import SHARD_AXIS, Placement
@@ -207,8 +208,19 @@ class CostModel:
                           "layer": ("block", lambda: layer_ops(self.s, False)),
                           "moe_layer": ("block", lambda: layer_ops(self.s, True)),
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
-            self._layer_cache[key] = self._block_cost(block, ops(), kind, links)
+            cost = self._block_cost(block, ops(), kind, links)
+            if kind in ("B", "BW") and self.s.training.kernels.stack in AUTOGRAD_ACCUMULATES:
+                cost = cost + ActionCost(self.compute_model.memory_time(self._accumulated(name)))
+            self._layer_cache[key] = cost
         return self._layer_cache[key]
+
+    def _accumulated(self, block: str) -> float:
+        """Bytes AccumulateGrad moves for one block's gradients per micro-batch (kernel_stack.py)."""
+        d = Dims.of(self.s)
+        params = {"embedding": lambda: Params(dense=embedding_params(d)),
+                  "layer": lambda: layer_params(d, False), "moe_layer": lambda: layer_params(d, True),
+                  "head": lambda: Params(dense=head_params(d, self.s.num_stages == 1))}[block]()
+        return accumulation_bytes(params.dense, params.expert, self.sharding, self.s.num_microbatches)
 
     def _block_cost(self, block: str, ops, kind: str, links: dict) -> ActionCost:
         return self._measured_block(block, ops, kind, links) or self.ops_cost(ops, kind, links)

@@ -12,8 +12,16 @@ inputs and writes its outputs once, which is what those counts are.
 
 * LayerNorm (aten/src/ATen/native/cuda/layer_norm_kernel.cu): forward one kernel, read x write
   y (2E); backward two: the input gradient reads dy and x and writes dx (3E), the weight and
-  bias gradients read dy and x again (2E). RMSNorm is priced the same way (an assumption: its
-  eager form is a chain of pointwise ops at least this long).
+  bias gradients read dy and x again (2E).
+* RMSNorm as Hugging Face transformers writes it (models/llama/modeling_llama.py,
+  LlamaRMSNorm.forward): `x.to(float32)`, `pow(2)`, `mean(-1)`, `+ eps`, `rsqrt`, `x * r`,
+  `.to(bf16)`, `weight * y`: eight kernels, four of them over fp32 tensors (`rmsnorm_chain`).
+  Its backward is autograd's formula for each (tools/autograd/derivatives.yaml; pow_backward
+  in FunctionsManual.cpp computes grad * (2 * x.pow(1)): a copy, a scale and a product), and
+  the fp32 input's two gradients are summed (InputBuffer::add). torch.nn.RMSNorm runs one
+  fused kernel each way on CUDA in recent PyTorch (pytorch/pytorch#153666; the 2.13 build's
+  ATen has _fused_rms_norm_cuda and its backward), so a stack that uses it is priced as
+  LayerNorm (`training.kernels.norm: fused`).
 * residual add: forward reads both operands and writes the sum (3E); its backward passes the
   gradient through, but the residual stream that fed both the branch and the add receives two
   gradients, which autograd sums (torch/csrc/autograd/input_buffer.cpp, InputBuffer::add):
@@ -30,6 +38,28 @@ inputs and writes its outputs once, which is what those counts are.
 * around a flash attention fed by one QKV GEMM: the forward splits Q, K, V as views, so the
   backward's SplitBackward concatenates dQ, dK, dV into the QKV gradient (read and write
   them once); Transformer Engine's fused attention writes the packed gradient itself.
+* cross-entropy on fp32 logits, as Hugging Face's ForCausalLMLoss (loss/loss_utils.py:
+  `logits.float()`) and torchtitan's cross_entropy_loss (`pred.float()`) call it, over V =
+  tokens x vocabulary elements: the upcast (read ab, write 4 bytes); log_softmax, whose CUDA
+  kernel for a row too long for shared memory (128k fp32 values: 513 KB) reads the row three
+  times (max, sum of exponentials, output) and writes it once (aten/src/ATen/native/cuda/
+  SoftMax.cu, cunn_SoftMaxForward); nll_loss (a gather). Backward: nll_loss_backward zero-fills
+  a gradient of V fp32 values before scattering the targets', log_softmax's backward reads the
+  gradient to sum it, then the gradient and the output to write the input gradient
+  (cunn_SoftMaxBackward), and the upcast's backward casts it back to ab bytes.
+* the embedding's backward (aten/src/ATen/native/cuda/Embedding.cu,
+  embedding_dense_backward_cuda): a zero-filled gradient of the whole vocabulary shard, into
+  which the tokens' gradients are summed by sorted segments (in fp32, written once). Under
+  `compiled` Inductor decomposes it instead (torch/_decomp/decompositions.py,
+  embedding_dense_backward, used on CUDA by torch/_inductor/decomposition.py): an fp32 zero
+  gradient, the upcast token gradients added into it by atomic read-modify-writes, and a cast
+  of the whole table back to the weights' width (`compiled_ops`).
+* gradient accumulation: under torch autograd (eager and compiled alike: the graph ends at the
+  parameters) each parameter's gradient of a micro-batch is handed to AccumulateGrad, which
+  keeps the first and adds every later one into `.grad`: read both, write one
+  (torch/csrc/autograd/functions/accumulate_grad.h). Megatron's weight-gradient GEMMs
+  accumulate into main_grad in their epilogue instead (gradient_accumulation_fusion), so `te`
+  pays nothing (`accumulation_bytes`).
 * biased linears (GPT-style blocks): the bias gradient is a reduction over the tokens of the
   output gradient (tools/autograd/derivatives.yaml, addmm: the bias's gradient summed to its
   shape), one kernel reading it per linear; Transformer Engine takes it from the GEMM's
@@ -41,19 +71,60 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..scenario.sharding import ShardingPlan
 from .op import Op
 
 MASK = 1  # dropout's mask: one byte per element (ops.MASK_BYTES)
 ROPE_FP32 = 4  # apply_rotary_emb computes in fp32 (`.float()`)
+FP32 = 4  # the upcast intermediates of RMSNorm's and the loss's eager chains
 BIASED = ("qkv", "out_proj", "mlp_up", "mlp_down")  # the linears of a GPT-style block
 
 
-def _eager_sequence(op, ab: int) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+def rmsnorm_chain(e: float, rows: float, ab: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(forward, backward) bytes of each kernel of LlamaRMSNorm's eager chain over `e` elements
+    in `rows` rows (one statistic each, fp32)."""
+    f, r = FP32, FP32 * rows
+    forward = (e * (ab + f),            # x.to(float32)
+               2 * f * e,               # pow(2)
+               f * e + r,               # mean(-1)
+               2 * r, 2 * r,            # + eps, rsqrt
+               2 * f * e + r,           # x * r
+               e * (f + ab),            # .to(bf16)
+               2 * ab * e)              # weight * y
+    backward = (2 * ab * e,             # dy * weight
+                3 * ab * e, ab * e,     # the weight's gradient: dy * y, summed over rows
+                e * (ab + f),           # back to fp32
+                2 * f * e + r,          # dx = g * r
+                3 * f * e, f * e + r,   # dr = sum(g * x) over each row
+                6 * r,                  # rsqrt's and the mean's scalar backward
+                f * e + r,              # mean's gradient spread over the row
+                2 * f * e, 2 * f * e, 3 * f * e,  # pow's: x.pow(1), times 2, times the gradient
+                3 * f * e,              # the two gradients of the fp32 x summed
+                e * (f + ab))           # back to the input's width
+    return forward, backward
+
+
+def fp32_cross_entropy(v: float, ab: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(forward, backward) bytes of each kernel of cross_entropy(logits.float()) over `v`
+    logits (the target gathers and the loss's mean are negligible)."""
+    f = FP32
+    return ((v * (ab + f), 3 * f * v + f * v),
+            (f * v, f * v, 3 * f * v, v * (f + ab)))
+
+
+def _eager_sequence(op, d) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """(forward, backward) bytes of each eager kernel of a memory-bound op, or None when eager
-    PyTorch runs it as ops.py counts it (softmax, embedding, cross-entropy, MoE dispatch)."""
-    e, kinds = op.numel, op.kernels
+    PyTorch runs it as ops.py counts it (softmax, embedding, MoE dispatch)."""
+    e, kinds, ab = op.numel, op.kernels, d.ab
+    if kinds == ("rmsnorm",) and d.norm == "composite":
+        return rmsnorm_chain(e, e / d.h, ab)
     if kinds in (("layernorm",), ("rmsnorm",)):
         return (2 * e * ab,), (3 * e * ab, 2 * e * ab)
+    if kinds == ("cross_entropy",):
+        return fp32_cross_entropy(e, ab)
+    if kinds == ("embedding",):
+        table = d.vocab / d.tp * d.h
+        return (2 * e * ab,), (ab * table, e * (ab + FP32 + ab))
     if kinds == ("add",):
         return (3 * e * ab,), (3 * e * ab,)
     if kinds == ("dropout", "add"):
@@ -80,7 +151,7 @@ def eager_ops(ops: list, d) -> list:
     the op whose backward launches them."""
     out = []
     for op in ops:
-        if op.fwd_flops == 0 and op.attention is None and (seq := _eager_sequence(op, d.ab)) is not None:
+        if op.fwd_flops == 0 and op.attention is None and (seq := _eager_sequence(op, d)) is not None:
             op = replace(op, kernel_bytes=seq)
         out.append(op)
         if op.attention is not None and op.name == "core_attention":
@@ -90,3 +161,29 @@ def eager_ops(ops: list, d) -> list:
             m, n, _ = op.gemm
             out.append(_backward_only(f"{op.name}_bias_grad", (m * n * d.ab,), m * n))
     return out
+
+
+def compiled_ops(ops: list, d) -> list:
+    """The ops as Inductor runs them: ops.py's fused counts, but for the embedding's backward
+    (its decomposition, see above)."""
+    table = d.vocab / d.tp * d.h
+    return [replace(op, kernel_bytes=((2 * op.numel * d.ab,),
+                                      (FP32 * table, op.numel * (d.ab + 2 * FP32), table * (FP32 + d.ab))))
+            if op.kernels == ("embedding",) else op for op in ops]
+
+
+AUTOGRAD_ACCUMULATES = ("eager", "compiled")  # stacks whose gradients AccumulateGrad sums
+
+
+def accumulation_bytes(dense: float, expert: float, sharding: ShardingPlan, microbatches: int) -> float:
+    """HBM bytes AccumulateGrad moves per micro-batch for a block's dense and expert parameters,
+    averaged over the step (none for the first micro-batch's gradient, which it keeps as it is):
+    three gradients' width per element, on the shard where the backward reduce-scatters each
+    micro-batch."""
+    if microbatches < 2:
+        return 0.0
+    if sharding.reduces_in_compute:
+        elements = dense / sharding.dense_group + expert / sharding.expert_group
+    else:
+        elements = dense + expert
+    return 3 * sharding.grad_bytes * elements * (microbatches - 1) / microbatches

@@ -77,6 +77,7 @@ class Dims:
     hidden_dropout: bool = True  # dropout after attention, MLP and embedding (keeps 1-byte masks)
     attention_dropout: bool = True  # dropout on the attention probabilities (unfused: an s^2 mask)
     stack: str = "te"  # training.kernels.stack: te | compiled | eager (model/kernel_stack.py)
+    norm: str = "fused"  # training.kernels.norm: fused | composite (an eager RMSNorm's chain of ops)
 
     @classmethod
     def of(cls, s, capacity: float | None = None) -> "Dims":
@@ -90,7 +91,7 @@ class Dims:
                    expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0,
                    shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
-                   attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack)
+                   attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels)
 
     def unsharded(self) -> "Dims":
         return replace(self, tp=1, cp=1, ep=1, etp=1, sp=False)
@@ -369,11 +370,7 @@ def _shared_expert(d: Dims) -> list[Op]:
 
 def ops_for(d: Dims, moe_layer: bool = False) -> list[Op]:
     """The ops of one transformer layer for explicit sizes (see `layer_ops`)."""
-    ops = _attention(d) + (_moe_mlp(d) if moe_layer and d.experts else _dense_mlp(d))
-    if d.stack == "eager":
-        from .kernel_stack import eager_ops
-        return eager_ops(ops, d)
-    return ops
+    return _as_stack_runs(_attention(d) + (_moe_mlp(d) if moe_layer and d.experts else _dense_mlp(d)), d)
 
 
 def layer_ops(s, moe_layer: bool = False) -> list[Op]:
@@ -392,17 +389,19 @@ def embedding_dims_ops(d: Dims) -> list[Op]:
                         comm_bytes=full * d.ab, bwd_comm_bytes=full * d.ab, group="tp") if d.tp > 1 else {}))
     # + learned positions (GPT) and the embedding dropout: only the 1-byte mask is kept.
     if d.hidden_dropout:
-        return [lookup, _elementwise("embedding_dropout", d, rep, act=MASK_BYTES * rep, passes=3,
-                                     kernels=("dropout", "add"))]
+        return _as_stack_runs([lookup, _elementwise("embedding_dropout", d, rep, act=MASK_BYTES * rep, passes=3,
+                                                    kernels=("dropout", "add"))], d)
     if d.gpt_style:
-        return [lookup, _elementwise("embedding_positions", d, rep, passes=3, kernels=("add",))]
-    return [lookup]
+        ops = [lookup, _elementwise("embedding_positions", d, rep, passes=3, kernels=("add",))]
+    else:
+        ops = [lookup]
+    return _as_stack_runs(ops, d)
 
 
 def head_dims_ops(d: Dims) -> list[Op]:
     rep = d.b * d.sl * d.h / (d.tp if d.sp else 1)
     tokens, v = d.b * d.sl, d.vocab / d.tp
-    return [
+    ops = [
         _elementwise("final_norm", d, rep, act=d.ab * rep, kernels=_norm(d), **_tp_boundary(d, True)),
         # Vocab-parallel LM head (column-parallel over the vocabulary): keeps its input.
         _gemm("lm_head", d, tokens, d.h, v, act=d.ab * rep, te_linear=False),
@@ -413,6 +412,18 @@ def head_dims_ops(d: Dims) -> list[Op]:
            kernels=("cross_entropy",), numel=tokens * v,
            **(dict(comm="all-reduce", comm_bytes=3 * tokens * 4, group="tp") if d.tp > 1 else {})),
     ]
+    return _as_stack_runs(ops, d)
+
+
+def _as_stack_runs(ops: list[Op], d: Dims) -> list[Op]:
+    """`ops` (fused, one kernel each way) as the kernel stack launches them (kernel_stack.py)."""
+    if d.stack == "eager":
+        from .kernel_stack import eager_ops
+        return eager_ops(ops, d)
+    if d.stack == "compiled":
+        from .kernel_stack import compiled_ops
+        return compiled_ops(ops, d)
+    return ops
 
 
 def embedding_ops(s) -> list[Op]:

@@ -15,7 +15,13 @@ them, and the flash-attention kernel:
   2.5.1-2.8, pytorch/pytorch#138522; cuDNN again from 2.9 or 2.11, #162073, #171627), `fa3`
   (FlashAttention-3, Hopper only) or `triton` (FlashAttention written in Triton, as
   llm-foundry's `attn_impl: triton` runs it). A kernel a GPU has no figures for is refused
-  (cluster/gpus.py ATTENTION_KERNELS_OF).
+  (cluster/gpus.py: the preset's attention_kernels_with_figures).
+
+* `norm` -- how an RMSNorm runs: `fused`, one kernel each way (Transformer Engine, Inductor,
+  torch.nn.RMSNorm in recent PyTorch: aten::_fused_rms_norm); `composite`, the chain of eight
+  pointwise and reduction ops Hugging Face's LlamaRMSNorm writes (four over fp32 copies).
+  Unset: composite under `eager` (plain PyTorch model code, as transformers' Llama), fused
+  otherwise. LayerNorm is one ATen kernel in every stack.
 
 A scenario may write the stack alone (`kernels: eager`), as docs/contracts.md#scenario-file
 gives it, or both (`kernels: {stack: eager, attention: triton}`).
@@ -35,6 +41,12 @@ class Kernels(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     stack: Literal["te", "compiled", "eager"] = "te"
     attention: Literal["default", "cudnn", "fa2", "fa3", "triton"] = "default"
+    norm: Literal["fused", "composite"] | None = None
+
+    @property
+    def norm_kernels(self) -> str:
+        """How an RMSNorm runs: as given, else composite under eager and fused otherwise."""
+        return self.norm or ("composite" if self.stack == "eager" else "fused")
 
     @model_validator(mode="before")
     @classmethod

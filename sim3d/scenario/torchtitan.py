@@ -173,9 +173,12 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported) -> d
     converters = _get(config, "model", "converters", [])
     fp8 = any("float8" in str(c) for c in converters)
     param_dtype = _get(config, "training", "mixed_precision_param", "bfloat16")
+    # torchtitan runs plain PyTorch modules, compiled or not; its RMSNorm is torch.nn.RMSNorm,
+    # one fused kernel on CUDA (scenario/kernels.py)
+    stack = "compiled" if _get(config, "compile", "enable", False) else "eager"
     training = {"micro_batch": micro, "global_batch": global_batch,
                 "precision": "fp8" if fp8 else ("bf16" if param_dtype == "bfloat16" else "fp32"),
-                "attention_backend": "flash",
+                "attention_backend": "flash", "kernels": {"stack": stack, "norm": "fused"},
                 "grad_reduce_in_fp32": _get(config, "training", "mixed_precision_reduce", "float32") == "float32"}
     out.assumed.append("training.attention_backend flash, the GPU's own kernel: torchtitan's SDPA ran "
                        "FlashAttention-2 on H100 with torch 2.5.1-2.8 (set training.kernels.attention: fa2 for "
@@ -200,8 +203,6 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported) -> d
 def _unmapped(config: dict) -> list[str]:
     """Settings of the config that change a step but that sim3d does not represent."""
     out = []
-    if _get(config, "compile", "enable", False):
-        out.append("compile.enable: torch.compile's fused kernels are priced as the scenario's default kernels")
     if _get(config, "training", "dtype", "float32") == "bfloat16":
         out.append("training.dtype bfloat16: pure bf16 model states are held as mixed precision's")
     if _get(config, "parallelism", "enable_async_tensor_parallel", False):
@@ -244,6 +245,8 @@ def to_torchtitan_toml(s) -> str:
     if sharded and s.parallel.reshard_after_forward is not None:
         lines.append(f'fsdp_reshard_after_forward = "{"always" if s.parallel.reshard_after_forward else "never"}"')
     lines += ["", "[activation_checkpoint]", f'mode = "{s.training.recompute}"']
+    if s.training.kernels.stack == "compiled":
+        lines += ["", "[compile]", "enable = true"]
     if s.training.precision == "fp8":
         lines += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
                   "[quantize.linear.float8]",

@@ -1,0 +1,51 @@
+"""Whole steps measured on one GPU (validation/h100_llama_steps.json): each step's scenario
+and sim3d's prediction beside the measured median, for each kernel stack the file ran."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..api import simulate
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    mode: str  # the kernel stack the run used: eager | compiled
+    micro_batch: int
+    measured_s: float
+    predicted_s: float
+    te_s: float  # the same step priced as Megatron + Transformer Engine would launch it
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1
+
+
+def step_scenario(record: dict, mode: str, micro_batch: int) -> dict:
+    """The file's scenario equivalent at one micro-batch size and stack. The run kept its
+    parameters, gradients and AdamW state in bf16 (its note), so gradients are not reduced in
+    fp32 and the optimizer's state is bf16."""
+    eq = record["scenario_equivalent"]
+    return {"name": "measured-step", "model": dict(eq["model"]), "parallel": {"tp": 1, "pp": 1, "dp": 1},
+            "training": {**eq["training"], "micro_batch": micro_batch, "kernels": mode,
+                         "optimizer_dtype": "bf16", "grad_reduce_in_fp32": False},
+            "cluster": dict(eq["cluster"])}
+
+
+def measured_steps(path: Path) -> list[MeasuredStep]:
+    record = json.loads(Path(path).read_text())
+    out = []
+    for step in record["steps"]:
+        def price(mode: str) -> float:
+            return simulate(step_scenario(record, mode, step["mbs"])).summary["step_time_s"]
+        out.append(MeasuredStep(step["mode"], step["mbs"], step["median_s"], price(step["mode"]), price("te")))
+    return out
+
+
+def steps_markdown(steps: list[MeasuredStep]) -> str:
+    lines = ["| stack | micro-batch | measured [s] | sim3d [s] | error | as `te` [s] |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {s.mode} | {s.micro_batch} | {s.measured_s:.3f} | {s.predicted_s:.3f} | {s.error:+.1%} | {s.te_s:.3f} |"
+              for s in steps]
+    return "\n".join(lines)
