@@ -143,6 +143,9 @@ def hold_lock(folder: Path, holder: str = "4242 run") -> int:
 
 
 def lock_is_free(folder: Path) -> bool:
+    """Released, and its file gone with it: a finished command leaves only its outputs."""
+    if not (folder / LOCK_NAME).exists():
+        return True
     fd = os.open(folder / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -172,7 +175,7 @@ def test_a_folder_another_sim3d_writes_into_is_refused(tmp_path, command):
 def test_runs_lock_is_released_after_success_and_after_an_error(tmp_path):
     out = tmp_path / "out"
     assert run(out, "--no-plots").exit_code == 0
-    assert lock_is_free(out)
+    assert lock_is_free(out) and not (out / LOCK_NAME).exists()
     late = run(out, "--gantt-window", "1000,2000")  # refused after the step is simulated
     assert late.exit_code == 2 and "after the step ends" in late.stderr
     assert lock_is_free(out)
@@ -319,3 +322,25 @@ def test_plan_removes_the_plot_an_earlier_search_wrote_and_this_one_did_not(tmp_
     result = CliRunner().invoke(app, base + ["--no-plots"])
     assert result.exit_code == 0 and not (out / "plan.png").exists() and "plan.png" in result.stderr
     assert (out / "mine.txt").read_text() == "kept\n" and (out / "candidates.csv").exists()
+
+
+def test_a_lock_taken_on_a_file_its_holder_removed_is_taken_again(tmp_path, monkeypatch):
+    """Between opening the lock file and locking it, its holder may release it and remove the
+    file: locking that file would lock nothing another process can see."""
+    from sim3d.util import safe_files
+    stale = tmp_path / LOCK_NAME
+    stale.write_text("4242 run\n")
+    stale_fd = os.open(stale, os.O_RDWR)
+    os.unlink(stale)  # the holder's release
+    real, calls = safe_files._lock_file, []
+    open_before = len(os.listdir("/proc/self/fd"))
+
+    def first_stale(folder, command):
+        calls.append(command)
+        return stale_fd if len(calls) == 1 else real(folder, command)
+    monkeypatch.setattr(safe_files, "_lock_file", first_stale)
+    lock = safe_files.folder_lock(tmp_path, "run")
+    assert len(calls) == 2 and safe_files._same_file(tmp_path / LOCK_NAME, lock._fd)
+    assert len(os.listdir("/proc/self/fd")) == open_before  # the stale one closed, the held one open
+    lock.release()
+    assert not (tmp_path / LOCK_NAME).exists()

@@ -156,14 +156,23 @@ def open_for_append(path: Path) -> int:
 # ---- one writer per folder ---------------------------------------------------------------
 
 class FolderLock:
-    """The folder's lock, held from construction until `release()` or the end of a `with`."""
+    """The folder's lock, held from construction until `release()` or the end of a `with`;
+    its file is removed on release, so that a finished command leaves only its outputs."""
 
     def __init__(self, folder: Path, command: str):
+        self._path = Path(folder) / LOCK_NAME
         self._fd = _take_lock(Path(folder), command)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
-        if fd is not None:
+        if fd is None:
+            return
+        try:  # unlinked while still held: a process that opened it meanwhile sees it gone (_take_lock)
+            if _same_file(self._path, fd):
+                os.unlink(self._path)
+        except OSError:
+            pass  # a folder made read-only or removed meanwhile: the lock file is harmless
+        finally:
             os.close(fd)
 
     def __enter__(self) -> "FolderLock":
@@ -179,7 +188,27 @@ def folder_lock(folder: Path, command: str) -> FolderLock:
     return FolderLock(folder, command)
 
 
+def _same_file(path: Path, fd: int) -> bool:
+    try:
+        named, held = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
 def _take_lock(folder: Path, command: str) -> int:
+    """The locked descriptor of the folder's lock file. A releasing holder unlinks the file,
+    so a lock taken on a file that is no longer the folder's is taken again on the new one."""
+    for _ in range(100):
+        fd = _lock_file(folder, command)
+        if _same_file(folder / LOCK_NAME, fd):
+            return fd
+        os.close(fd)
+    raise UnsafeOutput(f"{folder / LOCK_NAME}: replaced again and again while sim3d took it; is another program "
+                       "removing it?")
+
+
+def _lock_file(folder: Path, command: str) -> int:
     path = folder / LOCK_NAME
     refuse_unsafe([path])
     with naming(path):
