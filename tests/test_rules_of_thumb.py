@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from pathlib import Path
 import re
 from fractions import Fraction
 
@@ -123,3 +125,18 @@ def test_the_command_has_readable_help():
     assert done.exit_code == 0, done.output
     assert "rules-of-thumb" in done.output and "--quick" in done.output
     assert not re.search(r"<(bool|list\[|int range|str|path|float)", done.output), done.output
+
+
+def test_the_table_folds_its_prose_to_a_log_width_when_piped(tmp_path):
+    """Off a terminal the table is 120 columns wide (cli/support.py `out`), its prose folded
+    into the cells rather than one line per rule hundreds of columns long."""
+    import subprocess
+    import sys
+    sim3d = str(Path(sys.executable).parent / "sim3d")  # this Python's entry point, as a user runs it
+    done = subprocess.run([sim3d, "study", "rules-of-thumb", "--quick", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_COLOR": "1"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any("verdict" in line for line in lines)
+    assert max(map(len, lines)) <= 120

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from .progress import progress_bars
-from .support import JSON_HELP, BadInput, _print_json, _writable_folder, err, out, print_whole
+from .support import JSON_HELP, BadInput, _print_json, _writable_folder, err, out
 
 STUDIES = ("rules-of-thumb",)
 DEFAULT_OUT = {"rules-of-thumb": Path("reports") / "rules-of-thumb"}
@@ -60,6 +60,6 @@ def study(name: str = typer.Argument(..., help="The study to run: rules-of-thumb
         table.add_column(column, justify="right" if column == "#" else "left", overflow="fold")
     for c in checks:
         table.add_row(str(c.number), c.title, c.number_text, c.verdict)
-    print_whole(out, table)
+    out.print(table)  # prose cells fold to the terminal's width, or to 120 columns when piped
     out.print(f"wrote {PAGE} and {len(written) - 2} figures to {folder}/ in {wall:.0f} s", highlight=False)
 
