@@ -122,3 +122,27 @@ def test_export_refuses_what_torchtitan_cannot_shard():
     assert result.exit_code == 2 and "zero=1" in result.output
     s = scenario_from_dict(from_torchtitan(_config(data_parallel_shard_degree=8), name="x", gpu="h100-sxm").scenario)
     assert "data_parallel_shard_degree = 8" in to_torchtitan_toml(s)
+
+
+def test_the_export_names_what_it_cannot_carry():
+    """A Megatron-style scenario (Transformer Engine, userbuffer TP overlap) exported to
+    torchtitan says, in the config itself, what torchtitan will not run."""
+    from sim3d.scenario.torchtitan import to_torchtitan_toml
+    import tomllib
+    base = scenario_from_dict(from_torchtitan(_config(data_parallel_shard_degree=8), name="x", gpu="h100-sxm").scenario)
+    assert not to_torchtitan_toml(base).startswith("# not carried")
+    te = base.model_copy(update={"training": base.training.model_copy(update={
+        "kernels": base.training.kernels.model_copy(update={"stack": "te"}), "tp_comm_overlap": True})})
+    text = to_torchtitan_toml(te)
+    carried_not = [line for line in text.splitlines() if line.startswith("# not carried:")]
+    assert len(carried_not) == 2 and "tp_comm_overlap" in carried_not[1] and "stack te" in carried_not[0]
+    assert tomllib.loads(text) == tomllib.loads(to_torchtitan_toml(base).replace("[compile]\nenable = true\n", ""))
+
+
+def test_the_planner_proposes_no_userbuffer_overlap_to_a_torch_stack():
+    from sim3d.studies.space import Space
+    s = scenario_from_dict(from_torchtitan(_config(data_parallel_shard_degree=8), name="x", gpu="h100-sxm").scenario)
+    assert Space(s, s.num_gpus, {}).dimensions["tp_comm_overlap"] == (False,)
+    te = s.model_copy(update={"training": s.training.model_copy(update={
+        "kernels": s.training.kernels.model_copy(update={"stack": "te"})})})
+    assert True in Space(te, te.num_gpus, {}).dimensions["tp_comm_overlap"]

@@ -100,6 +100,9 @@ def consistency_problems(s) -> list[str]:
     elif kernel not in known:
         p.append(f"training.kernels.attention: {kernel} has no figures for {s.cluster.gpu} (there: "
                  f"{', '.join(known)}; the preset's attention_kernels_with_figures, cluster/gpus.py)")
+    if tr.tp_comm_overlap and tr.kernels.stack != "te":
+        p.append(f"training.tp_comm_overlap: Transformer Engine's userbuffer overlap runs under kernels.stack te, "
+                 f"not {tr.kernels.stack} (torchtitan's async TP is priced as synchronous TP)")
     if tr.tp_comm_overlap and not (par.sequence_parallel and par.tp > 1):
         p.append("training.tp_comm_overlap: Transformer Engine's userbuffer overlap needs tp > 1 and "
                  f"parallel.sequence_parallel: true (Megatron asserts it), got tp={par.tp}, "

@@ -217,6 +217,17 @@ def _unmapped(config: dict) -> list[str]:
     return out
 
 
+def _not_carried(s) -> list[str]:
+    """What the scenario prices that a torchtitan config of these sections cannot say."""
+    out = []
+    if s.training.kernels.stack == "te":
+        out.append("training.kernels.stack te (torchtitan runs PyTorch modules, eager or with [compile])")
+    if s.training.tp_comm_overlap:
+        out.append("training.tp_comm_overlap (Transformer Engine's userbuffers; torchtitan's nearest is "
+                   "parallelism.enable_async_tensor_parallel)")
+    return out
+
+
 def to_torchtitan_toml(s) -> str:
     """The scenario's layout as the sections of a torchtitan train config that set it (the rest of
     a config, its model and data, stays the user's). ValueError for what torchtitan cannot run:
@@ -232,7 +243,8 @@ def to_torchtitan_toml(s) -> str:
         raise ValueError(f"schedule {s.schedule}: torchtitan names none of its pipeline schedules so")
     shard = s.shard_group // s.cp if sharded else 1
     replicate = s.dp * s.cp // s.shard_group if sharded else s.dp
-    lines = ["[training]", f"local_batch_size = {s.training.global_batch // s.dp}", f"global_batch_size = "
+    lines = [f"# not carried: {what}" for what in _not_carried(s)]
+    lines += ["[training]", f"local_batch_size = {s.training.global_batch // s.dp}", f"global_batch_size = "
              f"{s.training.global_batch}", f"seq_len = {s.model.seq_len}", "",
              "[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {s.tp}",

@@ -184,7 +184,8 @@ class Space:
             "sequence_parallel": SWITCHES,
             # the flow network refuses per-unit sharding (scenario/checks.py): ZeRO 0 and 1 there
             "zero": ZERO_STAGES if self.base.costs.network != "flow" else tuple(z for z in ZERO_STAGES if z < 2),
-            "tp_comm_overlap": SWITCHES,
+            # Transformer Engine's userbuffers: a switch of the te stack alone (scenario/checks.py)
+            "tp_comm_overlap": SWITCHES if self.base.training.kernels.stack == "te" else (False,),
             "order": ORDERS,
             "dp_shard": self._base_shard_group(),
         }
