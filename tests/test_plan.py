@@ -288,3 +288,20 @@ def test_plan_baseline_and_headroom_and_its_table_survive_a_pipe(tmp_path):
     candidates = pd.read_csv(tmp_path / "out" / "candidates.csv")
     assert candidates.loc[candidates["fits"], "peak_gib"].max() <= 0.7 * 4 + 1e-9
     assert (candidates["peak_gib"] > 0.7 * 4).any()  # the headroom did rule layouts out
+
+
+def test_plan_set_changes_the_base_of_every_layout_and_its_finalists(tmp_path):
+    """`plan --set` reads the scenario as `run --set` does: every layout, its memory verdict and
+    each finalist's re-read scenario carry the override, and the finalists' overrides repeat it."""
+    path = tmp_path / "small.yaml"
+    path.write_text(json.dumps(SMALL))
+    args = ["plan", str(path), "--gpus", "8", "--workers", "1", "--finalists", "3", "--fix", "training.recompute=none",
+            "--json", "--no-plots"]
+    plain = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")])
+    bigger = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b"), "--set", "training.global_batch=64"])
+    assert plain.exit_code == 0 and bigger.exit_code == 0, bigger.output
+    # micro-batches are drawn from the batch's divisors: 64 has more than 16
+    assert json.loads(bigger.stdout)["considered"] > json.loads(plain.stdout)["considered"]
+    finalists = pd.read_csv(tmp_path / "b" / "finalists.csv")
+    assert finalists["overrides"].str.startswith("training.global_batch=64 ").all()
+    assert finalists["error"].isna().all()  # read back empty: no finalist failed

@@ -297,3 +297,16 @@ def test_ray_jobs_carry_the_scenario_and_respect_workers(monkeypatch):
     assert sorted(results) == ["0", "1", "2", "3", "4"] and all(not r["error"] for r in results.values())
     assert all(isinstance(job[1], dict) and job[1]["name"] == "tiny" for job in seen)
     assert peak[0] == 2
+
+
+def test_set_applies_to_every_grid_point_and_belongs_to_the_study(tmp_path):
+    """`sweep --set` changes the base of every point; resumed without it, the folder's rows
+    would mix two studies."""
+    grid = ["--grid", "training.micro_batch=1,2"]
+    assert sweep(tmp_path / "s", "--set", "training.recompute=full", grid=grid).exit_code == 0
+    assert sweep(tmp_path / "p", grid=grid).exit_code == 0
+    with_set, plain = rows(tmp_path / "s"), rows(tmp_path / "p")
+    assert (with_set["error"] == "").all() and list(with_set["label"]) == list(plain["label"])
+    assert all(a != b for a, b in zip(with_set["step_time_s"], plain["step_time_s"]))
+    again = sweep(tmp_path / "s", "--resume", grid=grid)
+    assert again.exit_code == 2 and "set was ['training.recompute=full']" in again.stderr, again.output

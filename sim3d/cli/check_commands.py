@@ -51,7 +51,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | "
                                                  "dualpipev (or --compare several)."),
              pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
-             microbatches: int = typer.Option(..., "--microbatches", "-m", min=1),
+             microbatches: int = typer.Option(..., "--microbatches", "-m", min=1, help="Micro-batches per step."),
              vpp: Optional[int] = typer.Option(None, "--vpp", min=1, help="Chunks per rank (interleaved / V)."),
              lowered: bool = typer.Option(False, "--lowered", help="Show send/receive actions too."),
              csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),

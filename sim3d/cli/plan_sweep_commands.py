@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from .progress import progress_bars
-from .support import (JSON_HELP, BadInput, _default_folder, _print_json, _writable_folder, err, megatron_line, out,
+from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _print_json, _writable_folder, err, megatron_line,
+                      out,
                       print_whole, say)
 
 
@@ -40,6 +41,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each ranked layout as "
                                             "Megatron-LM arguments."),
          plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plan.png."),
+         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
     from ..scenario.limits import GPUS, LOCAL_PROCESSES
@@ -55,9 +57,10 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
     choices = parse_choices(fix, space)
     from ..scenario.load import load_scenario
-    base = load_scenario(scenario)  # a bad base scenario or GPU count fails before any work starts
+    sets = tuple(set_)
+    base = load_scenario(scenario, list(sets))  # a bad base scenario or GPU count fails before any work starts
     gpus = gpus or base.num_gpus
-    check_space(scenario, gpus, choices, headroom / 100)
+    check_space(scenario, gpus, choices, headroom / 100, sets)
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
     # before the search; the writes check again
     refuse_unsafe(planned_tables(folder) + ([folder / PLOT_NAME] if plots else []))
@@ -73,7 +76,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
             if task.elapsed:
                 progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
 
-        result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100)
+        result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100, sets)
         written = write_tables(result, folder)
         if plots and result.fitting:
             hbm = result.space.base.gpu.hbm_gib
@@ -88,7 +91,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         raise BadInput(result.why_none())
     ranked = result.finalists.head(top)
     flags = [_plan_megatron_line(scenario, row["overrides"]) for _, row in ranked.iterrows()]
-    yours = baseline_of(scenario) if baseline else None
+    yours = baseline_of(scenario, sets) if baseline else None
     if as_json:
         _print_json({"gpus": gpus, "headroom": headroom / 100, "baseline": yours,
                      "considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
@@ -141,7 +144,9 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
                                          help="Grid keys whose values go together, the i-th with the i-th, e.g. "
                                          "schedule,parallel.vpp (repeatable)."),
           out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png."),
-          workers: Optional[int] = typer.Option(None, "--workers", min=1),
+          workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes for the local "
+                                                "backend (default: cores)."),
+          set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applied before each grid point's values."),
           backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
@@ -152,7 +157,8 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from ..studies.sweep import grid_shape, parse_grid, parse_zip, planned_outputs, points, run_sweep
 
     from ..scenario.load import load_scenario
-    load_scenario(scenario)  # a bad base scenario fails before any work starts
+    sets = tuple(set_)
+    load_scenario(scenario, list(sets))  # a bad base scenario fails before any work starts
     _writable_folder(out_dir)
     # checked again under the folder's lock, which run_sweep takes
     refuse_unsafe([*planned_outputs(out_dir), out_dir / PLOT_NAME])
@@ -172,7 +178,7 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
                             progress=lambda done, total: progress.update(task, completed=done, total=total),
                             zips=zips, plot=lambda table: plot_sweep(table, list(parsed), out_dir / PLOT_NAME,
-                                                                     title=title, zips=zips))
+                                                                     title=title, zips=zips), sets=sets)
     import pandas as pd
     table = pd.read_csv(results, dtype={"label": str, "error": str}, keep_default_na=False)
     shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]

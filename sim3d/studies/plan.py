@@ -325,25 +325,26 @@ def _plain(value):
 
 # ---- the whole search ------------------------------------------------------------------------
 
-def headroom_sets(path: Path, headroom: float) -> list[str]:
+def headroom_sets(path: Path, headroom: float, sets: tuple[str, ...] = ()) -> list[str]:
     """The override that leaves `headroom` (a fraction) of the card's memory free: the search
     judges every layout against the card less that room."""
     if not 0 <= headroom < 1:
         raise ScenarioError(f"--headroom {headroom:.0%}: expected a share of the card's memory from 0% to under 100%")
     if headroom == 0:
         return []
-    return [f"cluster.hbm_gib={load_scenario(path).gpu.hbm_gib * (1 - headroom)!r}"]
+    return [f"cluster.hbm_gib={load_scenario(path, list(sets)).gpu.hbm_gib * (1 - headroom)!r}"]
 
 
 def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FINALISTS,
          workers: int | None = None, progress: Callable[[str, int, int], None] | None = None,
-         headroom: float = 0.0) -> Plan:
-    """Search the layout space of `path`'s model on `gpus` GPUs, leaving `headroom` (a share)
-    of each card's memory free. `progress(phase, advance, total)` with phase "price" or
-    "simulate"."""
-    base = load_scenario(path, headroom_sets(path, headroom))
+         headroom: float = 0.0, sets: tuple[str, ...] = ()) -> Plan:
+    """Search the layout space of `path`'s model (with the `--set` texts `sets`) on `gpus`
+    GPUs, leaving `headroom` (a share) of each card's memory free. `progress(phase, advance,
+    total)` with phase "price" or "simulate"."""
+    sets = tuple(sets)
+    base = load_scenario(path, [*sets, *headroom_sets(path, headroom, sets)])
     base.gpu  # derived once; every layout's scenario is copied from this one
-    space = Space(base, gpus, choices or {})
+    space = Space(base, gpus, choices or {}, sets)
     layouts, dropped = space.layouts()
     workers = workers or max(1, os.cpu_count() or 1)
     tick = (lambda phase, total: (lambda n: progress(phase, n, total))) if progress else (lambda phase, total: None)
@@ -414,11 +415,11 @@ def plan_table(result: Plan, top: int, baseline_step: float | None = None):
     return table
 
 
-def baseline_of(path: Path) -> dict:
+def baseline_of(path: Path, sets: tuple[str, ...] = ()) -> dict:
     """The scenario's own layout, simulated as `sim3d run` would: what each pick is measured
     against (`plan --baseline`)."""
     from ..api import simulate
-    result = simulate(path)
+    result = simulate(path, sets=list(sets))
     s, summary = result.scenario, result.summary
     layout = (f"tp{s.tp} pp{s.pp} dp{s.dp} cp{s.cp}" + (f" vpp{s.vpp}" if s.vpp > 1 else "")
               + f" mb{s.training.micro_batch} {s.schedule} {s.training.recompute}")
@@ -433,10 +434,12 @@ def estimate_misses(result: Plan, threshold: float = 0.10) -> list[str]:
             for i, row in done.iterrows() if abs(row["est_error"]) > threshold]
 
 
-def check_space(path: Path, gpus: int, choices: dict | None = None, headroom: float = 0.0) -> None:
+def check_space(path: Path, gpus: int, choices: dict | None = None, headroom: float = 0.0,
+                sets: tuple[str, ...] = ()) -> None:
     """ScenarioError now if `gpus` cannot hold the scenario's nodes or NVLink domains, or the
     headroom is not a share, and WorkLimitExceeded if the dimensions are too many to walk."""
-    Space(load_scenario(path, headroom_sets(path, headroom)), gpus, choices or {}).check_size()
+    sets = tuple(sets)
+    Space(load_scenario(path, [*sets, *headroom_sets(path, headroom, sets)]), gpus, choices or {}, sets).check_size()
 
 
 __all__ = ["Plan", "plan", "plan_table", "baseline_of", "headroom_sets", "estimate_misses", "json_row", "write_tables",

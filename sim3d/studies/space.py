@@ -152,6 +152,7 @@ class Space:
     base: Scenario
     gpus: int
     choices: dict[str, tuple]  # --fix / --space, by layout field
+    sets: tuple[str, ...] = ()  # the --set texts `base` was read with: every layout's overrides start with them
 
     def __post_init__(self):
         if self.base.faults:
@@ -331,8 +332,9 @@ class Space:
 
     # ---- a layout as a scenario ---------------------------------------------------------
     def overrides(self, layout: Layout) -> tuple[str, ...]:
-        """The `--set` texts that make `layout` of the base scenario (as `scenario` does)."""
-        sets = tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items() if name != "dp_shard")
+        """The `--set` texts that make `layout` of the base scenario's file (as `scenario` does)."""
+        sets = self.sets + tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items()
+                                 if name != "dp_shard")
         gather = self.base.training.overlap_param_gather and layout.zero >= 1
         return sets + (f"parallel.dp_shard={_dp_shard(layout) or 'null'}", "parallel.dp_replicate=null",
                        f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",

@@ -131,23 +131,23 @@ def label(point: dict[str, str]) -> str:
     return ";".join(f"{k}={v}" for k, v in point.items())
 
 
-def check_inputs(scenario: Path, grid: dict[str, list[str]]) -> None:
-    """Bad input stops the sweep before it starts (exit 2): an invalid base scenario, or a
-    calibration profile in the grid that the scenario check rejects. A layout that does not
-    fit the cluster is a result (an error row), not bad input."""
-    load_scenario(scenario)
+def check_inputs(scenario: Path, grid: dict[str, list[str]], sets: tuple[str, ...] = ()) -> None:
+    """Bad input stops the sweep before it starts (exit 2): an invalid base scenario (with its
+    `--set` texts), or a calibration profile in the grid that the scenario check rejects. A
+    layout that does not fit the cluster is a result (an error row), not bad input."""
+    load_scenario(scenario, list(sets))
     for key, values in grid.items():
         if canonical_key(key) == "costs.profile":
             for value in values:
-                load_scenario(scenario, [f"{key}={value}"])
+                load_scenario(scenario, [*sets, f"{key}={value}"])
 
 
-def input_digests(scenario: Path, grid: dict[str, list[str]]) -> dict[str, str]:
+def input_digests(scenario: Path, grid: dict[str, list[str]], sets: tuple[str, ...] = ()) -> dict[str, str]:
     """SHA-256 of every file besides the scenario that a point's answer is read from: the
     calibration profile the scenario names and each one the grid sets, with the provenance JSON
     beside it (it can flag the profile unstable). A resumed sweep whose inputs changed would
     mix two cost models in one table."""
-    profiles = [load_scenario(scenario).costs.profile]
+    profiles = [load_scenario(scenario, list(sets)).costs.profile]
     for key, values in grid.items():
         if canonical_key(key) == "costs.profile":
             profiles += values
@@ -162,23 +162,26 @@ def input_digests(scenario: Path, grid: dict[str, list[str]]) -> dict[str, str]:
 def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: int | None = None,
               backend: str = "local", resume: bool = False,
               progress: Callable[[int, int], None] | None = None, zips: list[list[str]] = (),
-              plot: Callable[[Path], object] | None = None) -> Path:
+              plot: Callable[[Path], object] | None = None, sets: tuple[str, ...] = ()) -> Path:
     """Run every grid point not yet in OUT/results.csv; rows are appended as points finish
     (see results_log). A point that fails, for any reason, is an error row. `zips`: groups of
-    grid keys whose values go together (parse_zip). `plot(results.csv)` runs once every point
-    is in, still under the folder's lock (the caller's drawing: studies do not plot)."""
-    check_inputs(scenario, grid)
+    grid keys whose values go together (parse_zip). `sets`: `--set` texts applied to the base
+    scenario before each point's. `plot(results.csv)` runs once every point is in, still under
+    the folder's lock (the caller's drawing: studies do not plot)."""
+    sets = tuple(sets)
+    check_inputs(scenario, grid, sets)
     columns = ["label", *grid, *RESULT_KEYS]
     # the zip is part of the study: resumed with another (or none) the folder would hold two
     # grids' points in one table. None, not [], when there is none, as a record written before
     # --zip existed reads (its resume without a zip goes on).
-    meta = {"scenario_sha256": file_digest(scenario), "inputs_sha256": input_digests(scenario, grid),
-            "grid": grid, "zip": [list(group) for group in zips] or None, "sim3d_version": __version__}
+    meta = {"scenario_sha256": file_digest(scenario), "inputs_sha256": input_digests(scenario, grid, sets),
+            "grid": grid, "zip": [list(group) for group in zips] or None, "sim3d_version": __version__,
+            "set": list(sets) or None}  # None without, as a record written before --set existed reads
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, "sweep"):  # held until the plot is written too: it reads the whole table
         with ResultsLog.open(out, columns, meta, resume) as log:
             todo = [p for p in points(grid, zips) if label(p) not in log.done]
-            jobs = [(label(p), str(scenario), tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
+            jobs = [(label(p), str(scenario), sets + tuple(f"{k}={v}" for k, v in p.items())) for p in todo]
             by_label = {label(p): p for p in todo}
             for count, (name, summary) in enumerate(run_jobs(jobs, workers, backend), start=1):
                 log.append({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
