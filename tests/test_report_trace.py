@@ -454,3 +454,37 @@ def test_the_memory_plot_of_plain_rows_is_the_reports(tmp_path):
     a = plot_memory(report, tmp_path / "report.png", "t")
     b = plot_memory(rows, tmp_path / "plain.png", "t", hbm_gib=hbm_gib)
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_stragglers_rank_is_always_drawn(tmp_path, monkeypatch):
+    """The default Gantt of a straggler run keeps the straggler's row (a TP peer, which one row
+    per stage would leave out), with a gap row wherever ranks were left out around it."""
+    import sim3d
+    from sim3d.report import gantt
+    result = sim3d.simulate(ROOT / "scenarios" / "mesh-32.yaml", sets=["straggler.rank=1", "straggler.slowdown=1.5"])
+    assert result.full_fidelity and 1 in result.sim.ranks
+    seen = []
+    real = gantt._gaps_before
+    monkeypatch.setattr(gantt, "_gaps_before", lambda shown, order: seen.append(shown) or real(shown, order))
+    gantt.plot_gantt(result.trace, [tmp_path / "g.png"], title="t", max_ranks=8)
+    gantt.plot_gantt(result.trace, [tmp_path / "h.png"], title="t", max_ranks=8, always=[1])
+    without, with_straggler = seen
+    assert 1 not in without and 1 in with_straggler
+    assert set(with_straggler) - set(without) == {1}
+    assert real([0, 5, 9], list(range(10))) == {5: 4, 9: 3}
+
+
+def test_the_straggler_short_form_sets_the_scenarios_one_straggler():
+    from sim3d.scenario import ScenarioError, scenario_from_dict
+    raw = {"name": "s", "model": {"layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64},
+           "parallel": {"tp": 2, "pp": 2, "dp": 2}, "training": {"micro_batch": 1, "global_batch": 8},
+           "cluster": {"gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}}
+    s = scenario_from_dict(raw, ["straggler.slowdown=1.3"])
+    assert [(f.straggler.rank, f.straggler.slowdown) for f in s.faults] == [(0, 1.3)]
+    s = scenario_from_dict({**raw, "faults": [{"straggler": {"rank": 5, "slowdown": 2.0}}]}, ["straggler.slowdown=1.1"])
+    assert [(f.straggler.rank, f.straggler.slowdown) for f in s.faults] == [(5, 1.1)]
+    two = {**raw, "faults": [{"straggler": {"rank": 1, "slowdown": 2.0}}, {"straggler": {"rank": 2, "slowdown": 2.0}}]}
+    with pytest.raises(ScenarioError, match="2 stragglers"):
+        scenario_from_dict(two, ["straggler.rank=3"])
+    with pytest.raises(ScenarioError, match="a rank and a slowdown"):
+        scenario_from_dict(raw, ["straggler.speed=3"])

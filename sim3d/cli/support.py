@@ -26,7 +26,8 @@ from rich.text import Text
 out = Console(width=None if sys.stdout.isatty() else 120, markup=False, soft_wrap=True)  # tables fit logs; lines never split
 err = Console(stderr=True, soft_wrap=True, markup=False)  # messages stay one line each, greppable
 
-SET_HELP = "Override a scenario value, e.g. --set parallel.tp=4 (repeatable)."
+SET_HELP = ("Override a scenario value, e.g. --set parallel.tp=4 (repeatable); straggler.rank and "
+            "straggler.slowdown set the scenario's one slow GPU (docs/what-if.md).")
 
 
 def print_whole(console: Console, renderable) -> None:

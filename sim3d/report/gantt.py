@@ -123,12 +123,19 @@ def _rows(t: dict, keep) -> dict:
     return {name: column[keep] for name, column in t.items()}
 
 
-def _pick_ranks(ranks: list[int], max_ranks: int) -> tuple[list[int], int]:
+def _gaps_before(shown: list[int], order: list[int]) -> dict[int, int]:
+    """{shown rank: how many ranks of `order` were left out just before it} (a gap row is
+    drawn there)."""
+    at = {r: i for i, r in enumerate(order)}
+    return {b: at[b] - at[a] - 1 for a, b in zip(shown, shown[1:]) if at[b] - at[a] > 1}
+
+
+def _pick_ranks(ranks: list[int], max_ranks: int) -> list[int]:
+    """The first and last ranks, `max_ranks` in all."""
     if len(ranks) <= max_ranks:
-        return ranks, 0
+        return ranks
     head = max_ranks // 2
-    tail = max_ranks - head
-    return ranks[:head] + ranks[-tail:], len(ranks) - head - tail
+    return ranks[:head] + ranks[-(max_ranks - head):]
 
 
 def _boxes(x0, x1, y0, y1) -> np.ndarray:
@@ -151,11 +158,12 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
                color_by: Literal["kind", "microbatch"] = "kind",
                rank_labels: Mapping[int, str] | None = None, max_ranks: int = 64,
                ranks: Sequence[int] | None = None, time_unit: str | None = None, size: str = "screen",
-               window: tuple[float, float] | None = None) -> list[FilePath]:
+               window: tuple[float, float] | None = None, always: Sequence[int] = ()) -> list[FilePath]:
     """Draw one row per rank (rank 0 on top) and write it to every path (.png/.pdf/.svg).
     `trace`: a trace DataFrame, the engine's rows or their columns (`trace_columns`).
     `ranks` picks the rows; by default every rank, or, past `max_ranks`, one rank per
-    pipeline stage. `time_unit` names a time axis that is not in seconds (e.g. "F = 1" for
+    pipeline stage, and besides those the `always` ranks the trace has (a straggler's).
+    `time_unit` names a time axis that is not in seconds (e.g. "F = 1" for
     unit-cost schedules), drawn unscaled. `size`: "screen", or "page" / "column" for a paper's
     text and column width (SIZES). `window`: (start, end) in seconds from the trace's start,
     to zoom in (the idle column still reports the whole step).
@@ -192,10 +200,12 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
             raise ValueError(f"plot_gantt: rank(s) {missing[:8]} are not in the trace")
         if not ranks:
             raise ValueError("plot_gantt: ranks=[] picks no rank to draw (None draws them all)")
-        shown, omitted = sorted(set(ranks)), 0
+        shown, gaps = sorted(set(ranks)), {}
     else:
         candidates = _one_per_stage(t, all_ranks) if len(all_ranks) > max_ranks else all_ranks
-        shown, omitted = _pick_ranks(candidates, max_ranks)
+        picked = _pick_ranks(candidates, max_ranks)
+        shown = sorted(set(picked) | (set(always) & set(all_ranks)))
+        gaps = _gaps_before(shown, sorted(set(candidates) | set(shown)))
         if len(candidates) < len(all_ranks):
             title = f"{title}\none rank per pipeline stage of {len(all_ranks)} simulated"
     t = _rows(t, np.isin(t["rank"], shown))
@@ -206,14 +216,14 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
     row_h = _COMPUTE_H + len(lanes) * (_LANE_H + _LANE_GAP) + 0.22
     # Row position of each shown rank; a gap row marks where ranks were left out.
     row_of, y = {}, 0.0
-    for i, r in enumerate(shown):
-        if omitted and i == max_ranks // 2:  # first rank of the tail half
+    for r in shown:
+        if r in gaps:
             y += row_h
         row_of[r] = y
         y += row_h
     total_h = y
 
-    n_rows = len(shown) + (1 if omitted else 0)
+    n_rows = len(shown) + len(gaps)
     fig_h = min(2.0 + 0.42 * n_rows * row_h, 24.0) * (0.5 + 0.5 * width / SIZES["screen"][0])
     fig = new_figure(width, max(fig_h, 2.8 * font_k), _DPI)
     ax = fig.add_axes((0.1, 0.1, 0.8, 0.8))  # placed once the margins are measured
@@ -284,10 +294,10 @@ def plot_gantt(trace, paths: Sequence[str | FilePath], title: str,
     for r, text in zip(shown, idle_texts[1:]):
         ax.text(1.01, row_of[r] + _COMPUTE_H / 2, text, transform=right,
                 ha="left", va="center", fontsize=font_k * (8 if len(shown) <= 16 else 6), clip_on=False)
-    if omitted:
-        gap_y = row_of[shown[max_ranks // 2]] - row_h / 2
-        ax.text(0.5, gap_y, f"⋯ {omitted} ranks not shown ⋯", transform=right, ha="center", va="center",
-                fontsize=font_k * 8, color="#555555", style="italic")
+    for r, left_out in gaps.items():
+        ax.text(0.5, row_of[r] - row_h / 2, f"⋯ {left_out} ranks not shown ⋯", transform=right, ha="center",
+                va="center", fontsize=font_k * 8, color="#555555", style="italic")
+    if gaps:
         title = f"{title} (showing {len(shown)} of {len(all_ranks)} ranks)"
     title = fit_text(fig, title, font_k * 11, fig.get_figwidth() - names_w - 0.3)
     ax.set_title(title, fontsize=font_k * 11, loc="left", y=1.0)

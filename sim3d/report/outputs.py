@@ -115,7 +115,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
             plotter.submit(draw_gantt, plotted[:-2], _with_twins(trace, twins), labels,
                            f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
                            f"step {summary['step_time_s']:.2f} s",
-                           dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks))
+                           dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks,
+                                always=[f.straggler.rank for f in s.faults if f.straggler]))
         if then is not None:  # the Gantt chart, the longest plot, is being drawn: the links wait for it
             then()
         from ..trace import arrow_table, parquet_available, write_trace_csv, write_trace_parquet

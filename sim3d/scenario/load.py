@@ -126,6 +126,9 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
     raw = _canonical(_flat_megatron(_plain(raw)), Scenario, "")
     typed = [(key, _plain(value, key.count(".") + 1)) for key, value in (values or {}).items()]
     for key, value in [parse_override(text) for text in overrides] + typed:
+        if key.startswith(STRAGGLER):
+            _set_straggler(raw, key, value)
+            continue
         key = canonical_key(key)
         _replace_sharding(raw, key)
         _set_path(raw, key, value)
@@ -137,6 +140,29 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
     if problems:
         raise ScenarioError(problems)
     return scenario
+
+
+# `--set straggler.rank=17 --set straggler.slowdown=1.3` (and `--grid` over either): the
+# scenario's one straggler, made if it has none (rank 0, slowdown 1: no straggler until slowed)
+STRAGGLER = "straggler."
+
+
+def _set_straggler(raw: dict, key: str, value) -> None:
+    field = key[len(STRAGGLER):]
+    if field not in ("rank", "slowdown"):
+        raise ScenarioError(f"--set {key}: a straggler has a rank and a slowdown (straggler.rank, straggler.slowdown)")
+    faults = raw.get("faults") or []
+    if not isinstance(faults, list):
+        raise ScenarioError(f"--set {key}: faults is not a list")
+    stragglers = [f for f in faults if isinstance(f, dict) and isinstance(f.get("straggler"), dict)]
+    if len(stragglers) > 1:
+        raise ScenarioError(f"--set {key}: the scenario has {len(stragglers)} stragglers; say which with "
+                            "--set 'faults=[...]'")
+    if not stragglers:
+        stragglers = [{"straggler": {"rank": 0, "slowdown": 1.0}}]
+        faults = [*faults, *stragglers]
+    stragglers[0]["straggler"][field] = value
+    raw["faults"] = faults
 
 
 def _replace_sharding(raw: dict, key: str) -> None:
