@@ -305,3 +305,18 @@ def test_plan_set_changes_the_base_of_every_layout_and_its_finalists(tmp_path):
     finalists = pd.read_csv(tmp_path / "b" / "finalists.csv")
     assert finalists["overrides"].str.startswith("training.global_batch=64 ").all()
     assert finalists["error"].isna().all()  # read back empty: no finalist failed
+
+
+def test_the_table_folds_layouts_that_differ_only_in_switches():
+    """Near-duplicates (same shape, other switches or rank order, within 0.5%) are one pick,
+    counted in its `similar` column; a different shape, or a step further away, is its own."""
+    from sim3d.studies.plan import SIMILAR, distinct_picks
+    shape = {"tp": 1, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1, "schedule": "1f1b",
+             "recompute": "none", "error": ""}
+    rows = pd.DataFrame([{**shape, "zero": 1, "step_time_s": 10.0}, {**shape, "zero": 2, "step_time_s": 10.02},
+                         {**shape, "pp": 4, "step_time_s": 10.03, "zero": 1},
+                         {**shape, "zero": 3, "step_time_s": 10.0 * (1 + 2 * SIMILAR)},
+                         {**shape, "zero": 0, "step_time_s": float("nan"), "error": "boom"}])
+    picks = distinct_picks(rows, top=10)
+    assert [(row["pp"], row["zero"], similar) for row, similar in picks] == [(2, 1, 1), (4, 1, 0), (2, 3, 0), (2, 0, 0)]
+    assert [row["zero"] for row, _ in distinct_picks(rows, top=2)] == [1, 1]

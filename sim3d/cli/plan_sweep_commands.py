@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -51,8 +52,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         LOCAL_PROCESSES.check(workers, "--workers")
     from ..report.plan_plot import PLOT_NAME, plot_plan
     from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe, write_with
-    from ..studies.plan import (TABLES, baseline_of, check_space, estimate_misses, json_row, plan as search,
-                                plan_table, planned_tables, write_tables)
+    from ..studies.plan import (ABBREVIATIONS, TABLES, baseline_of, check_space, distinct_picks, estimate_misses,
+                                json_row, plan as search, plan_table, planned_tables, write_tables)
     from ..studies.space import parse_choices
 
     choices = parse_choices(fix, space)
@@ -89,15 +90,16 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
         say("removed", f"{', '.join(removed)} from {folder}/: an earlier search wrote them, this one did not", "yellow")
     if not result.fitting:
         raise BadInput(result.why_none())
-    ranked = result.finalists.head(top)
-    flags = [_plan_megatron_line(scenario, row["overrides"]) for _, row in ranked.iterrows()]
+    picks = distinct_picks(result.finalists, top)  # the table's rows: similar layouts folded into the best
+    flags = [_plan_megatron_line(scenario, row["overrides"]) for row, _ in picks]
     yours = baseline_of(scenario, sets) if baseline else None
     if as_json:
         _print_json({"gpus": gpus, "headroom": headroom / 100, "baseline": yours,
                      "considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
                      "simulated": len(result.finalists), "estimate_error": result.estimate_error(),
                      "estimate_misses": estimate_misses(result),
-                     "ranked": [{**json_row(row), "megatron_args": f} for (_, row), f in zip(ranked.iterrows(), flags)],
+                     "ranked": [{**json_row(row), "similar": similar, "megatron_args": f}
+                                for (row, similar), f in zip(picks, flags)],
                      "files": [str(p) for p in written]})
         return
     if yours:
@@ -105,6 +107,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                   f"{yours['peak_memory_gib']:.1f} GiB" + ("" if yours["fits_in_memory"] else " (does not fit)"),
                   highlight=False)
     print_whole(out, plan_table(result, top, yours and yours["step_time_s"]))
+    out.print(textwrap.fill(ABBREVIATIONS, width=min(out.width, 100)), highlight=False)
     failed = result.finalists[result.finalists["error"].fillna("").astype(bool)]
     if len(failed):  # a finalist that failed is missing from the ranking: never silently
         say("warning:", f"{len(failed)} of {len(result.finalists)} finalists failed to simulate and are not "

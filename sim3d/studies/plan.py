@@ -385,20 +385,48 @@ def planned_tables(folder: Path) -> list[Path]:
     return [folder / name for name in TABLES]
 
 
+# Layouts that differ only in their switches (SP, ZeRO, HSDP, TP overlap) or rank order, and whose
+# simulated steps are this close, are one pick for a reader: the table shows the best of them.
+SIMILAR = 0.005
+SHAPE = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "schedule", "recompute")
+ABBREVIATIONS = ("SP sequence parallelism; Zn ZeRO stage n (1 optimizer, 2 + gradients, 3 + parameters); "
+                 "HSDPk sharding groups of k ranks; TPO tensor-parallel communication overlap (TE userbuffers); "
+                 "pp-dp rank order with pp inside dp; est. the estimate's error against the simulated step; "
+                 "similar: layouts of the same shape, other switches, within 0.5% of the row's step")
+
+
+def distinct_picks(finalists: pd.DataFrame, top: int) -> list[tuple[pd.Series, int]]:
+    """The `top` best finalists of distinct shapes, each with the count of similar layouts it
+    stands for (same SHAPE, step within SIMILAR of it); failed finalists are listed as they are."""
+    picks: list[list] = []
+    for _, row in finalists.iterrows():
+        if not row["error"]:
+            shape = tuple(row[k] for k in SHAPE)
+            twin = next((p for p in picks if not p[0]["error"] and tuple(p[0][k] for k in SHAPE) == shape
+                         and row["step_time_s"] <= p[0]["step_time_s"] * (1 + SIMILAR)), None)
+            if twin is not None:
+                twin[1] += 1
+                continue
+        if len(picks) < top:
+            picks.append([row, 0])
+    return [(row, similar) for row, similar in picks]
+
+
 def plan_table(result: Plan, top: int, baseline_step: float | None = None):
-    """The ranked finalists; with `baseline_step` (the user's own layout, simulated), a column
-    with each pick's speed-up over it."""
+    """The ranked finalists, one row per distinct pick (distinct_picks); with `baseline_step`
+    (the user's own layout, simulated), a column with each pick's speed-up over it.
+    ABBREVIATIONS spells out its abbreviations, for the caller to print beside it."""
     from rich.table import Table
-    ranked = result.finalists.head(top)
     title = (f"best layouts: {len(result.candidates):,} candidates, {result.fitting:,} fit in memory, "
              f"{len(result.finalists)} simulated")
     table = Table(title=title, title_justify="left")
-    columns = ["#", "layout", "schedule", "recompute", "switches", "step s", "est.", "MFU", "bubble", "GiB"]
+    columns = ["#", "layout", "schedule", "recompute", "switches", "step s", "est.", "MFU", "bubble", "GiB",
+               "similar"]
     columns += ["vs yours"] if baseline_step else []
     for col in columns:
         table.add_column(col, justify="left" if col in ("layout", "schedule", "recompute", "switches") else "right",
                          no_wrap=True)
-    for i, row in ranked.iterrows():
+    for i, (row, similar) in enumerate(distinct_picks(result.finalists, top)):
         if row["error"]:
             table.add_row(str(i + 1), describe(row), row["schedule"], row["recompute"], "", "error",
                           *[""] * (len(columns) - 6))
@@ -411,7 +439,8 @@ def plan_table(result: Plan, top: int, baseline_step: float | None = None):
         gain = [f"{baseline_step / row['step_time_s'] - 1:+.1%}"] if baseline_step else []
         table.add_row(str(i + 1), describe(row).rsplit(" ", 2)[0], row["schedule"], row["recompute"],
                       " ".join(switches), f"{row['step_time_s']:.2f}", f"{row['est_error']:+.1%}",
-                      f"{row['mfu']:.1%}", f"{row['bubble_fraction']:.1%}", f"{row['peak_gib']:.1f}", *gain)
+                      f"{row['mfu']:.1%}", f"{row['bubble_fraction']:.1%}", f"{row['peak_gib']:.1f}",
+                      f"+{similar}" if similar else "", *gain)
     return table
 
 
@@ -442,5 +471,5 @@ def check_space(path: Path, gpus: int, choices: dict | None = None, headroom: fl
     Space(load_scenario(path, [*sets, *headroom_sets(path, headroom, sets)]), gpus, choices or {}, sets).check_size()
 
 
-__all__ = ["Plan", "plan", "plan_table", "baseline_of", "headroom_sets", "estimate_misses", "json_row", "write_tables",
+__all__ = ["Plan", "plan", "plan_table", "distinct_picks", "baseline_of", "headroom_sets", "estimate_misses", "json_row", "write_tables",
            "planned_tables", "TABLES", "check_space", "ScenarioError"]
