@@ -62,7 +62,11 @@ FRESH = ["reports/gpt3-nic-sweep"]
 COMMITTED = ["reports/gpt3-175b/summary.json", "reports/gpt3-175b/trace.csv", "reports/gpt3-175b/schedule.csv",
              "reports/gpt3-175b/links.csv", "reports/gpt3-nic-sweep/results.csv", "reports/gpt3-nic-sweep/sweep.json",
              "reports/llama3.1-8b-plan-8/candidates.csv", "reports/llama3.1-8b-plan-8/finalists.csv",
-             "reports/llama3.1-405b-goodput/goodput.csv"]
+             "reports/llama3.1-405b-goodput/goodput.csv", "reports/rules-of-thumb/index.md",
+             "reports/rules-of-thumb/rules.json"]
+# Reports the README links to but shows no output of (a bash block names the command): rerun
+# after the blocks, in the same folder, so that what is committed is what the command writes.
+REPORT_COMMANDS = ["sim3d study rules-of-thumb --out reports/rules-of-thumb"]
 # tables whose rows are appended as parallel work finishes: compared as sets of rows
 UNORDERED = ("reports/gpt3-nic-sweep/results.csv",)
 # summary.json's keys that a clock decides
@@ -167,6 +171,12 @@ def regenerate(text: str, cwd: Path, log=print) -> tuple[str, list[str]]:
             changed.append(block.source.splitlines()[0])
         pieces += [text[last:block.span[0]], render(block, output)]
         last = block.span[1]
+    for command in REPORT_COMMANDS:
+        log(f"  {command}")
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=environment(), capture_output=True, text=True,
+                              timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"{command} failed:\n{done.stderr}")
     return "".join(pieces) + text[last:], changed
 
 
