@@ -46,3 +46,20 @@ def test_exit_handlers_run_and_a_message_exits_1(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=BUFFERED)
     assert (done.returncode, done.stdout, done.stderr.strip()) == (1, "buffered", "a message")
     assert (tmp_path / "ran").read_text() == "yes"
+
+
+def test_a_reader_that_leaves_early_does_not_cut_the_run_short(tmp_path):
+    """`sim3d run ... | head -2`: the run still writes every output and exits 0; only what it
+    would have printed after the pipe closed is lost."""
+    out = tmp_path / "out"
+    command = [str(Path(sys.executable).parent / "sim3d"), "run", str(ROOT / "scenarios" / "tiny.yaml"), "--out",
+               str(out), "--no-plots"]
+    unbuffered = dict(os.environ, PYTHONUNBUFFERED="1")  # every print reaches the pipe, and so the EPIPE
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=unbuffered) as run:
+        first = run.stdout.readline()
+        run.stdout.close()  # the reader leaves after one line
+        stderr = run.stderr.read()
+        status = run.wait(timeout=120)
+    assert first.startswith(b"sim3d: tiny")
+    assert status == 0, stderr
+    assert {"summary.json", "trace.csv", "links.csv"} <= {p.name for p in out.iterdir()}

@@ -146,3 +146,19 @@ def test_the_planner_proposes_no_userbuffer_overlap_to_a_torch_stack():
     te = s.model_copy(update={"training": s.training.model_copy(update={
         "kernels": s.training.kernels.model_copy(update={"stack": "te"})})})
     assert True in Space(te, te.num_gpus, {}).dimensions["tp_comm_overlap"]
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_the_exported_batches_import_back_as_they_were(pp):
+    """Gradient accumulation (global batch over micro-batch x dp > 1) survives the round trip:
+    without a pipeline torchtitan's local batch is the micro-batch (it wrote global / dp)."""
+    from sim3d.scenario.torchtitan import to_torchtitan_toml
+    import tomllib
+    config = _config(data_parallel_shard_degree=8, pipeline_parallel_degree=pp)
+    first = scenario_from_dict(from_torchtitan(config, name="x", gpu="h100-sxm").scenario,
+                               ["training.global_batch=256", "training.micro_batch=2"])
+    assert first.num_microbatches > 1
+    exported = tomllib.loads(to_torchtitan_toml(first))
+    again = {**config, **{k: v for k, v in exported.items() if k not in ("model", "quantize")}}
+    second = scenario_from_dict(from_torchtitan(again, name="x", gpu="h100-sxm").scenario)
+    assert (second.training.micro_batch, second.training.global_batch) == (2, 256)

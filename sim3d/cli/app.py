@@ -51,7 +51,10 @@ def main(plotter=None) -> None:  # pragma: no cover - console entry point
     `plotter`: the plotting process the entry point started for `sim3d run` (entry.py); one
     the run did not take is stopped."""
     import signal
+    import sys
+    from ..util.reader_gone import ReaderMayLeave
     signal.signal(signal.SIGTERM, _terminated)
+    sys.stdout = ReaderMayLeave(sys.stdout)  # `| head` ends the reading, not the command's work
     run_command.PROCESS_ENDS_WITH_COMMAND = True
     run_command.STARTED_PLOTTER = plotter
     try:

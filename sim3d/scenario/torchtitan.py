@@ -244,7 +244,10 @@ def to_torchtitan_toml(s) -> str:
     shard = s.shard_group // s.cp if sharded else 1
     replicate = s.dp * s.cp // s.shard_group if sharded else s.dp
     lines = [f"# not carried: {what}" for what in _not_carried(s)]
-    lines += ["[training]", f"local_batch_size = {s.training.global_batch // s.dp}", f"global_batch_size = "
+    # torchtitan's local batch is what one data-parallel rank runs at once, its global batch
+    # accumulated over local batches; a pipeline splits the local batch into its micro-batches
+    local = s.training.global_batch // s.dp if s.pp > 1 else s.training.micro_batch
+    lines += ["[training]", f"local_batch_size = {local}", f"global_batch_size = "
              f"{s.training.global_batch}", f"seq_len = {s.model.seq_len}", "",
              "[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {s.tp}",
