@@ -344,3 +344,33 @@ def test_a_lock_taken_on_a_file_its_holder_removed_is_taken_again(tmp_path, monk
     assert len(os.listdir("/proc/self/fd")) == open_before  # the stale one closed, the held one open
     lock.release()
     assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_the_working_directory_and_the_root_are_no_output_folder(tmp_path, monkeypatch):
+    """`--out .` was refused but `--out "$PWD"` and `--out /` were not: outputs landed among
+    the user's files (or in /)."""
+    monkeypatch.chdir(tmp_path)
+    for folder in (str(tmp_path), "/", f"{tmp_path}/../{tmp_path.name}"):
+        result = CliRunner().invoke(app, ["run", str(TINY), "--out", folder, "--no-plots"])
+        assert result.exit_code == 2 and "name a folder of the outputs' own" in result.stderr, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_import_replaces_a_file_only_with_force_and_never_through_a_link(tmp_path):
+    """`sim3d import nemo X.yaml --out X.yaml` replaced the user's config with the scenario."""
+    args = ["import", "megatron", "--gpu", "a100-80gb", "--gpus", "8", "--", "--num-layers", "4", "--hidden-size", "256",
+            "--num-attention-heads", "4", "--seq-length", "512", "--micro-batch-size", "1", "--global-batch-size", "8"]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("my: config\n")
+    refused = CliRunner().invoke(app, [*args[:2], "--out", str(mine), *args[2:]])
+    assert refused.exit_code == 2 and "only with --force" in refused.stderr, refused.output
+    assert mine.read_text() == "my: config\n"
+    forced = CliRunner().invoke(app, [*args[:2], "--out", str(mine), "--force", *args[2:]])
+    assert forced.exit_code == 0, forced.output
+    assert "written by `sim3d import`" in mine.read_text()
+    precious = tmp_path / "precious.yaml"
+    precious.write_text("precious\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(precious)
+    through = CliRunner().invoke(app, [*args[:2], "--out", str(link), "--force", *args[2:]])
+    assert through.exit_code == 2 and precious.read_text() == "precious\n", through.output

@@ -19,7 +19,7 @@ GPU_HELP = "GPU preset of the cluster (a100-40gb, a100-80gb, h100-sxm, h200, ...
 GPUS_HELP = "GPUs of the run (default: tp x pp x cp, i.e. one data-parallel replica)."
 
 
-def _emit(imported, out: Optional[Path], as_json: bool) -> None:
+def _emit(imported, out: Optional[Path], as_json: bool, force: bool = False) -> None:
     import yaml
 
     from ..scenario.load import scenario_from_dict
@@ -31,9 +31,11 @@ def _emit(imported, out: Optional[Path], as_json: bool) -> None:
                      "path": str(out) if out else None})
     if out is not None:
         _writable_file(out, "--out", (".yaml", ".yml"))
-        from ..util.safe_files import naming
-        with naming(out):
-            out.write_text("# written by `sim3d import`\n" + "".join(f"# {n}\n" for n in notes) + text)
+        if out.exists() and not force:  # `import nemo X.yaml --out X.yaml` would replace the user's config
+            raise BadInput(f"--out {out}: exists; sim3d import replaces a file only with --force")
+        from ..util.safe_files import refuse_unsafe, write_bytes
+        refuse_unsafe([out])  # a link, FIFO or folder there is refused, never written through
+        write_bytes(out, ("# written by `sim3d import`\n" + "".join(f"# {n}\n" for n in notes) + text).encode())
     elif not as_json:
         print(text, end="")
     if not as_json:
@@ -57,6 +59,7 @@ def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py argumen
              gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
              name: str = typer.Option("megatron-import", "--name", help="Scenario name."),
              out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
+             force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """A scenario from a Megatron-LM command line:
     `sim3d import megatron --gpu a100-80gb --gpus 1024 -- --num-layers 96 ...`."""
@@ -66,7 +69,7 @@ def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py argumen
         imported = from_megatron(args, name=name, gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node)
     except ValueError as e:
         raise BadInput(f"megatron arguments: {e}") from None
-    _emit(imported, out, as_json)
+    _emit(imported, out, as_json, force)
 
 
 @import_app.command()
@@ -76,6 +79,7 @@ def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: a
          gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs (default: trainer.num_nodes x devices)."),
          name: Optional[str] = typer.Option(None, "--name", help="Scenario name (default: the file's stem)."),
          out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
+         force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """A scenario from a NeMo training config (the megatron_gpt_config.yaml layout)."""
     from ..scenario.importers import from_nemo
@@ -86,7 +90,7 @@ def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: a
         imported = from_nemo(config, name=name or recipe.stem, gpu=gpu, gpus=gpus)
     except ValueError as e:
         raise BadInput(f"{recipe}: {e}") from None
-    _emit(imported, out, as_json)
+    _emit(imported, out, as_json, force)
 
 
 @import_app.command()
@@ -98,6 +102,7 @@ def torchtitan(config: Path = typer.Argument(..., help="torchtitan train config 
                gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
                name: Optional[str] = typer.Option(None, "--name", help="Scenario name (default: the file's stem)."),
                out: Optional[Path] = typer.Option(None, "--out", help="Write the scenario here (default: stdout)."),
+               force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """A scenario from a torchtitan train config: `sim3d import torchtitan llama3_70b.toml --gpu h100-sxm --gpus 64`."""
     from ..scenario.torchtitan import from_torchtitan, read_toml
@@ -107,4 +112,4 @@ def torchtitan(config: Path = typer.Argument(..., help="torchtitan train config 
                                    gpus_per_node=gpus_per_node)
     except ValueError as e:
         raise BadInput(f"{config}: {e}") from None
-    _emit(imported, out, as_json)
+    _emit(imported, out, as_json, force)

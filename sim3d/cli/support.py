@@ -127,6 +127,12 @@ def _writable_folder(folder: Path, option: str = "--out", cwd_ok: bool = False) 
     if not cwd_ok and (not str(folder).strip() or str(folder) == "."):
         raise BadInput(f"{option} {str(folder)!r}: name a folder (an empty path would write into the working "
                        "directory)")
+    resolved = folder.resolve()
+    where = ("the filesystem root" if resolved == Path(resolved.anchor) else
+             "the working directory" if resolved == Path.cwd().resolve() else None)
+    if not cwd_ok and where:
+        raise BadInput(f"{option} {folder}: is {where}; name a folder of the outputs' own (they would land "
+                       "beside other files)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
