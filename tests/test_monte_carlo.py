@@ -176,6 +176,8 @@ def test_samples_are_refused_where_they_cannot_share_one_replay():
 @pytest.mark.parametrize("bad,message", [
     ({"jitter": {}}, "one of lognormal_sigma or quantiles"),
     ({"jitter": {"quantiles": [1.1, 1.0]}}, "must not decrease"),
+    ({"jitter": {"quantiles": [0.01, 0.01]}}, "from at most 1 to at least 1"),
+    ({"jitter": {"quantiles": [1.05, 1.2]}}, "from at most 1 to at least 1"),
     ({"slow_gpus": {"fraction": 1.5, "slowdown": 2}}, "less than or equal to 1"),
     ({"preset": "nope"}, "unknown preset"),
     ({"preset": [1]}, "unknown preset"),

@@ -43,6 +43,11 @@ class Jitter(_Strict):
                 raise ValueError(f"quantiles: {len(q)} value(s); give at least the minimum and the maximum")
             if any(b < a for a, b in zip(q, q[1:])):
                 raise ValueError(f"quantiles: {q} must not decrease (they are the factor at rising probabilities)")
+            if not q[0] <= 1.0 <= q[-1]:
+                # jitter spreads a kernel's time around its price; a factor that is never 1 moves every
+                # kernel (0.01: a hundred times faster), which slow_gpus or a straggler says openly
+                raise ValueError(f"quantiles: {q} must reach from at most 1 to at least 1 (jitter spreads kernel "
+                                 "times around their price; a GPU slow throughout is slow_gpus or a straggler)")
         return self
 
 
