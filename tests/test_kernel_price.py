@@ -93,3 +93,14 @@ def test_explain_prices_the_largest_kernel_of_each_class():
     assert "largest: lm_head [4096 x 4096] @ [4096 x 128256] bf16" in rows["compute: GEMMs (16-bit)"]
     assert "largest: core_attention" in rows["compute: attention (flash: fused kernel)"]
     assert "(analytical, sim3d kernel)" in rows["compute: rmsnorm"]
+
+
+def test_shapes_beyond_one_kernel_are_refused_not_priced():
+    """10^23 rows were priced (600 million years) and 10^300 raised OverflowError."""
+    from sim3d.scenario import ScenarioError
+    for shape in ({"m": 10**23, "n": 8, "k": 8}, {"m": 10**300, "n": 8, "k": 8}):
+        with pytest.raises(ScenarioError, match="more than one kernel takes"):
+            sim3d.kernel_seconds("h100-sxm", "gemm", **shape)
+    with pytest.raises(ScenarioError, match="a TiB in one collective"):
+        sim3d.kernel_seconds("h100-sxm", "all_reduce", nbytes=1e30, group=8)
+    assert sim3d.kernel_seconds("h100-sxm", "gemm", m=2**31 - 1, n=8, k=8).seconds > 0

@@ -65,6 +65,12 @@ def _profile(profile):
         raise ScenarioError(str(e)) from None
 
 
+# One kernel's dimensions: cuBLAS takes m, n and k as 32-bit ints (cublasGemmEx), and no shape
+# sim3d prices needs more; a collective of more than a TiB is no single call a GPU runs.
+MAX_DIMENSION = 2**31 - 1
+MAX_BYTES = 2**40
+
+
 def _take(op: str, shape: dict, required: tuple[str, ...], optional: dict) -> dict:
     unknown = sorted(set(shape) - set(required) - set(optional))
     missing = [k for k in required if k not in shape]
@@ -77,10 +83,15 @@ def _take(op: str, shape: dict, required: tuple[str, ...], optional: dict) -> di
     for key in required + tuple(k for k in optional if isinstance(optional[k], int) and not isinstance(optional[k], bool)):
         value = args[key]
         if key == "nbytes" and not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < float("inf"):
+            if value > MAX_BYTES:
+                raise ScenarioError(f"kernel {op}: nbytes={value:,.0f} exceeds {MAX_BYTES:,} (a TiB in one collective)")
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < (2 if key == "group" else 1):
             raise ScenarioError(f"kernel {op}: {key} must be a positive integer{' >= 2' if key == 'group' else ''}, "
                                 f"not {value!r}")
+        if value > MAX_DIMENSION:
+            raise ScenarioError(f"kernel {op}: {key}={value:,} is more than one kernel takes (at most "
+                                f"{MAX_DIMENSION:,}, a 32-bit int as cuBLAS takes its dimensions)")
     for key, choices in (("precision", tuple(_BYTES)), ("direction", ("fwd", "bwd"))):
         if key in args and args[key] not in choices:
             raise ScenarioError(f"kernel {op}: {key} must be one of {', '.join(choices)}, not {args[key]!r}")
