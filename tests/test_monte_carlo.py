@@ -362,3 +362,12 @@ def test_samples_beyond_the_work_limit_are_refused_from_python_too():
     from sim3d.scenario.limits import WorkLimitExceeded
     with pytest.raises(WorkLimitExceeded, match="SIM3D_MAX_SAMPLE_WORK"):
         sample_steps(small(tp=2, pp=2, dp=2), samples=10**9)
+
+
+def test_the_mean_of_equal_steps_is_that_step():
+    """np.mean of many equal floats can round above them; the summary's mean stays in [min, max]."""
+    from sim3d.studies.step_distribution import bounded_mean
+    steps = np.full(1000, 51.23098030755565)
+    assert steps.mean() > steps.max()  # the rounding guarded against
+    assert bounded_mean(steps) == steps.max()
+    assert bounded_mean(np.array([1.0, 2.0, 4.0])) == pytest.approx(7 / 3)

@@ -52,13 +52,20 @@ def quantile_interval(sorted_steps: np.ndarray, q: float, confidence: float = CO
             float(sorted_steps[high - 1]) if high <= n else None]
 
 
+def bounded_mean(steps: np.ndarray) -> float:
+    """The mean, within [min, max]: a sum of equal floats can round past them (1,000 steps of
+    51.23098030755565 s average 7e-15 s more), and a summary must not show a mean above its max."""
+    return float(np.clip(steps.mean(), steps.min(), steps.max()))
+
+
 def mean_interval(steps: np.ndarray, seed: int) -> list:
     n = len(steps)
     if n < 2:
         return [None, None]
     if n >= NORMAL_FROM:
         half = Z_975 * steps.std(ddof=1) / math.sqrt(n)
-        return [float(steps.mean() - half), float(steps.mean() + half)]
+        mean = bounded_mean(steps)
+        return [mean - half, mean + half]
     rng = np.random.default_rng([seed, 2**31])  # apart from every sample's own stream
     means = steps[rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))].mean(axis=1)
     alpha = (1 - CONFIDENCE) / 2
@@ -82,7 +89,7 @@ def describe(samples, placement) -> dict:
         "samples": n,
         "seed": samples.seed,
         "deterministic_step_s": samples.deterministic,
-        "mean_s": float(steps.mean()),
+        "mean_s": bounded_mean(steps),
         **{f"{name}_s": float(np.quantile(steps, q)) for name, q in PERCENTILES.items()},
         "confidence": CONFIDENCE,
         "intervals_s": intervals,
