@@ -162,3 +162,16 @@ def test_the_exported_batches_import_back_as_they_were(pp):
     again = {**config, **{k: v for k, v in exported.items() if k not in ("model", "quantize")}}
     second = scenario_from_dict(from_torchtitan(again, name="x", gpu="h100-sxm").scenario)
     assert (second.training.micro_batch, second.training.global_batch) == (2, 256)
+
+
+@pytest.mark.parametrize("text", ["a" + ".a" * 30000 + " = 1\n", "x = " + "[" * 5000 + "]" * 5000 + "\n",
+                                  "x = " + "{a = " * 40 + "1" + "}" * 40 + "\n"])
+def test_deep_toml_is_refused_before_it_is_parsed(tmp_path, text):
+    """A 60 KB config with a 30,000-level dotted key took 5.2 GB and 16 s; deep arrays hit
+    RecursionError."""
+    from sim3d.scenario.torchtitan import read_toml
+    path = tmp_path / "deep.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="levels deep"):
+        read_toml(path)
+    assert read_toml(FIXTURE)["parallelism"]  # the real config passes

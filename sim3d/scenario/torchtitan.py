@@ -54,6 +54,28 @@ MAPPED = {
 MAX_CONFIG_BYTES = 1_000_000
 
 
+# A train config nests a few levels ([parallelism], quantize.linear.float8); the TOML reader's
+# work grows with the square of a dotted key's depth (30,000 levels: 5.2 GB) and recurses once per
+# nested array, so deeper text is refused before it is parsed.
+MAX_TOML_DEPTH = 32
+
+
+def _check_nesting(text: str) -> None:
+    """ValueError for a dotted key or a nesting of arrays / inline tables deeper than
+    MAX_TOML_DEPTH (counted on the raw text, quotes included: a config has no such strings)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    dots = max((line.split("=", 1)[0].count(".") for line in text.splitlines()), default=0)
+    if deepest > MAX_TOML_DEPTH or dots >= MAX_TOML_DEPTH:
+        raise ValueError(f"nested {max(deepest, dots + 1):,} levels deep; a train config nests a few (the limit is "
+                         f"{MAX_TOML_DEPTH})")
+
+
 def read_toml(path) -> dict:
     """A TOML file as a dict; ValueError (with the file's problem) if it is not one."""
     try:
@@ -72,7 +94,9 @@ def read_toml(path) -> dict:
             if info.st_size > MAX_CONFIG_BYTES:
                 raise ValueError(f"{info.st_size:,} bytes; a train config is a few kB (the limit is "
                                  f"{MAX_CONFIG_BYTES:,} bytes)")
-            return tomllib.loads(handle.read(MAX_CONFIG_BYTES + 1).decode("utf-8"))
+            text = handle.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
+        _check_nesting(text)
+        return tomllib.loads(text)
     except OSError as e:
         raise ValueError(f"cannot read it ({e.strerror})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
