@@ -16,6 +16,17 @@ from ..schedule.specs import SCHEDULES, megatron_schedule
 from . import megatron_fsdp
 
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
+def _misspelled(flag: str) -> str | None:
+    """The argument sim3d reads that `flag` is a near miss of (one or two letters off), or None
+    for an argument of Megatron's that sim3d simply does not map."""
+    import difflib
+    known = [*VALUE_FLAGS, *SWITCH_FLAGS, *megatron_fsdp.FLAGS, *WITHOUT_EFFECT, "fp8_format",
+             "num_layers_per_virtual_pipeline_stage"]
+    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.9)
+    # a longer real argument of Megatron's (--tp-comm-overlap-rs beside --tp-comm-overlap) is no typo
+    return close[0] if close and close[0] != flag and abs(len(close[0]) - len(flag)) <= 2 else None
+
+
 VALUE_FLAGS = {
     "num_layers": "model.layers", "hidden_size": "model.hidden", "num_attention_heads": "model.heads",
     "num_query_groups": "model.kv_heads", "ffn_hidden_size": "model.ffn_hidden", "seq_length": "model.seq_len",
@@ -197,6 +208,9 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             out.assumed.append(f"--recompute-method {value}: every layer of a stage recomputed (sim3d has no "
                                "per-layer recompute count)")
         elif flag not in IRRELEVANT:
+            meant = _misspelled(flag)
+            if meant:  # read as "not mapped", --tensor-model-paralel-size 8 imported as tp 1
+                raise ValueError(f"{option}: not a Megatron-LM argument; did you mean --{meant.replace('_', '-')}?")
             out.unmapped.append(f"--{flag.replace('_', '-')}" + ("" if value is True else f" {value}"))
     settings, assumed, unmapped = megatron_fsdp.read(fsdp)
     if megatron_fsdp.enabled(fsdp):  # it runs the distributed optimizer whatever: the strategy says what it shards
