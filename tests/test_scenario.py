@@ -199,3 +199,15 @@ def test_a_name_with_a_control_character_is_refused(name, tmp_path):
     path.write_text(text)
     done = CliRunner().invoke(app, ["validate", str(path)])
     assert done.exit_code == 2 and "control character" in done.output
+
+
+@pytest.mark.parametrize("name", ["..", "/", ".", " ", ""])
+def test_a_name_that_names_no_folder_is_refused(name):
+    """They all mapped, silently, to reports/scenario/."""
+    from sim3d.scenario import ScenarioError, scenario_from_dict
+    raw = {"name": name, "model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 64},
+           "training": {"micro_batch": 1, "global_batch": 1}, "cluster": {"gpu": "a100-80gb", "nodes": 1,
+                                                                         "gpus_per_node": 1}}
+    with pytest.raises(ScenarioError, match="no letter or digit"):
+        scenario_from_dict(raw)
+    assert scenario_from_dict({**raw, "name": "run-2"}).name == "run-2"
