@@ -209,3 +209,10 @@ def test_import_sim3d_is_lazy_but_complete():
 def test_full_fidelity_takes_a_bool_not_a_truthy_text():
     with pytest.raises(TypeError, match="full_fidelity"):
         sim3d.simulate(ROOT / "scenarios" / "tiny.yaml", full_fidelity="no")
+
+
+def test_numpys_booleans_are_booleans():
+    """np.bool_ (what a comparison of numpy values gives) was refused as 'not a valid boolean'."""
+    import numpy as np
+    off = sim3d.simulate(ROOT / "scenarios" / "tiny.yaml", **{"training.overlap_p2p": np.bool_(False)})
+    assert off.scenario.training.overlap_p2p is False

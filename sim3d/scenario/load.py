@@ -288,6 +288,8 @@ def _plain(obj, depth: int = 0, enclosing: frozenset = frozenset()):
         return [_plain(v, depth + 1, inner) for v in obj]
     if isinstance(obj, numbers.Integral) and not isinstance(obj, (bool, int)):
         return int(obj)
+    if type(obj).__module__ == "numpy" and type(obj).__name__ in ("bool", "bool_"):  # np.True_: no Integral
+        return bool(obj)
     return obj
 
 
