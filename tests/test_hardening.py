@@ -309,3 +309,18 @@ def test_an_override_that_changes_nothing_says_so(tmp_path):
     tf32 = json.loads(invoke(*args, "--set", "cluster.tf32_tflops=0.001").stdout)
     assert fp32["step_time_s"] == plain["step_time_s"] < tf32["step_time_s"]
     assert any("cluster.fp32_tflops changes nothing" in w for w in fp32["warnings"])
+
+
+def test_a_large_document_without_aliases_is_not_called_an_alias_bomb():
+    """16,384 fault entries were refused as 'an alias bomb?' though the file had no alias."""
+    from sim3d.scenario.safe_yaml import UnboundedYaml, read_yaml_text
+    many = "faults:\n" + "".join(f"  - {{straggler: {{rank: {i}, slowdown: 1.1}}}}\n" for i in range(16384))
+    with pytest.raises(UnboundedYaml) as refused:
+        read_yaml_text(many)
+    assert "alias" not in str(refused.value) and "holds more than" in str(refused.value)
+    bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(6))
+    with pytest.raises(UnboundedYaml, match="alias bomb"):
+        read_yaml_text(bomb)

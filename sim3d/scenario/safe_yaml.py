@@ -15,6 +15,7 @@ from yaml.constructor import ConstructorError
 
 # A scenario has a few hundred values; a thousand times that is still read in milliseconds.
 MAX_EXPANDED_NODES = 100_000
+ALIASED = -1  # a key no id() takes: set in _expanded_size's table when an alias was followed
 
 
 class YamlInputError(ValueError):
@@ -64,9 +65,11 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _expanded_size(node, sizes: dict[int, int], open_nodes: set[int]) -> int:
-    """Nodes the document would have with every alias copied out."""
+    """Nodes the document would have with every alias copied out. `sizes` also records, under
+    ALIASED, whether a node was met twice (an alias)."""
     key = id(node)
     if key in sizes:
+        sizes[ALIASED] = 1
         return sizes[key]
     if key in open_nodes:
         raise UnboundedYaml(f"line {node.start_mark.line + 1}: an alias refers to a node that contains it "
@@ -82,8 +85,11 @@ def _expanded_size(node, sizes: dict[int, int], open_nodes: set[int]) -> int:
     for child in children:
         total += _expanded_size(child, sizes, open_nodes)
         if total > MAX_EXPANDED_NODES:
-            raise UnboundedYaml(f"line {node.start_mark.line + 1}: aliases expand this document past "
-                                 f"{MAX_EXPANDED_NODES:,} values (an alias bomb?)")
+            if ALIASED in sizes:
+                raise UnboundedYaml(f"line {node.start_mark.line + 1}: aliases expand this document past "
+                                     f"{MAX_EXPANDED_NODES:,} values (an alias bomb?)")
+            raise UnboundedYaml(f"line {node.start_mark.line + 1}: the document holds more than "
+                                 f"{MAX_EXPANDED_NODES:,} values (the limit; a scenario holds a few hundred)")
     open_nodes.discard(key)
     sizes[key] = total
     return total
