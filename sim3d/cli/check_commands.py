@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 from rich.text import Text
 
-from .support import (JSON_HELP, SET_HELP, BadInput, _gantt_options, _load, _print_json, _writable_file, out,
-                      print_whole, say)
+from .figure_options import check_size, pdf_option, size_option, title_option, with_pdf
+from .support import JSON_HELP, SET_HELP, BadInput, _load, _print_json, _writable_file, out, print_whole, say
 
 
 def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
@@ -56,11 +56,13 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
              lowered: bool = typer.Option(False, "--lowered", help="Show send/receive actions too."),
              csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write the lowered schedule as CSV."),
              gantt: Optional[Path] = typer.Option(None, "--gantt", help="Draw a unit-cost Gantt (png/pdf/svg)."),
-             gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column."),
              compare: Optional[str] = typer.Option(None, "--compare", help="A,B,...: several schedules in one "
                                                    "time unit, with their bubbles and peak in-flight activations."),
              figure: Optional[Path] = typer.Option(None, "--out", help="With --compare: write the comparison "
                                                   "figure (png/pdf/svg)."),
+             size: str = size_option("screen", "the --gantt or --out figure", "--gantt-size"),
+             pdf: bool = pdf_option("the --gantt or --out figure as a PDF beside it"),
+             title: Optional[str] = title_option("the --gantt or --out figure", "the schedules, pp and m"),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2), or compare several."""
     from ..scenario.limits import check_schedule_size
@@ -70,13 +72,16 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
 
     if compare is None and figure is not None:
         raise BadInput("--out is the --compare figure; one schedule's Gantt chart is --gantt")
+    check_size(size)
+    if not (gantt if compare is None else figure) and (size != "screen" or pdf or title is not None):
+        raise BadInput("--size, --pdf and --title shape a figure: draw one with --gantt FILE (or --compare with "
+                       "--out FILE)")
     if compare is not None:
         if name is not None:
             raise BadInput(f"--compare names the schedules; drop NAME ({name}) or add it to the list")
-        if lowered or csv_path or gantt or gantt_size != "screen":
-            raise BadInput("--lowered, --csv and --gantt(-size) show one schedule; --compare draws its figure with "
-                           "--out")
-        _compare(compare, pp, microbatches, vpp, figure, as_json)
+        if lowered or csv_path or gantt:
+            raise BadInput("--lowered, --csv and --gantt show one schedule; --compare draws its figure with --out")
+        _compare(compare, pp, microbatches, vpp, figure, as_json, size, pdf, title)
         return
     if name is None:
         raise BadInput("name a schedule (e.g. 1f1b), or compare several with --compare 1f1b,zb-h1")
@@ -88,7 +93,6 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
         _writable_file(csv_path, "--csv", (".csv",))
     if gantt:
         _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
-        _gantt_options(gantt_size, None, None)
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = prove(full)
@@ -113,14 +117,16 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
             csv_path.write_text(full.to_csv())
     if gantt:
         from ..report.gantt import plot_gantt, timeline_to_trace
-        plot_gantt(timeline_to_trace(compute_only, timeline), [gantt],
-                   title=f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)",
-                   time_unit="units of one forward of a rank's layers", size=gantt_size)
+        default = f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)"
+        written = plot_gantt(timeline_to_trace(compute_only, timeline), with_pdf(gantt, pdf),
+                             title=default if title is None else title,
+                             time_unit="units of one forward of a rank's layers", size=size)
         if not as_json:
-            out.print(f"wrote {gantt}")
+            out.print(f"wrote {' and '.join(map(str, written))}")
 
 
-def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Path | None, as_json: bool) -> None:
+def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Path | None, as_json: bool,
+             size: str, pdf: bool, title: str | None) -> None:
     """`schedule --compare`: every layout is checked against the registry before anything is
     built or drawn, so a bad one costs nothing and leaves no file."""
     from ..scenario.limits import check_schedule_size
@@ -145,11 +151,12 @@ def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Pa
     from ..report.schedule_compare import UNIT, compare_schedules
 
     compared = compare_schedules(layouts, pp, microbatches)
+    written = with_pdf(figure, pdf) if figure else []
     if figure:
         from ..report.figure import save
         from ..report.schedule_compare import compare_figure
-        save(compare_figure(compared, title=f"pp={pp}, m={microbatches}: {', '.join(picked)} in one time unit"),
-             [figure], dpi=200)
+        default = f"pp={pp}, m={microbatches}: {', '.join(picked)} in one time unit"
+        save(compare_figure(compared, default if title is None else title, size), written, dpi=200)
     if as_json:
         _print_json({"pp": pp, "microbatches": microbatches, "unit": UNIT,
                      "schedules": [c.as_json() for c in compared], "figure": str(figure) if figure else None})
@@ -165,4 +172,4 @@ def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Pa
     out.print("bubble: idle share of the least busy rank; peak in-flight: activations held at once on the busiest "
               "rank, in micro-batches of a rank's layers", highlight=False)
     if figure:
-        out.print(f"wrote {figure}")
+        out.print(f"wrote {' and '.join(map(str, written))}")

@@ -8,7 +8,11 @@ from typing import Optional
 
 import typer
 
+from .figure_options import check_size, pdf_option, size_option, title_option
 from .support import JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_folder, out, say
+
+TABLE_NAME = "goodput.csv"
+FIGURE_NAMES = ("goodput.png", "goodput.pdf")
 
 
 def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model sets the checkpoint size)."),
@@ -28,6 +32,9 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for goodput.csv and goodput.png "
                                                    "(default reports/<name>-goodput/)."),
             plots: bool = typer.Option(True, "--plots/--no-plots", help="Write goodput.png."),
+            size: str = size_option("screen", "goodput.png"),
+            pdf: bool = pdf_option("the figure as goodput.pdf"),
+            title: Optional[str] = title_option("goodput.png", "the scenario's name"),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Effective training time under failures and the optimal checkpoint interval (Young/Daly)."""
     from rich.table import Table
@@ -36,13 +43,16 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     from ..studies.goodput import (ASSUMED_RESTART_S, LLAMA3_EFFECTIVE, LLAMA3_GPUS, goodput as model, gpu_counts,
                                    llama3_failures)
 
+    check_size(size)
+    if not plots and (size != "screen" or pdf or title is not None):
+        raise BadInput("--size, --pdf and --title shape goodput.png, which --no-plots leaves out")
     s = _load(scenario, set_)
     gpus = gpus or s.num_gpus
     if gpus % s.cluster.gpus_per_node:
         raise BadInput(f"--gpus {gpus}: not a whole number of {s.cluster.gpus_per_node}-GPU servers")
     folder = _writable_folder(out_dir or _default_folder(s.name, "-goodput"))
-    names = ["goodput.csv"] + (["goodput.png"] if plots else [])
-    refuse_unsafe([folder / name for name in names])
+    figures = [folder / name for name in (FIGURE_NAMES if pdf else FIGURE_NAMES[:1])] if plots else []
+    refuse_unsafe([folder / TABLE_NAME, *figures])
     failures = llama3_failures()
     restart_s = ASSUMED_RESTART_S if restart_minutes is None else 60.0 * restart_minutes
     options = dict(failures=failures, write_bytes_per_s=write_gb_s * 1e9,
@@ -60,13 +70,14 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
                            "(not published for Llama 3; --restart-minutes)")
     with folder_lock(folder, "goodput"):
         import pandas as pd
-        written = [write_with(folder / "goodput.csv", lambda temp: pd.DataFrame(rows).to_csv(temp, index=False))]
+        written = [write_with(folder / TABLE_NAME, lambda temp: pd.DataFrame(rows).to_csv(temp, index=False))]
         if plots:
             from ..report.goodput_plot import plot_goodput
-            written.append(plot_goodput(rows, chosen.row(), (LLAMA3_GPUS, LLAMA3_EFFECTIVE),
-                                        f"{s.name}: goodput under failures",
-                                        folder / "goodput.png"))
-        record_outputs(folder, written, {"written_by": "sim3d goodput", "scenario": str(scenario)}, names)
+            written += plot_goodput(rows, chosen.row(), (LLAMA3_GPUS, LLAMA3_EFFECTIVE),
+                                    f"{s.name}: goodput under failures" if title is None else title, figures, size)
+        # an earlier run's figure (a PDF this run was not asked for) would otherwise pass for this run's
+        record_outputs(folder, written, {"written_by": "sim3d goodput", "scenario": str(scenario)},
+                       [TABLE_NAME, *FIGURE_NAMES])
     if as_json:
         _print_json({**chosen.row(), "step_time_s": step_s,
                      "interval_steps": chosen.interval_s / step_s if step_s else None,

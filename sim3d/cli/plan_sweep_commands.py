@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from .figure_options import check_size, pdf_option, size_option, title_option
 from .progress import progress_bars
 from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _print_json, _writable_folder, err, megatron_line,
                       out,
@@ -146,15 +147,20 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           zip_: list[str] = typer.Option([], "--zip", metavar="KEY,KEY",
                                          help="Grid keys whose values go together, the i-th with the i-th, e.g. "
                                          "schedule,parallel.vpp (repeatable)."),
-          out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png."),
+          out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png (and sweep.pdf)."),
           workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes for the local "
                                                 "backend (default: cores)."),
           set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applied before each grid point's values."),
           backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
+          size: str = size_option("screen", "sweep.png"),
+          pdf: bool = pdf_option("the figure as sweep.pdf"),
+          title: Optional[str] = title_option("sweep.png", "the scenario file and the grid keys in words"),
+          xlabel: Optional[str] = typer.Option(None, "--xlabel", help="Label of the x axis (default: the first "
+                                               "grid key's name in words, e.g. NIC bandwidth (Gb/s))."),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """What-if grid over scenario values; results table and plots."""
-    from ..report.sweep_plot import PLOT_NAME, plot_sweep
+    from ..report.sweep_plot import PDF_NAME, PLOT_NAME, key_name, plot_sweep
     from ..util.safe_files import refuse_unsafe
     from ..studies.runner import check_backend
     from ..studies.sweep import grid_shape, parse_grid, parse_zip, planned_outputs, points, run_sweep
@@ -162,9 +168,11 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from ..scenario.load import load_scenario
     sets = tuple(set_)
     load_scenario(scenario, list(sets))  # a bad base scenario fails before any work starts
+    check_size(size)
     _writable_folder(out_dir)
+    figures = [out_dir / PLOT_NAME] + ([out_dir / PDF_NAME] if pdf else [])
     # checked again under the folder's lock, which run_sweep takes
-    refuse_unsafe([*planned_outputs(out_dir), out_dir / PLOT_NAME])
+    refuse_unsafe([*planned_outputs(out_dir), *figures])
     try:
         check_backend(backend)
     except ValueError as e:
@@ -175,13 +183,14 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     SWEEP_POINTS.check(len(points(parsed, zips)), grid_shape(parsed, zips))
     if workers is not None and backend == "local":  # as plan bounds its own: each is a process here
         LOCAL_PROCESSES.check(workers, "--workers")
+    if title is None:
+        title = f"{scenario.name}: sweep over {', '.join(map(key_name, parsed))}"
     with progress_bars("sweep", err) as progress:
         task = progress.add_task(f"{len(points(parsed, zips))} grid points", total=None)
-        title = f"{scenario.name}: sweep over {', '.join(parsed)}"
         results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
                             progress=lambda done, total: progress.update(task, completed=done, total=total),
-                            zips=zips, plot=lambda table: plot_sweep(table, list(parsed), out_dir / PLOT_NAME,
-                                                                     title=title, zips=zips), sets=sets)
+                            zips=zips, plot=lambda table: plot_sweep(table, list(parsed), figures, title, zips, size,
+                                                                     xlabel), sets=sets)
     import pandas as pd
     table = pd.read_csv(results, dtype={"label": str, "error": str}, keep_default_na=False)
     shown = table.sort_values(list(parsed))[[*parsed, "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "error"]]
@@ -197,4 +206,4 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         say("warning:", f"{len(failed)} of {len(table)} grid points failed; their reasons are in the error column",
             "yellow")
     if not as_json:
-        out.print(f"wrote {results} and {out_dir / PLOT_NAME}")
+        out.print(f"wrote {', '.join(map(str, [results, *figures[:-1]]))} and {figures[-1]}")

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from .figure_options import check_size, pdf_option, size_option, title_option
 from .progress import progress_bars
 from .support import (SET_HELP, BadInput, _default_folder, _gantt_options, _load, _writable_folder, err,
                       megatron_line, out, say)
@@ -33,9 +34,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         torchtitan_toml: bool = typer.Option(False, "--torchtitan-toml", help="Also print the layout as the "
                                              "sections of a torchtitan train config."),
         trace: str = typer.Option("json", "--trace", help="Perfetto trace: json, json.gz or none."),
-        pdf: bool = typer.Option(False, "--pdf", help="Also write the Gantt chart as PDF (for papers)."),
-        gantt_size: str = typer.Option("screen", "--gantt-size", help="screen, page or column (a paper's text or "
-                                       "column width)."),
+        pdf: bool = pdf_option("the Gantt chart as gantt.pdf"),
+        size: str = size_option("screen", "the Gantt charts", "--gantt-size"),
+        title: Optional[str] = title_option("the Gantt chart", "the scenario's name, layout and step time"),
         gantt_window: Optional[str] = typer.Option(None, "--gantt-window", help="START,END: seconds of the step "
                                                    "to draw (zoom in)."),
         gantt_ranks: Optional[str] = typer.Option(None, "--gantt-ranks", help="R1,R2,...: the global ranks to draw "
@@ -53,7 +54,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from ..report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
         raise BadInput(f"--trace {trace!r}: expected one of {', '.join(TRACE_FORMATS)}")
-    gantt = _gantt_options(gantt_size, gantt_window, gantt_ranks)
+    gantt = {**_gantt_options(check_size(size), gantt_window, gantt_ranks), "gantt_title": title}
     sampling = None
     if samples is not None:
         from .sampling import SamplingOptions

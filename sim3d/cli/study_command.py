@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from .figure_options import check_size, pdf_option, size_option
 from .progress import progress_bars
 from .support import JSON_HELP, BadInput, _print_json, _writable_folder, err, out
 
@@ -22,16 +23,13 @@ def study(name: str = typer.Argument(..., help="The study to run: rules-of-thumb
                                                  "(default reports/rules-of-thumb/)."),
           quick: bool = typer.Option(False, "--quick", help="Fewer sizes and models per rule (seconds, for tests); "
                                      "the verdicts may rest on fewer cases."),
-          size: str = typer.Option("page", "--size", help="Figure width: page (a paper's text width, 7.16 in), "
-                                   "column (3.5 in) or screen (11 in)."),
-          pdf: bool = typer.Option(False, "--pdf", help="Also write each figure as PDF (text kept as text)."),
+          size: str = size_option("page", "each rule's figure"),
+          pdf: bool = pdf_option("each figure as PDF"),
           as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Run a study and write its report: rules-of-thumb checks ten 3D-parallelism guidelines."""
-    from ..report.gantt_sizes import SIZES
     if name not in STUDIES:
         raise BadInput(f"study {name!r}: expected one of {', '.join(STUDIES)}")
-    if size not in SIZES:
-        raise BadInput(f"--size {size!r}: expected one of {', '.join(SIZES)}")
+    check_size(size)
     from ..report.rules_page import PAGE, output_names, write_rules_report
     from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe
     from ..studies.rules import RULES, run_rules

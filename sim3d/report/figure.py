@@ -5,6 +5,9 @@ several times; on the flagship's Gantt chart that was half of the plotting time.
 know what sits in their margins (tick labels, a title, a legend), so they measure those few
 texts once with the Agg renderer and place the axes in inches (`place_axes`), then draw once.
 No pyplot also means no global figure registry to leak into long sessions.
+
+The charts other commands draw (sweep, goodput, the schedule comparison) keep matplotlib's
+constrained layout; they share the fonts and titles here, scaled to the width `--size` picks.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
+
+from .gantt_sizes import SIZES
 
 # PNGs: matplotlib renders the pixels (savefig's raw RGBA) and they are encoded here, not by
 # Pillow, which tries five filters on every row: on the flagship's Gantt chart (2200 x 2550 px)
@@ -39,6 +44,36 @@ def new_figure(width_in: float, height_in: float, dpi: float | None = None) -> F
     fig = Figure(figsize=(width_in, height_in), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
+
+
+# A page or column figure is printed at its own width, so its text must stay readable there:
+# its fonts shrink with the width (SIZES' factor) down to this share of a screen figure's, no
+# further (a column's 0.62 would print 8 pt ticks at 5 pt).
+SMALLEST_FONT_SCALE = 0.8
+TITLE_POINTS = 11.0  # a screen figure's title
+
+
+def font_scale(size: str) -> float:
+    """The factor on a screen figure's font sizes for a figure `size` wide (a key of SIZES)."""
+    return max(SIZES[size][1], SMALLEST_FONT_SCALE)
+
+
+def figure_style(size: str) -> dict:
+    """matplotlib settings (for `matplotlib.rc_context`) of a chart drawn `size` wide: the
+    screen figure's 9 pt labels, 8 pt ticks and legends and 11 pt title, scaled by
+    `font_scale`: a page or column figure prints them at 7.2 and 6.4 pt."""
+    k = font_scale(size)
+    return {"font.size": 9 * k, "axes.labelsize": 9 * k, "axes.titlesize": 9 * k, "xtick.labelsize": 8 * k,
+            "ytick.labelsize": 8 * k, "legend.fontsize": 8 * k, "legend.title_fontsize": 8 * k,
+            "figure.titlesize": TITLE_POINTS * k, "lines.markersize": 5 * k, "lines.linewidth": 1.5 * k}
+
+
+def figure_title(fig: Figure, title: str, size: str) -> None:
+    """`title` over the whole figure, broken into lines that fit its width; an empty title
+    draws none (a paper's caption says it)."""
+    if title:
+        points = TITLE_POINTS * font_scale(size)
+        fig.suptitle(fit_text(fig, title, points, 0.96 * fig.get_figwidth()), fontsize=points)
 
 
 def text_inches(fig: Figure, text: str, fontsize: float, weight: str = "normal") -> tuple[float, float]:

@@ -73,7 +73,7 @@ def memory_title(s) -> str:
 
 @gc_paused()  # tables, strings and event dicts by the hundred thousand, no cycles to collect
 def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: str = "json",
-                      pdf: bool = False, gantt_size: str = "screen",
+                      pdf: bool = False, gantt_size: str = "screen", gantt_title: str | None = None,
                       gantt_window: tuple[float, float] | None = None,
                       gantt_ranks: list[int] | None = None, plotter: Beside | None = None,
                       memory_drawn: bool = False, then: Callable[[], None] | None = None) -> list[Path]:
@@ -81,7 +81,8 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
     schedule.csv, the Perfetto trace (`trace_format`:
     json, json.gz or none) and, with `plots`, the Gantt chart (PNG; also PDF with `pdf`), the
     memory plot and the link traffic plot of a `sim3d.Result`; `gantt_size`, `gantt_window`
-    and `gantt_ranks` as `plot_gantt`'s size, window and ranks. The plots are drawn by
+    and `gantt_ranks` as `plot_gantt`'s size, window and ranks; `gantt_title` replaces the
+    chart's title (the scenario's name, layout and step). The plots are drawn by
     `plotter` (`start_plotting()`, started here when not given), each handed over as soon as
     its data is ready, while this process builds and writes the rest; `memory_drawn`: the
     memory plot was handed to it already (`draw_memory_early`); `then` is called once the
@@ -114,7 +115,7 @@ def write_run_outputs(result, folder: Path, plots: bool = True, trace_format: st
         if plots:
             plotter.submit(draw_gantt, plotted[:-2], _with_twins(trace, twins), labels,
                            f"{s.name}: {s.schedule}, tp{s.tp} pp{s.pp} dp{s.dp}, {s.num_microbatches} micro-batches, "
-                           f"step {summary['step_time_s']:.2f} s",
+                           f"step {summary['step_time_s']:.2f} s" if gantt_title is None else gantt_title,
                            dict(size=gantt_size, window=gantt_window, ranks=gantt_ranks,
                                 always=[f.straggler.rank for f in s.faults if f.straggler]))
         if then is not None:  # the Gantt chart, the longest plot, is being drawn: the links wait for it
