@@ -310,3 +310,23 @@ def test_set_applies_to_every_grid_point_and_belongs_to_the_study(tmp_path):
     assert all(a != b for a, b in zip(with_set["step_time_s"], plain["step_time_s"]))
     again = sweep(tmp_path / "s", "--resume", grid=grid)
     assert again.exit_code == 2 and "set was ['training.recompute=full']" in again.stderr, again.output
+
+
+def test_a_grid_too_large_is_refused_without_listing_it(tmp_path):
+    """10^8 points reached 5.5 GB in 60 s, printing nothing: they were listed before they were
+    counted."""
+    keys = ["cluster.inter_node.nic_gbps", "training.micro_batch", "training.global_batch", "cluster.inter_node.latency_us",
+            "cluster.intra_node.latency_us", "cluster.intra_node.gbps", "cluster.nodes", "model.layers"]
+    grid = [arg for key in keys for arg in ("--grid", f"{key}={','.join(str(j + 1) for j in range(10))}")]
+    result = cli.invoke(app, ["sweep", str(TINY), *grid, "--out", str(tmp_path / "big")])
+    assert result.exit_code == 2 and "100,000,000" in result.stderr, result.output
+    assert not (tmp_path / "big").exists()
+
+
+def test_a_resumed_sweep_says_how_many_points_it_read_back(tmp_path):
+    """The README's `--resume` into a committed folder simulated nothing and said nothing of it."""
+    out = tmp_path / "s"
+    assert sweep(out, grid=["--grid", "training.micro_batch=1,2"]).exit_code == 0
+    again = sweep(out, "--resume", grid=["--grid", "training.micro_batch=1,2"])
+    assert again.exit_code == 0 and "2 of the 2 grid points were read from" in again.stderr
+    assert "0 simulated now" in again.stderr

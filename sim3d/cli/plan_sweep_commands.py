@@ -163,12 +163,15 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     from ..report.sweep_plot import PDF_NAME, PLOT_NAME, key_name, plot_sweep
     from ..util.safe_files import refuse_unsafe
     from ..studies.runner import check_backend
-    from ..studies.sweep import grid_shape, parse_grid, parse_zip, planned_outputs, points, run_sweep
+    from ..studies.sweep import check_grid_size, parse_grid, parse_zip, planned_outputs, point_count, run_sweep
 
     from ..scenario.load import load_scenario
     sets = tuple(set_)
     load_scenario(scenario, list(sets))  # a bad base scenario fails before any work starts
     check_size(size)
+    zips = parse_zip(zip_)
+    parsed = parse_grid(grid, zips)
+    check_grid_size(parsed, zips)  # counted, not listed, before the folder: 10^8 points are refused at once
     _writable_folder(out_dir)
     figures = [out_dir / PLOT_NAME] + ([out_dir / PDF_NAME] if pdf else [])
     # checked again under the folder's lock, which run_sweep takes
@@ -177,18 +180,19 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         check_backend(backend)
     except ValueError as e:
         raise BadInput(str(e)) from None
-    zips = parse_zip(zip_)
-    parsed = parse_grid(grid, zips)
-    from ..scenario.limits import LOCAL_PROCESSES, SWEEP_POINTS
-    SWEEP_POINTS.check(len(points(parsed, zips)), grid_shape(parsed, zips))
+    from ..scenario.limits import LOCAL_PROCESSES
     if workers is not None and backend == "local":  # as plan bounds its own: each is a process here
         LOCAL_PROCESSES.check(workers, "--workers")
     if title is None:
         title = f"{scenario.name}: sweep over {', '.join(map(key_name, parsed))}"
+    simulated = [0]  # points this command simulated; the rest were in the folder (--resume)
+
+    def advance(done: int, total: int) -> None:
+        simulated[0] = done
+        progress.update(task, completed=done, total=total)
     with progress_bars("sweep", err) as progress:
-        task = progress.add_task(f"{len(points(parsed, zips))} grid points", total=None)
-        results = run_sweep(scenario, parsed, out_dir, workers, backend, resume,
-                            progress=lambda done, total: progress.update(task, completed=done, total=total),
+        task = progress.add_task(f"{point_count(parsed, zips)} grid points", total=None)
+        results = run_sweep(scenario, parsed, out_dir, workers, backend, resume, progress=advance,
                             zips=zips, plot=lambda table: plot_sweep(table, list(parsed), figures, title, zips, size,
                                                                      xlabel), sets=sets)
     import pandas as pd
@@ -198,6 +202,10 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         _print_json(json.loads(table.sort_values(list(parsed)).to_json(orient="records")))
     else:
         out.print(shown.to_string(index=False), highlight=False)
+    if resume and simulated[0] < point_count(parsed, zips):
+        say("note:", f"{point_count(parsed, zips) - simulated[0]} of the {point_count(parsed, zips)} grid points were "
+            f"read from {results} (--resume), {simulated[0]} simulated now; without --resume, into a new --out, "
+            "all are simulated", "yellow")
     failed = table[table["error"] != ""]
     if len(failed) == len(table):
         raise BadInput(f"every one of the {len(table)} grid points failed (rows in {results}); the first: "

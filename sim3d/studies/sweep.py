@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Callable
 
 from .. import __version__
 from ..scenario.safe_yaml import YamlInputError, read_yaml_text
+from ..scenario.limits import SWEEP_POINTS
 from ..scenario.load import canonical_key, load_scenario, parse_override
 from ..errors import ScenarioError
 from ..util.safe_files import folder_lock
@@ -122,6 +124,17 @@ def points(grid: dict[str, list[str]], zips: list[list[str]] = ()) -> list[dict[
     return found
 
 
+def point_count(grid: dict[str, list[str]], zips: list[list[str]] = ()) -> int:
+    """How many points `points` would list, counted without listing them (10^8 points listed
+    took 5.5 GB before the bound on them was checked)."""
+    return math.prod(len(values) for _, values in axes(grid, zips))
+
+
+def check_grid_size(grid: dict[str, list[str]], zips: list[list[str]] = ()) -> None:
+    """WorkLimitExceeded (bad input) when the grid has more points than the documented limit."""
+    SWEEP_POINTS.check(point_count(grid, zips), grid_shape(grid, zips))
+
+
 def grid_shape(grid: dict[str, list[str]], zips: list[list[str]] = ()) -> str:
     """'3 schedule+parallel.vpp x 2 training.micro_batch': what the point count is made of."""
     return " x ".join(f"{len(values)} {'+'.join(keys)}" for keys, values in axes(grid, zips))
@@ -169,6 +182,7 @@ def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: in
     scenario before each point's. `plot(results.csv)` runs once every point is in, still under
     the folder's lock (the caller's drawing: studies do not plot)."""
     sets = tuple(sets)
+    check_grid_size(grid, zips)
     check_inputs(scenario, grid, sets)
     columns = ["label", *grid, *RESULT_KEYS]
     # the zip is part of the study: resumed with another (or none) the folder would hold two
