@@ -91,3 +91,41 @@ def test_the_interval_in_steps_uses_the_scenarios_own_step(tmp_path):
     data = json.loads(done.stdout)
     assert data["interval_steps"] == pytest.approx(data["interval_min"] * 60 / data["step_time_s"])
     assert math.isfinite(data["hours_lost_per_day"])
+
+
+def test_samples_price_the_interval_and_the_run_in_the_sampled_mean_step(tmp_path):
+    """The checkpoint interval in steps and a run's length come from the sampled step's mean
+    with --samples (they came from the deterministic step), and --run-days counts that run."""
+    args = ["goodput", str(ROOT / "scenarios" / "tiny.yaml"), "--set", "variability.preset=megascale-slow-nodes",
+            "--json", "--no-plots", "--run-days", "30"]
+    plain = json.loads(CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")]).stdout)
+    sampled = json.loads(CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b"), "--samples", "64"]).stdout)
+    assert plain["step_source"] == "the deterministic step" and "64 sampled steps" in sampled["step_source"]
+    assert sampled["step_time_s"] > plain["step_time_s"]  # slow nodes only ever slow a step
+    s = load_scenario(ROOT / "scenarios" / "tiny.yaml")
+    run = sampled["run"]
+    assert run["training_days"] == pytest.approx(30 * sampled["effective_fraction"])
+    assert run["steps"] == pytest.approx(30 * 86400 * sampled["effective_fraction"] / sampled["step_time_s"])
+    assert run["tokens"] == pytest.approx(run["steps"] * s.training.global_batch * s.model.seq_len)
+    assert run["interruptions"] == pytest.approx(30 * sampled["interruptions_per_day"])
+    assert sampled["interval_steps"] == pytest.approx(sampled["interval_min"] * 60 / sampled["step_time_s"])
+
+
+@pytest.mark.parametrize("option", [["--write-gb-s", "nan"], ["--write-gb-s", "inf"], ["--checkpoint-seconds", "0"]])
+def test_a_cost_that_is_no_real_cost_is_refused(tmp_path, option):
+    done = CliRunner().invoke(app, ["goodput", str(LLAMA_405B), "--out", str(tmp_path), "--no-plots", *option])
+    assert done.exit_code == 2 and "expected a finite number above 0" in done.stderr, done.output
+
+
+def test_extreme_costs_give_a_fraction_not_a_crash():
+    """A restart of 1e5 minutes against hours between failures overflowed exp()."""
+    assert g.effective_fraction(600.0, 10.0, 6e6, 3600.0) == 0.0
+    near = g.effective_fraction(600.0, 10.0, 60.0, 3600.0)
+    assert 0 < near < 1 and near == pytest.approx(600 / (3600 * math.exp(60 / 3600) * math.expm1(610 / 3600)))
+
+
+def test_the_jobs_own_size_is_in_the_table_beyond_the_powers_of_two(tmp_path):
+    done = CliRunner().invoke(app, ["goodput", str(LLAMA_405B), "--gpus", "262144", "--out", str(tmp_path),
+                                    "--no-plots", "--json"])
+    assert done.exit_code == 0, done.output
+    assert 262144 in [row["gpus"] for row in json.loads(done.stdout)["by_gpus"]]

@@ -35,6 +35,13 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
             size: str = size_option("screen", "goodput.png"),
             pdf: bool = pdf_option("the figure as goodput.pdf"),
             title: Optional[str] = title_option("goodput.png", "the scenario's name"),
+            samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Draw N steps from the scenario's "
+                                                  "variability section and count checkpoint intervals and the run in "
+                                                  "their mean step (default: the deterministic step)."),
+            seed: int = typer.Option(0, "--seed", min=0, help="Seed of the --samples draws."),
+            run_days: Optional[float] = typer.Option(None, "--run-days", min=1e-3, max=3650.0,
+                                                     help="A run this long in wall-clock days: the steps, tokens and "
+                                                     "interruptions it holds, at the effective training time."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Effective training time under failures and the optimal checkpoint interval (Young/Daly)."""
     from rich.table import Table
@@ -58,12 +65,29 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     options = dict(failures=failures, write_bytes_per_s=write_gb_s * 1e9,
                    read_bytes_per_s=read_gb_s * 1e9 if read_gb_s else None, restart_s=restart_s,
                    checkpoint_s=checkpoint_seconds)
-    chosen = model(s, gpus, **options)
-    rows = [model(s, n, **options).row() for n in gpu_counts(s.cluster.gpus_per_node)]
-    step_s = None
+    try:
+        chosen = model(s, gpus, **options)
+    except ValueError as e:
+        raise BadInput(f"goodput: {e}") from None
+    # the job's own size is a row too, whatever the powers of two around it
+    rows = [model(s, n, **options).row() for n in sorted({*gpu_counts(s.cluster.gpus_per_node), gpus})]
+    step_s, step_source = None, None
+    if samples is not None and gpus != s.num_gpus:
+        raise BadInput(f"--samples draws the scenario's own layout ({s.num_gpus:,} GPUs), not --gpus {gpus:,}")
+    if run_days is not None and gpus != s.num_gpus:
+        raise BadInput(f"--run-days counts the scenario's own layout's steps ({s.num_gpus:,} GPUs), not --gpus {gpus:,}")
     if gpus == s.num_gpus:  # the interval in steps needs this layout's step
         from ..api import simulate
-        step_s = simulate(s).step_time
+        step_s, step_source = simulate(s).step_time, "the deterministic step"
+        if samples is not None:
+            from .sampling import SampledRun, SamplingOptions
+            options_ = SamplingOptions(samples, seed, 1, "local")
+            options_.check()
+            from ..studies.monte_carlo import check_sampled
+            check_sampled(s, samples)
+            sampled = SampledRun.of(s, step_s, options_, quiet=as_json)
+            step_s, step_source = sampled.stats["mean_s"], f"the mean of {samples:,} sampled steps (seed {seed})"
+    run = run_of(chosen, step_s, s, run_days) if run_days is not None else None
     assumptions = [f"failures: {failures.source}"]
     if restart_minutes is None:
         assumptions.append(f"restart: {ASSUMED_RESTART_S / 60:g} min before the checkpoint is read back, assumed "
@@ -79,7 +103,7 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
         record_outputs(folder, written, {"written_by": "sim3d goodput", "scenario": str(scenario)},
                        [TABLE_NAME, *FIGURE_NAMES])
     if as_json:
-        _print_json({**chosen.row(), "step_time_s": step_s,
+        _print_json({**chosen.row(), "step_time_s": step_s, "step_source": step_source, "run": run,
                      "interval_steps": chosen.interval_s / step_s if step_s else None,
                      "assumptions": assumptions, "by_gpus": rows, "files": [str(p) for p in written]})
         return
@@ -91,10 +115,16 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     table.add_row("checkpoint", f"{chosen.checkpoint_bytes / 1e12:.2f} TB, written in {chosen.checkpoint_s:.1f} s")
     table.add_row("restart", f"{chosen.restart_s / 60:.1f} min with the read-back")
     every = f" = every {chosen.interval_s / step_s:,.0f} steps of {step_s:.2f} s" if step_s else ""
+    if step_s:
+        table.add_row("step", f"{step_s:.3f} s ({step_source})")
     table.add_row("optimal checkpoint interval", f"{chosen.interval_s / 60:.1f} min (Daly){every}")
     table.add_row("", f"{chosen.young_s / 60:.1f} min (Young)")
     table.add_row("effective training time", f"{chosen.effective:.1%}")
     table.add_row("lost per day", f"{chosen.hours_lost_per_day:.2f} h")
+    if run is not None:
+        table.add_row(f"a {run_days:g}-day run", f"{run['training_days']:.2f} days training, "
+                      f"{run['interruptions']:.0f} interruptions expected")
+        table.add_row("", f"{run['steps']:,.0f} steps, {run['tokens'] / 1e9:,.1f} B tokens")
     out.print(table)
     by_gpus = Table(title="against GPU count", title_justify="left")
     for column in ("GPUs", "interruptions / day", "interval (min)", "effective"):
@@ -106,3 +136,15 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     for note in assumptions:
         say("assumed:", note, "yellow")
     out.print(f"wrote {', '.join(p.name for p in written)} to {folder}/", highlight=False)
+
+
+def run_of(chosen, step_s: float, scenario, days: float) -> dict:
+    """What a run of `days` wall-clock days holds at `chosen`'s effective training time: its
+    training days, steps of `step_s`, tokens (the global batch's per step) and the interruptions
+    expected in it."""
+    wall_s = days * 86400.0
+    training_s = wall_s * chosen.effective
+    steps = training_s / step_s
+    return {"days": days, "training_days": training_s / 86400.0, "steps": steps,
+            "tokens": steps * scenario.training.global_batch * scenario.model.seq_len,
+            "interruptions": wall_s / chosen.mtbf_s}

@@ -81,9 +81,13 @@ def daly_interval(checkpoint_s: float, mtbf_s: float) -> float:
 
 
 def effective_fraction(interval_s: float, checkpoint_s: float, restart_s: float, mtbf_s: float) -> float:
-    """Useful work over wall time, checkpointing every `interval_s` of work (Daly's T_w)."""
-    wall_per_work = mtbf_s * math.exp(restart_s / mtbf_s) * math.expm1((interval_s + checkpoint_s) / mtbf_s)
-    return interval_s / wall_per_work
+    """Useful work over wall time, checkpointing every `interval_s` of work (Daly's T_w); in
+    logarithms where the exponentials would overflow (a restart of days against an hour's MTBF:
+    the fraction is then as good as 0)."""
+    x, r = (interval_s + checkpoint_s) / mtbf_s, restart_s / mtbf_s
+    if x + r < 700:
+        return interval_s / (mtbf_s * math.exp(r) * math.expm1(x))
+    return math.exp(math.log(interval_s) - math.log(mtbf_s) - r - x)  # expm1(x) = e^x to double precision here
 
 
 def checkpoint_bytes(scenario) -> float:
@@ -121,7 +125,15 @@ class Goodput:
 def goodput(scenario, gpus: int, failures: FailureModel | None = None,
             write_bytes_per_s: float = LLAMA3_STORAGE_BYTES_PER_S, read_bytes_per_s: float | None = None,
             restart_s: float = ASSUMED_RESTART_S, checkpoint_s: float | None = None) -> Goodput:
-    """The run of `scenario`'s model on `gpus` GPUs (its servers' size) under `failures`."""
+    """The run of `scenario`'s model on `gpus` GPUs (its servers' size) under `failures`.
+    ValueError for a bandwidth, restart or checkpoint time that is no real cost."""
+    for name, value in (("write bandwidth", write_bytes_per_s), ("read bandwidth", read_bytes_per_s or 1.0),
+                        ("checkpoint time", checkpoint_s if checkpoint_s is not None else 1.0)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} {value!r}: expected a finite number above 0 (a checkpoint that costs nothing "
+                             "has no optimal interval)")
+    if not (math.isfinite(restart_s) and restart_s >= 0):
+        raise ValueError(f"restart time {restart_s!r}: expected a finite number of 0 or more")
     failures = failures or llama3_failures()
     size = checkpoint_bytes(scenario)
     save = size / write_bytes_per_s if checkpoint_s is None else checkpoint_s
