@@ -330,3 +330,11 @@ def test_a_resumed_sweep_says_how_many_points_it_read_back(tmp_path):
     again = sweep(out, "--resume", grid=["--grid", "training.micro_batch=1,2"])
     assert again.exit_code == 0 and "2 of the 2 grid points were read from" in again.stderr
     assert "0 simulated now" in again.stderr
+
+
+def test_sweep_chooses_its_folder_as_the_other_commands_do(tmp_path, monkeypatch):
+    """--out was required only on sweep; it defaults to reports/<name>-sweep/ like run's and plan's."""
+    monkeypatch.chdir(tmp_path)
+    done = cli.invoke(app, ["sweep", str(TINY), "--grid", "training.micro_batch=1,2", "--workers", "1"])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "reports" / "tiny-sweep" / "results.csv").is_file()

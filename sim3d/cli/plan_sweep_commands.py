@@ -147,7 +147,8 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           zip_: list[str] = typer.Option([], "--zip", metavar="KEY,KEY",
                                          help="Grid keys whose values go together, the i-th with the i-th, e.g. "
                                          "schedule,parallel.vpp (repeatable)."),
-          out_dir: Path = typer.Option(..., "--out", help="Folder for results.csv and sweep.png (and sweep.pdf)."),
+          out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for results.csv and sweep.png (and "
+                                                 "sweep.pdf) (default reports/<name>-sweep/)."),
           workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes for the local "
                                                 "backend (default: cores)."),
           set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applied before each grid point's values."),
@@ -167,11 +168,12 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
     from ..scenario.load import load_scenario
     sets = tuple(set_)
-    load_scenario(scenario, list(sets))  # a bad base scenario fails before any work starts
+    base = load_scenario(scenario, list(sets))  # a bad base scenario fails before any work starts
     check_size(size)
     zips = parse_zip(zip_)
     parsed = parse_grid(grid, zips)
     check_grid_size(parsed, zips)  # counted, not listed, before the folder: 10^8 points are refused at once
+    out_dir = out_dir or _default_folder(base.name, "-sweep")  # as run, plan and goodput choose theirs
     _writable_folder(out_dir)
     figures = [out_dir / PLOT_NAME] + ([out_dir / PDF_NAME] if pdf else [])
     # checked again under the folder's lock, which run_sweep takes
