@@ -1,5 +1,6 @@
-"""Whole steps measured on one GPU (validation/h100_llama_steps.json): each step's scenario
-and sim3d's prediction beside the measured median, for each kernel stack the file ran."""
+"""Whole steps measured on one GPU (validation/h100_llama_steps.json, h200_llama_steps.json):
+each step's scenario and sim3d's prediction beside the measured median, for each kernel stack
+the file ran."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..api import simulate
 
 @dataclass(frozen=True)
 class MeasuredStep:
+    gpu: str  # the scenario's preset for the device the file measured
     mode: str  # the kernel stack the run used: eager | compiled
     micro_batch: int
     measured_s: float
@@ -40,12 +42,14 @@ def measured_steps(path: Path) -> list[MeasuredStep]:
     for step in record["steps"]:
         def price(mode: str) -> float:
             return simulate(step_scenario(record, mode, step["mbs"])).summary["step_time_s"]
-        out.append(MeasuredStep(step["mode"], step["mbs"], step["median_s"], price(step["mode"]), price("te")))
+        out.append(MeasuredStep(record["scenario_equivalent"]["cluster"]["gpu"], step["mode"], step["mbs"],
+                                step["median_s"], price(step["mode"]), price("te")))
     return out
 
 
 def steps_markdown(steps: list[MeasuredStep]) -> str:
-    lines = ["| stack | micro-batch | measured [s] | sim3d [s] | error | as `te` [s] |", "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {s.mode} | {s.micro_batch} | {s.measured_s:.3f} | {s.predicted_s:.3f} | {s.error:+.1%} | {s.te_s:.3f} |"
-              for s in steps]
+    lines = ["| GPU | stack | micro-batch | measured [s] | sim3d [s] | error | as `te` [s] |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {s.gpu} | {s.mode} | {s.micro_batch} | {s.measured_s:.3f} | {s.predicted_s:.3f} | {s.error:+.1%} | "
+              f"{s.te_s:.3f} |" for s in steps]
     return "\n".join(lines)
