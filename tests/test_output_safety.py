@@ -374,3 +374,22 @@ def test_import_replaces_a_file_only_with_force_and_never_through_a_link(tmp_pat
     link.symlink_to(precious)
     through = CliRunner().invoke(app, [*args[:2], "--out", str(link), "--force", *args[2:]])
     assert through.exit_code == 2 and precious.read_text() == "precious\n", through.output
+
+
+def test_schedule_writes_no_file_through_a_link_or_into_a_fifo(tmp_path):
+    """schedule --csv/--gantt/--out wrote in place: through a symlink, or blocking on a FIFO."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious\n")
+    (tmp_path / "link.csv").symlink_to(precious)
+    os.mkfifo(tmp_path / "fifo.png")
+    for option, path in (("--csv", "link.csv"), ("--gantt", "fifo.png")):
+        result = CliRunner().invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "4", option, str(tmp_path / path)])
+        assert result.exit_code == 2 and "regular files" in result.stderr, result.output
+    compare = CliRunner().invoke(app, ["schedule", "--compare", "1f1b,zb-h1", "--pp", "2", "-m", "4", "--out",
+                                       str(tmp_path / "fifo.png")])
+    assert compare.exit_code == 2 and "regular files" in compare.stderr, compare.output
+    assert precious.read_text() == "precious\n"
+    written = CliRunner().invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "4", "--csv", str(tmp_path / "s.csv")])
+    assert written.exit_code == 0 and "rank,index,kind" in (tmp_path / "s.csv").read_text()
+    stdout = CliRunner().invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "4", "--csv", "-"])
+    assert stdout.exit_code == 0 and "rank,index,kind" in stdout.stdout

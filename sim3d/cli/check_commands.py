@@ -11,6 +11,8 @@ from rich.text import Text
 from .figure_options import check_size, pdf_option, size_option, title_option, with_pdf
 from .support import JSON_HELP, SET_HELP, BadInput, _load, _print_json, _writable_file, out, print_whole, say
 
+STDOUT_NAMES = ("-", "/dev/stdout")  # `--csv -`: the table on standard output instead of a file
+
 
 def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
              set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
@@ -89,10 +91,13 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
         from ..schedule.specs import SCHEDULES
         vpp = SCHEDULES[name].default_vpp if name in SCHEDULES else 1
     check_schedule_size(pp, microbatches, vpp)
-    if csv_path:
+    from ..util.safe_files import refuse_unsafe
+    if csv_path and str(csv_path) not in STDOUT_NAMES:
         _writable_file(csv_path, "--csv", (".csv",))
+        refuse_unsafe([csv_path])  # before the work: a link or a FIFO there is refused, not written through
     if gantt:
         _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
+        refuse_unsafe(with_pdf(gantt, pdf))
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = prove(full)
@@ -112,15 +117,19 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
         out.print(f"step: {timeline.step_time:g} units (F=1, B=2{per_chunk}); bubble: {timeline.bubble_fraction:.1%} "
                   f"(idle share of the least busy rank)", highlight=False)
     if csv_path:
-        from ..util.safe_files import naming
-        with naming(csv_path):  # a user's path, written in place: it may be /dev/stdout
-            csv_path.write_text(full.to_csv())
+        if str(csv_path) in STDOUT_NAMES:
+            print(full.to_csv(), end="")
+        else:  # whole or not at all, and never through a link or into a FIFO
+            from ..util.safe_files import write_bytes
+            write_bytes(csv_path, full.to_csv().encode())
     if gantt:
         from ..report.gantt import plot_gantt, timeline_to_trace
+        from ..util.safe_files import replacing
         default = f"{name}: pp={pp}, m={microbatches}" + (f", vpp={vpp}" if vpp > 1 else "") + " (F=1, B=2)"
-        written = plot_gantt(timeline_to_trace(compute_only, timeline), with_pdf(gantt, pdf),
-                             title=default if title is None else title,
-                             time_unit="units of one forward of a rank's layers", size=size)
+        written = with_pdf(gantt, pdf)
+        with replacing(*written) as temps:
+            plot_gantt(timeline_to_trace(compute_only, timeline), temps, title=default if title is None else title,
+                       time_unit="units of one forward of a rank's layers", size=size)
         if not as_json:
             out.print(f"wrote {' and '.join(map(str, written))}")
 
@@ -148,6 +157,8 @@ def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Pa
         layouts.append((n, v))
     if figure:
         _writable_file(figure, "--out", (".png", ".pdf", ".svg"))
+        from ..util.safe_files import refuse_unsafe
+        refuse_unsafe(with_pdf(figure, pdf))
     from ..report.schedule_compare import UNIT, compare_schedules
 
     compared = compare_schedules(layouts, pp, microbatches)
@@ -156,7 +167,9 @@ def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Pa
         from ..report.figure import save
         from ..report.schedule_compare import compare_figure
         default = f"pp={pp}, m={microbatches}: {', '.join(picked)} in one time unit"
-        save(compare_figure(compared, default if title is None else title, size), written, dpi=200)
+        from ..util.safe_files import replacing
+        with replacing(*written) as temps:
+            save(compare_figure(compared, default if title is None else title, size), temps, dpi=200)
     if as_json:
         _print_json({"pp": pp, "microbatches": microbatches, "unit": UNIT,
                      "schedules": [c.as_json() for c in compared], "figure": str(figure) if figure else None})
