@@ -258,7 +258,7 @@ def test_a_full_disk_in_plan_exits_3_naming_the_file(tmp_path, monkeypatch):
 def test_a_full_disk_on_a_file_the_user_names_exits_3_naming_it(tmp_path, monkeypatch):
     def full(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(Path, "write_bytes", full)  # the temporary file schedule writes before its rename
     result = invoke("schedule", "1f1b", "--pp", 2, "-m", 4, "--csv", tmp_path / "s.csv")
     assert result.exit_code == 3, result.output
     assert f"{tmp_path / 's.csv'}: No space left on device (ENOSPC)" in one_line(result.stderr)
