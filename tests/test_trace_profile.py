@@ -395,3 +395,12 @@ def test_driver_api_launches_place_compiled_kernels_in_their_step():
     measured = 0.4928  # validation/h200_llama_steps.json: the compiled step at micro-batch 2, same run
     assert 0.8 * measured < sum(kinds.values()) <= 1.05 * measured
     assert kinds["gemm"] > 0.6 * measured
+
+
+@pytest.mark.parametrize("mode,measured", [("eager", 0.5971), ("compiled", 0.4928)])
+def test_a_step_lasts_until_its_last_kernel_ends(mode, measured):
+    """The ProfilerStep annotation spans the CPU's launches: 0.11 s of a 0.49 s compiled step.
+    The traced step is the median of the profiled pair, against the same run's timed median
+    (validation/h200_llama_steps.json, micro-batch 2)."""
+    truth = step_truth(read_traces([TRACES / f"llama_{mode}_step.json.gz"]))
+    assert truth.step_time_s == pytest.approx(measured, rel=0.05)
