@@ -393,3 +393,16 @@ def test_schedule_writes_no_file_through_a_link_or_into_a_fifo(tmp_path):
     assert written.exit_code == 0 and "rank,index,kind" in (tmp_path / "s.csv").read_text()
     stdout = CliRunner().invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "4", "--csv", "-"])
     assert stdout.exit_code == 0 and "rank,index,kind" in stdout.stdout
+
+
+def test_a_goodput_beside_a_run_keeps_the_runs_files_listed(tmp_path):
+    """goodput (or study) into a run's folder replaced its manifest: the next run no longer knew
+    its old plots from the user's files and left them beside the new summary."""
+    out = tmp_path / "out"
+    assert run(out).exit_code == 0
+    assert (out / "gantt.png").exists()
+    beside = CliRunner().invoke(app, ["goodput", str(TINY), "--out", str(out), "--no-plots"])
+    assert beside.exit_code == 0, beside.output
+    again = run(out, "--no-plots", "--trace", "none")
+    assert again.exit_code == 0, again.output
+    assert not (out / "gantt.png").exists() and (out / "goodput.csv").exists()

@@ -256,7 +256,12 @@ def record_outputs(folder: Path, written: list[Path], about: dict, removable: It
     names = {Path(p).name for p in written}
     allowed = set(removable)
     removed = []
-    for entry in _earlier_files(manifest):
+    earlier = _earlier_files(manifest)
+    # another command's files in the same folder (a goodput beside a run) stay listed, so that
+    # their own command can still tell its old outputs from the user's
+    others = [e for e in earlier if isinstance(e.get("name"), str) and e["name"] not in names
+              and e["name"] not in allowed and _plain(e["name"])]
+    for entry in earlier:
         name = entry.get("name")
         if not isinstance(name, str) or name in names or name not in allowed or not _plain(name):
             continue
@@ -269,7 +274,7 @@ def record_outputs(folder: Path, written: list[Path], about: dict, removable: It
             with naming(path):
                 os.unlink(path)
             removed.append(name)
-    files = []
+    files = list(others)
     for p in written:
         st = os.lstat(p)
         files.append({"name": Path(p).name, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
