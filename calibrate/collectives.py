@@ -4,7 +4,11 @@ One worker process per rank (``torch.multiprocessing`` spawn on 127.0.0.1 and a 
 under torchrun the caller's processes are used). Every group size is a sub-group of ranks
 ``0..g-1``. For each (op, size): warm-up, then repeats of [barrier, op, synchronize], each
 rank times its calls, the per-call maximum over ranks is taken and the profile stores the
-median. Sizes and bandwidths follow nccl-tests (see :mod:`sim3d_calibrate.profile_io`).
+median on GPUs and the mean on CPUs, over at least ``CPU_MIN_REPEATS`` calls there: gloo's
+messages between processes that share a CPU wait a scheduler tick now and then (a 16 KiB
+all-reduce on a 2-vCPU VM: median 0.45 ms, but one call in five takes 4 ms more, a mean of
+1.1 ms, which is what a rank issuing many of them pays; timing.py). Sizes and bandwidths
+follow nccl-tests (see :mod:`sim3d_calibrate.profile_io`).
 
 Send/recv is a ping-pong between ranks 0 and 1 of the group; one-way time = round trip / 2.
 Ops the backend does not support are skipped and listed in the provenance; tensor APIs
@@ -17,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import statistics
 import tempfile
 import time
 from datetime import timedelta
@@ -31,8 +34,12 @@ import torch.multiprocessing as mp
 from sim3d.costs.collectives import bus_factor
 
 from .profile_io import make_row
+from .timing import STATISTICS
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+# Repeats of a CPU collective: the mean of a cost that one call in five pays is within about
+# 10% after 200 calls (binomial spread sqrt(0.2 * 0.8 / 200) = 2.8% of the calls, 0.11 ms of 1.1).
+CPU_MIN_REPEATS, CPU_MAX_REPEATS = 200, 400
 KiB, MiB = 1 << 10, 1 << 20
 
 
@@ -160,7 +167,7 @@ def _bench_group(cfg: dict, g: int, group, rows: list, info: dict, flush: Callab
                     times.append(time.perf_counter() - t)
             tt = torch.tensor(times, device=tdev, dtype=torch.float64)
             dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=group)
-            sec = statistics.median(tt.tolist())
+            sec = STATISTICS["median" if dev == "cuda" else "mean"](tt.tolist())
             if op == "send_recv":
                 sec /= 2.0  # ping-pong round trip -> one way
             size = numel * es
@@ -219,13 +226,16 @@ def measure_collectives(device: str, quick: bool, dtype: str = "fp32", sizes: li
     """Measure collectives; returns (profile rows, provenance info)."""
     progress = progress or (lambda _m: None)
     torch_dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
+    cpu = device == "cpu"
     cfg = {"device": device, "backend": "nccl" if device == "cuda" else "gloo", "dtype": dtype,
            "torch_dtype": torch_dtype, "ops": list(ops),
            "sizes": list(sizes or default_sizes(device, quick)),
-           "warmup": 2 if quick else 5, "min_repeats": 3, "max_repeats": 10 if quick else 30,
+           "warmup": 2 if quick else 5, "min_repeats": CPU_MIN_REPEATS if cpu else 3,
+           "max_repeats": CPU_MAX_REPEATS if cpu else (10 if quick else 30),
            "budget_s": 0.1 if quick else 0.5, "pg_timeout_s": 120 if quick else 600}
     info: dict = {"backend": cfg["backend"], "sizes": cfg["sizes"], "dtype": dtype,
-                  "timing": "per call: barrier, op, synchronize; max over ranks; median of repeats",
+                  "timing": "per call: barrier, op, synchronize; max over ranks; "
+                            + (f"mean of {CPU_MIN_REPEATS}+ repeats" if cpu else "median of repeats"),
                   "send_recv": "ranks 0 and 1 only (group_size 2); one-way time = ping-pong round trip / 2"}
 
     if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:   # launched by torchrun

@@ -11,8 +11,11 @@ op             what was measured: ``gemm`` (general grid), ``gemm.qkv`` / ``gemm
                (a scenario's layer GEMMs), ``attention``, ``layernorm``, ``rmsnorm``, ``gelu``,
                ``attention.flash`` / ``attention.cudnn`` (one SDPA backend forced; CUDA only),
                ``swiglu``, ``softmax``, ``dropout``, ``add``, ``embedding``, ``cross_entropy``,
-               ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``send_recv``
-kind           ``gemm | attention | elementwise | norm | softmax | embedding | loss | collective``
+               ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``send_recv``,
+               ``block`` / ``embedding_block`` / ``head_block`` (the executor's own modules)
+kind           ``gemm | attention | elementwise | norm | softmax | embedding | loss | collective |
+               block | concurrency`` (concurrency: the executor's block in ``group_size``
+               processes at once on a CPU, calibrate/concurrency.py)
 pass           ``fwd`` or ``bwd`` (kernels; ``bwd`` = all input and weight gradients of the op);
                empty for collectives
 shape          human-readable shape: ``m=..,n=..,k=..`` (GEMM: (m,k) x (k,n)),
@@ -26,11 +29,13 @@ bytes          kernels: estimated bytes moved to/from memory (reads + writes, on
                collectives: message size in the nccl-tests convention (all_reduce: the buffer;
                all_gather: the gathered output; reduce_scatter: the input; all_to_all: the
                per-rank buffer; send_recv: the message)
-group_size     ranks taking part (collectives); empty for kernels
+group_size     ranks taking part (collectives), processes running at once (concurrency);
+               empty for kernels
 dtype          ``fp32 | bf16 | fp16 | fp8`` (fp8: E4M3 GEMMs through ``torch._scaled_mm``)
 device         ``cpu`` or ``cuda``
 seconds        wall time of one call: median of the repeats (kernels: the smallest of the
-               per-round medians, see calibrate/kernels.py)
+               per-round medians, see calibrate/kernels.py); on a CPU the mean for blocks,
+               concurrency and collectives (calibrate/timing.py says why)
 tflops         achieved TFLOP/s (GEMM: 2mnk fwd, 4mnk bwd; attention: causal FLOPs
                2*b*h*s*s*d fwd, 2.5x that bwd); empty for memory-bound ops and collectives
 gbps           kernels: bytes / seconds in GB/s (1e9); collectives: *bus* bandwidth in GB/s as
@@ -53,7 +58,8 @@ from pathlib import Path
 
 COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
            "dtype", "device", "seconds", "tflops", "gbps"]
-KINDS = ("gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective")
+KINDS = ("gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective", "block",
+         "concurrency")
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 

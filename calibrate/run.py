@@ -1,10 +1,14 @@
 """``run_calibration``: measure kernels and collectives, write the profile CSV + provenance JSON.
 
-Precision: kernels run in ``dtype`` when given; otherwise bf16 on CUDA (the first scenario's
-precision when scenarios are given; an fp8 scenario is measured in bf16, and on GPUs with FP8
-tensor cores every GEMM shape is also measured in FP8) and fp32 on CPU,
-because CPU bf16 matmuls go through slow conversion paths that say nothing about a GPU's
-bf16 tensor cores (and little about CPU fp32 training either).
+Precision: kernels run in ``dtype`` when given; otherwise in the first scenario's precision
+when scenarios are given (an fp8 scenario is measured in bf16, and on GPUs with FP8 tensor
+cores every GEMM shape is also measured in FP8), else bf16 on CUDA and fp32 on CPU: without a
+scenario a CPU profile stands for fp32 training, since CPU bf16 matmuls go through slow
+conversion paths that say nothing about a GPU's bf16 tensor cores. With one, it prices that
+scenario executed on this CPU (`sim3d execute`), which computes in the scenario's format.
+
+Threads: on a CPU the kernels run on one thread unless ``threads`` says otherwise, as every
+rank of `sim3d execute` does (sim3d/executor/runtime.py, run_rank: torch.set_num_threads(1)).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .concurrency import COUNTS, measure_concurrency
 from .profile_io import default_path, provenance, write_csv, write_provenance
 from .shapes import KernelPlan, default_plan, scenario_plan
 
@@ -27,7 +32,7 @@ def _load() -> list[float] | None:
 def _resolve_dtype(device: str, dtype: str | None, scenario) -> tuple[str, str | None]:
     if dtype:
         return dtype, None
-    if device == "cpu":
+    if device == "cpu" and scenario is None:
         return "fp32", "cpu: fp32 by default (CPU bf16 matmul timings are unrepresentative)"
     want = scenario.training.precision if scenario is not None else "bf16"
     if want == "fp8":
@@ -56,17 +61,20 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
                     dtype: str | None = None, kernels: bool = True, collectives: bool = True,
                     plan: KernelPlan | None = None, sizes: list[int] | None = None,
                     group_sizes: list[int] | None = None, collective_ops: tuple[str, ...] | None = None,
-                    threads: int | None = None, rounds: int | None = None) -> Path:
+                    threads: int | None = None, rounds: int | None = None,
+                    processes: tuple[int, ...] | None = None) -> Path:
     """Measure, write ``out`` (default ``calibrate/profiles/<device-slug>.csv``) and its
     ``.json`` provenance; return the CSV path.
 
     ``rounds``: how often the kernel plan is measured (default quick 2, full 3; min of medians).
-    ``threads`` sets ``torch.set_num_threads`` for the kernel benchmarks (default: torch's).
+    ``threads`` sets ``torch.set_num_threads`` for the kernel benchmarks (default: 1 on a CPU,
+    as the executor's ranks run; torch's own on CUDA).
     ``scenario_path``: one scenario file or several; each one's layer shapes are measured.
     ``plan`` replaces the default kernel grid (the scenarios' shapes are added to it);
-    ``sizes`` / ``group_sizes`` / ``collective_ops`` replace the collective sweep (tests use
-    these to stay small). Under torchrun (CUDA) every rank must call this; rank 0 measures
-    kernels and writes the files, the others return the path after the collectives.
+    ``sizes`` / ``group_sizes`` / ``collective_ops`` replace the collective sweep and
+    ``processes`` the process counts of the CPU concurrency sweep (tests use these to stay
+    small). Under torchrun (CUDA) every rank must call this; rank 0 measures kernels and
+    writes the files, the others return the path after the collectives.
     """
     import torch  # noqa: F401 - fail early with a clear message if torch is missing
     from . import collectives as coll
@@ -111,8 +119,8 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
                 kplan.extend(scenario_plan(sc))
         if device == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = dt == "fp32"   # as training frameworks do
-        if threads:
-            torch.set_num_threads(threads)
+        if threads or device == "cpu":
+            torch.set_num_threads(threads or 1)
         bench = KernelBench(device, dt, quick, progress=say, rounds=rounds)
         t0 = time.perf_counter()
         rows = bench.run(kplan) + rows
@@ -123,6 +131,13 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
                 block_rows, skipped = measure_blocks(sc, device, dt, quick, say)
                 rows = block_rows + rows
                 extra["blocks"][sc.name] = skipped or f"{len(block_rows)} rows"
+            if device == "cpu":  # the executor's ranks share this CPU: how much they slow each other
+                shared, skipped = measure_concurrency(scenarios[0], dt, quick, say, processes)
+                rows = shared + rows
+                alone = sum(r["seconds"] for r in shared if r["group_size"] == 1)
+                extra["concurrency"] = skipped or {"slowdown (fwd + bwd vs 1 process)": {
+                    n: round(sum(r["seconds"] for r in shared if r["group_size"] == n) / alone, 3)
+                    for n in sorted({r["group_size"] for r in shared})}}
         extra["kernels"] = {"seconds": round(time.perf_counter() - t0, 1), "rounds": bench.rounds,
                             "statistic": "min over rounds of the median of repeats", "skipped": bench.skipped,
                             "noise": bench.noise,
@@ -131,8 +146,11 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
     extra["wall_s"] = round(time.perf_counter() - t_start, 1)
     extra["loadavg_end"] = _load()
     extra["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    # our own busy processes at the end: the kernels' threads, or the concurrency sweep's processes
+    own = max([torch.get_num_threads(),
+               *((processes or COUNTS[quick]) if isinstance(extra.get("concurrency"), dict) else ())])
     extra["unstable"] = stability(extra.get("kernels", {}).get("noise", {}), extra["loadavg_start"],
-                                  extra["loadavg_end"], own_threads=torch.get_num_threads() if device == "cpu" else 0)
+                                  extra["loadavg_end"], own_threads=own if device == "cpu" else 0)
     for reason in extra["unstable"]:
         say(f"warning: unstable measurement: {reason} (flagged in the provenance; every prediction "
             "using this profile will say so)")

@@ -7,6 +7,13 @@
   them, so a small working set does not sit in cache between repeats;
 * the result is the median of the repeats; the number of repeats adapts to a time budget
   (at least ``min_repeats``), so big shapes do not blow the calibration's total time.
+
+The median keeps what a call costs when nothing interrupts it. On a CPU shared by processes the
+interruptions are part of the cost: the scheduler takes the core away for whole ticks (4 ms at
+Linux's CONFIG_HZ=250) and a gloo message waits for its receiver to be woken, so a share of the
+calls take a tick longer. A training step pays the sum of its calls, whose expectation is the
+mean, so the CPU measurements that price the executor (whole blocks, collectives) take it
+(`STATISTICS`, blocks.py, collectives.py).
 """
 from __future__ import annotations
 
@@ -45,6 +52,10 @@ def num_sets(set_bytes: int, device: str, max_sets: int = 4) -> int:
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+# what a repeated measurement keeps: "median" on a GPU, "mean" for the CPU's blocks and collectives
+STATISTICS = {"median": statistics.median, "mean": statistics.fmean}
 
 
 def measure(calls: Sequence[Callable[[], object]], device: str, *, warmup: int = 2,

@@ -404,3 +404,31 @@ def test_a_step_lasts_until_its_last_kernel_ends(mode, measured):
     (validation/h200_llama_steps.json, micro-batch 2)."""
     truth = step_truth(read_traces([TRACES / f"llama_{mode}_step.json.gz"]))
     assert truth.step_time_s == pytest.approx(measured, rel=0.05)
+
+
+def test_the_commands_read_a_trace_end_to_end(tmp_path):
+    """`sim3d calibrate --from-trace` writes a profile a scenario then prices from, and
+    `sim3d compare REPORT TRACE.json.gz` sets the simulated step beside the traced one."""
+    import json as json_
+    import yaml
+    from typer.testing import CliRunner
+    from sim3d.cli.app import app
+    from sim3d.validation.measured_steps import step_scenario
+    record = json_.loads((ROOT / "validation" / "h200_llama_steps.json").read_text())
+    scenario = tmp_path / "h200-eager.yaml"
+    scenario.write_text(yaml.safe_dump(step_scenario(record, "eager", 2)))
+    trace = TRACES / "llama_eager_step.json.gz"
+    runner = CliRunner()
+    missing = runner.invoke(app, ["calibrate", "--from-trace", str(trace)])
+    assert missing.exit_code == 2 and "--out" in missing.stderr
+    made = runner.invoke(app, ["calibrate", "--from-trace", str(trace), "--out", str(tmp_path / "p.csv"),
+                               "--scenario", str(scenario), "--json"])
+    assert made.exit_code == 0, made.output
+    priced = json_.loads(made.stdout)["priced_from_profile"]
+    assert any("GEMM" in what for what in priced)
+    assert runner.invoke(app, ["run", str(scenario), "--out", str(tmp_path / "sim"), "--no-plots"]).exit_code == 0
+    compared = runner.invoke(app, ["compare", str(tmp_path / "sim"), str(trace), "--json"])
+    assert compared.exit_code == 0, compared.output
+    result = json_.loads(compared.stdout)
+    assert result["traced"]["step_time_s"] == pytest.approx(0.5971, rel=0.05)
+    assert result["step_error"] == pytest.approx(result["simulated_step_s"] / result["traced"]["step_time_s"] - 1)

@@ -15,7 +15,7 @@ from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _pr
 
 def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a small model)."),
             set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
-            steps: int = typer.Option(3, "--steps", min=1),
+            steps: int = typer.Option(3, "--steps", min=1, help="Training steps to run and time (the first is not timed)."),
             backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
             check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/)."),
@@ -31,9 +31,11 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     from ..scenario.limits import EXECUTOR_STEPS
     EXECUTOR_STEPS.check(steps, "--steps")
     # The executor runs on this machine: the cluster becomes one node of tp*pp*dp*cp devices.
-    s = _load(scenario, [*set_, *_local_cluster(scenario, set_)])
+    sets = [*set_, *_local_cluster(scenario, set_)]
+    s = _load(scenario, sets)
     folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
-    refuse_unsafe([folder / "trace.csv"])  # the executor writes it in place, after the run
+    from ..executor.launch import SCENARIO_NAME
+    refuse_unsafe([folder / "trace.csv", folder / SCENARIO_NAME])  # the executor writes them in place, after the run
     try:
         with folder_lock(folder, "execute"):
             with status_messages(f"executing {s.name} on {s.world_size} process(es) ...", err,
@@ -42,8 +44,12 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
                                       progress=status.update, routing=routing)
             # a run's outputs beside this measured trace.csv would pass for its own
             from ..report.outputs import run_output_names
-            removed = record_outputs(folder, [result.trace_path] if result.trace_path else [],
-                                     {"written_by": "sim3d execute", "scenario": str(scenario)}, run_output_names())
+            written = [p for p in (result.trace_path, result.scenario_path) if p]
+            removed = record_outputs(folder, written, {"written_by": "sim3d execute", "scenario": str(scenario),
+                                                       "sets": sets, "ran": result.numerics,
+                                                       "step_times_s": result.step_times_s,
+                                                       "median_step_s": result.median_step_s},
+                                     run_output_names() | {SCENARIO_NAME})
         if removed:
             say("removed", f"{', '.join(removed)} from {folder}/: an earlier run wrote them, this one did not",
                 "yellow")
@@ -70,9 +76,20 @@ def _local_cluster(path: Path, sets: list[str]) -> list[str]:
 
 
 def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of a simulated run (or a folder)."),
-            real_trace: Path = typer.Argument(..., help="trace.csv / .parquet of an executed run (or a folder)."),
+            real_trace: Path = typer.Argument(..., help="trace.csv / .parquet of an executed run (or a folder), or "
+                                              "a PyTorch profiler trace (.json / .json.gz) of the real job."),
+            more_traces: list[Path] = typer.Argument(None, help="The profiler traces of the job's other ranks.",
+                                                     show_default=False),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
-    """Align two traces action by action; print per-kind and step-time error."""
+    """Align two traces action by action; print per-kind and step-time error. Against a profiler
+    trace: the simulated step beside the traced one, part by part."""
+    from .trace_commands import compare_with_traced, is_profiler_trace
+    if is_profiler_trace(real_trace):
+        compare_with_traced(sim_trace, [real_trace, *(more_traces or [])], as_json)
+        return
+    if more_traces:
+        raise BadInput(f"{', '.join(map(str, more_traces))}: more than two traces compare only as profiler traces "
+                       "(.json / .json.gz) of one job's ranks")
     from ..report.compare import compare_traces
     from ..trace import read_trace
 
@@ -86,27 +103,46 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of 
             raise BadInput(f"{path}: not a trace CSV with the columns of docs/contracts.md#trace-columns "
                            f"({e})") from None
 
-    from ..report.compare import UnrelatedTraces
+    from ..report.compare import UnrelatedTraces, executed_median, run_differences
+    sim, real = load(sim_trace), load(real_trace)
+    differences = run_differences(sim_trace, real_trace)  # None where a folder does not say what ran
+    differ = f"the two runs differ in {differences.describe()}; {differences.remedy()}" \
+        if differences and differences.keys else None
     try:
-        result = compare_traces(load(sim_trace), load(real_trace))
+        result = compare_traces(sim, real, executed_median(real_trace))
     except UnrelatedTraces as e:
-        raise BadInput(f"{sim_trace} vs {real_trace}: {e}") from None
+        raise BadInput(f"{sim_trace} vs {real_trace}: {e}" + (f"; {differ}" if differ else "")) from None
+    for why in (differ, differences and differences.unpriced()):
+        if why:
+            say("warning:", why, "yellow")
     if as_json:
-        _print_json(result.to_dict())
+        _print_json({**result.to_dict(), "differences": differences.to_dict() if differences else None})
     else:
         out.print(result.render())
 
 
 def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
               quick: bool = typer.Option(False, "--quick", help="Small grids (minutes on a CPU)."),
-              scenario: Optional[Path] = typer.Option(None, "--scenario", help="Also measure this scenario's GEMMs."),
+              scenario: Optional[Path] = typer.Option(None, "--scenario", help="Also measure this scenario's GEMMs and "
+                                            "its executor's whole blocks, in its precision (on a CPU also how "
+                                            "much its ranks slow each other)."),
               out_path: Optional[Path] = typer.Option(None, "--out", help="Profile CSV path."),
               fit: bool = typer.Option(False, "--fit", help="Then derive the analytical model's constants from the "
                                        "profile, with their cross-validated error (<profile>.fit.json)."),
               profile: Optional[Path] = typer.Option(None, "--profile", help="With --fit: fit this existing "
                                                      "profile and measure nothing."),
+              from_trace: list[Path] = typer.Option([], "--from-trace", help="A PyTorch profiler trace (.json or "
+                                                    ".json.gz) of the user's own job, one per rank (repeatable): "
+                                                    "the profile is read from it, nothing is measured."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
-    """Measure kernels and collectives; write a profile CSV plus provenance JSON."""
+    """Measure kernels and collectives; write a profile CSV plus provenance JSON. With
+    --from-trace: the profile of the user's own stack, read from their profiler traces."""
+    if from_trace:
+        if fit or profile is not None:
+            raise BadInput("--from-trace reads a profile from traces; fit it afterwards with --fit --profile")
+        from .trace_commands import calibrate_from_trace
+        calibrate_from_trace(from_trace, out_path, scenario, as_json)
+        return
     if profile is not None:
         if not fit:
             raise BadInput("--profile is for --fit (fit an existing profile)")

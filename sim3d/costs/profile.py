@@ -28,9 +28,13 @@ measurement of that class, so the caller falls back to the analytical model):
   ``nbytes`` follows nccl-tests (all_gather: gathered output; reduce_scatter: input).
 
 Extrapolations are counted per kind and reported by :meth:`Profile.describe`.
+
+A CPU profile's compute lookups are slowed by the ranks that share the CPU (profile_cpu.py)
+once `load_profile` has bound it to a scenario.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections import Counter
@@ -41,10 +45,12 @@ import pandas as pd
 
 from ..errors import ScenarioError
 from .collectives import bus_factor, collective_named
+from .profile_cpu import slowdown
 
 COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
            "dtype", "device", "seconds", "tflops", "gbps"]
-KINDS = {"gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective", "block"}
+KINDS = {"gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective", "block",
+         "concurrency"}
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "tf32": "fp32",
            "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
            "fp8": "fp8", "float8": "fp8"}
@@ -96,6 +102,7 @@ class Profile:
         self.table = self._validate(table)
         self.extrapolated: Counter = Counter()
         self._cache: dict = {}
+        self.ranks, self.compute_scale = 1, 1.0  # shared_by: ranks on its CPU, their compute slowdown
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -158,7 +165,20 @@ class Profile:
         bad((kern & ~gemm) & ~(t["numel"] > 0), "kernel rows need a positive numel")
         coll = t["kind"] == "collective"
         bad(coll & ~((t["bytes"] > 0) & (t["group_size"] >= 2)), "collective rows need bytes > 0 and group_size >= 2")
+        bad((t["kind"] == "concurrency") & ~(t["group_size"] >= 1), "concurrency rows need group_size >= 1")
         return t.reset_index(drop=True)
+
+    def shared_by(self, ranks: int) -> "Profile":
+        """This profile as each of `ranks` processes computing at once on its CPU sees it: its
+        kernels and blocks slowed as its concurrency rows measured (profile_cpu.py); itself
+        where it has none (a GPU profile: every rank owns its GPU)."""
+        factor = slowdown(self.table, ranks)
+        if factor is None:
+            return self
+        shared = copy.copy(self)
+        # below 1 is the noise of the measurement: other ranks never make one faster
+        shared.ranks, shared.compute_scale = ranks, max(1.0, factor)
+        return shared
 
     # ------------------------------------------------------------------ lookups
     def gemm_seconds(self, m: int, n: int, k: int, dtype: str, pass_: str = "fwd") -> float | None:
@@ -185,13 +205,13 @@ class Profile:
         dist2 = ((pts - q) ** 2).sum(axis=1)
         hit = np.flatnonzero(dist2 < 1e-18)
         if hit.size:
-            return float(sec[hit[0]])
+            return float(sec[hit[0]]) * self.compute_scale
         if (q < pts.min(axis=0) - 1e-9).any() or (q > pts.max(axis=0) + 1e-9).any():
             self.extrapolated["gemm"] += 1
         near = np.argsort(dist2)[:_NEAREST]
         w = 1.0 / dist2[near]
         rate = math.exp(float((w * lrate[near]).sum() / w.sum()))
-        return float(m) * n * k * (2.0 if p == "fwd" else 4.0) / rate
+        return float(m) * n * k * (2.0 if p == "fwd" else 4.0) / rate * self.compute_scale
 
     def op_seconds(self, op: str, numel: int, dtype: str, pass_: str = "fwd") -> float | None:
         """Seconds of a non-GEMM kernel (norm, activation, softmax, dropout, add, embedding,
@@ -201,8 +221,8 @@ class Profile:
         name = _OP_ALIASES.get(op.lower(), op.lower())
         key = ("op", name, d, p)
         if key not in self._cache:
-            t = self.table[(self.table["dtype"] == d) & (self.table["pass"] == p) & (self.table["kind"] != "gemm")
-                           & (self.table["kind"] != "collective")]
+            t = self.table[(self.table["dtype"] == d) & (self.table["pass"] == p)
+                           & ~self.table["kind"].isin(["gemm", "collective", "concurrency"])]
             rows = t[t["op"] == name]
             if rows.empty:
                 rows = t[t["kind"] == name]
@@ -215,7 +235,7 @@ class Profile:
         sec, extra = _interp(lx, ls, float(numel))
         if extra:
             self.extrapolated[kind] += 1
-        return sec
+        return sec * self.compute_scale
 
     def attention_seconds(self, b: int, heads: int, seq: int, head_dim: int, dtype: str,
                           pass_: str = "fwd", op: str = "attention") -> float | None:
@@ -238,7 +258,7 @@ class Profile:
         sec, extra = _interp(*data, flops)
         if extra:
             self.extrapolated["attention"] += 1
-        return sec
+        return sec * self.compute_scale
 
     def block_seconds(self, op: str, shape: str, dtype: str, pass_: str = "fwd") -> float | None:
         """A whole measured block (``block``, ``embedding_block``, ``head_block``) of exactly
@@ -246,7 +266,7 @@ class Profile:
         a block's time depends on every one of its dimensions."""
         rows = self.table[(self.table["kind"] == "block") & (self.table["op"] == op) & (self.table["shape"] == shape)
                           & (self.table["dtype"] == _dtype(dtype)) & (self.table["pass"] == _pass(pass_))]
-        return None if rows.empty else float(rows["seconds"].median())
+        return None if rows.empty else float(rows["seconds"].median()) * self.compute_scale
 
     def collective_seconds(self, op: str, nbytes: float, group_size: int) -> float | None:
         """Seconds of a collective moving ``nbytes`` (nccl-tests size) among ``group_size`` ranks."""
@@ -334,6 +354,8 @@ class Profile:
             text += "; FLAGGED UNSTABLE: " + "; ".join(self.unstable)
         if kind in ("compute", "kernels", "all"):
             kinds = [k for k in self.extrapolated if k != "collective"]
+            if self.compute_scale != 1.0:
+                text += f"; x{self.compute_scale:.2f}: {self.ranks} ranks computing at once on this CPU (measured)"
         elif kind in ("collective", "collectives"):
             kinds = ["collective"]
         else:
@@ -353,9 +375,11 @@ def load_profile(scenario):
     if not scenario.costs.profile:
         return None
     try:
-        return Profile.load(scenario.costs.profile)
+        profile = Profile.load(scenario.costs.profile)
     except ProfileError as e:
         raise ScenarioError(f"costs.profile: {e}") from None
+    # the executed run's ranks: a process each on one machine (sim3d execute)
+    return profile.shared_by(scenario.world_size)
 
 
 def profile_warnings(scenario, profile=None) -> list[str]:
@@ -367,6 +391,13 @@ def profile_warnings(scenario, profile=None) -> list[str]:
         return []
     where = f"costs.profile {scenario.costs.profile}"
     out = [f"{where}: {why}"] if (why := profile.device_mismatch(scenario.cluster.gpu)) else []
+    precision = scenario.training.precision
+    wanted = "bf16" if precision == "fp8" else precision  # what ComputeModel looks up (FP8 GEMMs aside)
+    measured = sorted(set(profile.table.loc[profile.table["kind"] != "collective", "dtype"]))
+    if measured and wanted not in measured:
+        out.append(f"{where} times its kernels in {', '.join(measured)}, not the {wanted} of training.precision="
+                   f"{precision}: compute is priced as cluster.gpu {scenario.cluster.gpu}'s roofline, not measured "
+                   f"(calibrate again with --scenario, which measures in the scenario's precision)")
     if profile.unstable:
         out.append(f"{where} was flagged unstable when measured: " + "; ".join(profile.unstable))
     return out

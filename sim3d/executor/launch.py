@@ -88,6 +88,7 @@ class ExecuteResult:
     check: dict | None = None  # errors vs the reference (see reference.compare_with_reference)
     reference_losses: list[float] | None = None
     meta: dict = field(default_factory=dict)
+    scenario_path: Path | None = None  # the scenario that ran, beside the trace (`sim3d run` takes it)
 
     @property
     def max_param_diff(self) -> float | None:
@@ -125,6 +126,8 @@ class ExecuteResult:
                          + ("" if c["passed"] else f"; worst: {c['worst']}"))
         if self.trace_path:
             lines.append(f"trace (last step): {self.trace_path}")
+        if self.scenario_path:
+            lines.append(f"scenario as run: {self.scenario_path}")
         return "\n".join(lines)
 
 
@@ -436,18 +439,20 @@ def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
     timed = step_times[1:] if len(step_times) > 1 else step_times
     trace = rows_to_frame([row for p in payloads for row in p["trace"]])
     trace = trace.sort_values(["rank", "start_s"], kind="stable").reset_index(drop=True)
-    trace_path = None
+    trace_path = scenario_path = None
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        trace_path = Path(out_dir) / "trace.csv"
+        trace_path, scenario_path = Path(out_dir) / "trace.csv", Path(out_dir) / SCENARIO_NAME
         # written beside and renamed over: a hard link or a symlink at trace.csv is replaced,
         # never written through into the file it points at
-        temp = trace_path.with_name(f".sim3d-{os.getpid()}-trace.csv")
-        try:
-            write_trace_csv(trace, temp)
-            os.replace(temp, trace_path)
-        finally:
-            temp.unlink(missing_ok=True)
+        for path, write in ((trace_path, lambda temp: write_trace_csv(trace, temp)),
+                            (scenario_path, lambda temp: temp.write_text(scenario_yaml(s)))):
+            temp = path.with_name(f".sim3d-{os.getpid()}-{path.name}")
+            try:
+                write(temp)
+                os.replace(temp, path)
+            finally:
+                temp.unlink(missing_ok=True)
     ran = payloads[0]["ran"]  # what the ranks ran with: precision, formats, attention kernel, device
     check = ref_losses = None
     if spec.check:
@@ -460,7 +465,20 @@ def assemble(spec, payloads: list[dict], out_dir=None) -> ExecuteResult:
         check["skipped_steps"] = skipped
     return ExecuteResult(s.name, s.schedule, s.world_size, losses, step_times, statistics.median(timed), trace,
                          trace_path, check, ref_losses,
-                         meta={"backend": spec.backend, "sabotage": spec.sabotage, "seed": spec.seed, **ran})
+                         meta={"backend": spec.backend, "sabotage": spec.sabotage, "seed": spec.seed, **ran},
+                         scenario_path=scenario_path)
+
+
+SCENARIO_NAME = "scenario.yaml"
+
+
+def scenario_yaml(scenario) -> str:
+    """The scenario as it ran (its file with every --set and the local cluster applied), as a
+    scenario file: `sim3d run` on it simulates exactly the executed layout and schedule."""
+    import yaml
+    head = ("# The scenario `sim3d execute` ran, every --set applied, on one node of a process per rank.\n"
+            "# Simulate the same run: sim3d run <this file> --set costs.profile=<a profile of this machine>\n")
+    return head + yaml.safe_dump(scenario.model_dump(mode="json", exclude_unset=True), sort_keys=False)
 
 
 def run_torchrun(scenario, steps=3, backend="gloo", check=False, out_dir=None, seed=0, **kw) -> ExecuteResult | None:

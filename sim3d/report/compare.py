@@ -9,11 +9,18 @@ share a key (tensor- and data-parallel replicas). Only the IR's action kinds are
 engine's TP_COMM / CP_COMM / EP_COMM rows say how much of a compute action was exposed
 communication, which the executor's compute rows contain. Errors are relative: (sim - real) / real.
 The step time of a trace is max(end) - min(start) over its compute-stream actions.
+
+Where the two traces sit in run folders, each folder says which scenario ran (`sim3d execute`
+writes it as `scenario.yaml`; `sim3d run`'s manifest names its file and `--set` values), and
+`run_differences` lists the keys whose values differ, with the `--set` values that would
+simulate what was executed.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -52,15 +59,21 @@ class CompareResult:
     real_step_s: float
     unmatched_sim: int  # aligned keys present only in the simulated trace
     unmatched_real: int  # ... only in the executed trace
+    # the executed run's median step over its steps (the trace holds one), and how many
+    real_median: tuple[float, int] | None = None
 
     @property
     def step_rel_err(self) -> float:
         return _rel(self.sim_step_s, self.real_step_s)
 
     def to_dict(self) -> dict:
+        median = {} if self.real_median is None else {
+            "real_median_step_s": self.real_median[0], "real_steps": self.real_median[1],
+            "median_step_rel_err": _rel(self.sim_step_s, self.real_median[0])}
         return {"sim_step_s": self.sim_step_s, "real_step_s": self.real_step_s, "step_rel_err": self.step_rel_err,
-                "unmatched_sim": self.unmatched_sim, "unmatched_real": self.unmatched_real,
+                **median, "unmatched_sim": self.unmatched_sim, "unmatched_real": self.unmatched_real,
                 "per_kind": self.per_kind.to_dict(orient="records")}
+
 
     def render(self):
         """A rich Table: per-kind mean durations and the step time, sim vs real."""
@@ -75,7 +88,12 @@ class CompareResult:
             table.add_row(row.kind, str(row.n), f"{row.sim_mean_s * 1e3:.3f}", f"{row.real_mean_s * 1e3:.3f}",
                           f"{row.rel_err:+.1%}")
         table.add_row("step", "", f"{self.sim_step_s * 1e3:.3f}", f"{self.real_step_s * 1e3:.3f}",
-                      f"{self.step_rel_err:+.1%}", style="bold", end_section=True)
+                      f"{self.step_rel_err:+.1%}", style="bold", end_section=self.real_median is None)
+        if self.real_median is not None:  # one step of a shared CPU varies; the median of many less
+            median, steps = self.real_median
+            table.add_row(f"step, median of {steps} executed", "", f"{self.sim_step_s * 1e3:.3f}",
+                          f"{median * 1e3:.3f}", f"{_rel(self.sim_step_s, median):+.1%}", style="bold",
+                          end_section=True)
         return table
 
 
@@ -104,8 +122,10 @@ def _require_same_run(both: pd.DataFrame, s: pd.DataFrame, r: pd.DataFrame) -> N
                               f"executed: {shape(r)})")
 
 
-def compare_traces(sim: pd.DataFrame, real: pd.DataFrame) -> CompareResult:
-    """Align two traces action by action (see the module docstring) and report errors."""
+def compare_traces(sim: pd.DataFrame, real: pd.DataFrame,
+                   real_median: tuple[float, int] | None = None) -> CompareResult:
+    """Align two traces action by action (see the module docstring) and report errors;
+    `real_median`: the executed run's (median step, steps timed), shown beside its traced step."""
     sim, real = check_trace(sim), check_trace(real)
     s, r = _with_pp_rank(sim), _with_pp_rank(real)
     s, r = s[s["kind"].isin(KIND_ORDER)], r[r["kind"].isin(KIND_ORDER)]
@@ -121,4 +141,118 @@ def compare_traces(sim: pd.DataFrame, real: pd.DataFrame) -> CompareResult:
     order = {k: i for i, k in enumerate(KIND_ORDER)}
     per_kind = per_kind.sort_values("kind", key=lambda col: col.map(lambda k: order.get(k, len(order))))
     return CompareResult(per_kind.reset_index(drop=True), matched, step_time(sim), step_time(real),
-                         int((both["_merge"] == "left_only").sum()), int((both["_merge"] == "right_only").sum()))
+                         int((both["_merge"] == "left_only").sum()), int((both["_merge"] == "right_only").sum()),
+                         real_median)
+
+
+# ---- which scenario each run was -----------------------------------------------------------
+# What does not change the work a run does: its name, the machine (a simulated cluster.gpu
+# prices an executed CPU run through the profile in costs) and where the costs come from.
+NOT_THE_RUN = ("name", "cluster", "costs")
+
+
+@dataclass(frozen=True)
+class RunScenario:
+    scenario: object  # the Scenario
+    source: str  # where it was read, for messages
+    folder: Path
+    as_run: bool  # the executor's own scenario.yaml, which `sim3d run` can take as it is
+    device: str | None = None  # where an executed run ran ("cpu", "cuda:0 (...)"), from its manifest
+
+
+@dataclass(frozen=True)
+class Differences:
+    keys: list[tuple[str, object, object]]  # (key, simulated value, executed value)
+    sim: RunScenario
+    real: RunScenario
+
+    def describe(self) -> str:
+        return ", ".join(f"{k} (simulated {_text(a)}, executed {_text(b)})" for k, a, b in self.keys)
+
+    def sets(self) -> list[str]:
+        """The --set values that make the simulated run the executed one; the cluster too when
+        the world sizes differ (the executor ran one node of a process per rank)."""
+        out = [f"{k}={_text(b)}" for k, a, b in self.keys]
+        s, r = self.sim.scenario, self.real.scenario
+        if s.world_size != r.world_size:
+            out += [f"cluster.{k}={getattr(r.cluster, k)}" for k in ("nodes", "gpus_per_node")
+                    if getattr(s.cluster, k) != getattr(r.cluster, k)]
+        return out
+
+    def remedy(self) -> str:
+        profile = self.sim.scenario.costs.profile or "PROFILE"
+        fix = "add " + " ".join(f"--set {x}" for x in self.sets()) + " to the simulated run"
+        if self.real.as_run:
+            fix = (f"simulate what was executed: sim3d run {self.real.source} --set costs.profile={profile} "
+                   f"--out {self.sim.folder} (or {fix})")
+        return fix
+
+    def unpriced(self) -> str | None:
+        """Why the simulated step cannot be this executed CPU run's: no profile priced it."""
+        s = self.sim.scenario
+        if self.real.device != "cpu" or s.costs.profile:
+            return None
+        return (f"the simulated run priced cluster.gpu {s.cluster.gpu} (no costs.profile), the executed one ran "
+                f"on this CPU: measure it (sim3d calibrate --device cpu --quick --fit --scenario "
+                f"{self.real.source} --out profiles/cpu.csv) and simulate with --set costs.profile=profiles/cpu.csv")
+
+    def to_dict(self) -> list[dict]:
+        return [{"key": k, "simulated": a, "executed": b} for k, a, b in self.keys]
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _flat(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def run_scenario(path: Path) -> RunScenario | None:
+    """The scenario whose outputs are in `path` (a run folder, or a trace file in one): the
+    executor's scenario.yaml, else the manifest's scenario file with its --set values; None
+    where the folder does not say, or what it names no longer loads."""
+    from ..errors import ScenarioError
+    from ..executor.launch import SCENARIO_NAME
+    from ..scenario.load import load_scenario
+    from ..util.safe_files import MANIFEST_NAME
+    folder = path if path.is_dir() else path.parent
+    try:
+        manifest = json.loads((folder / MANIFEST_NAME).read_text()) if (folder / MANIFEST_NAME).is_file() else {}
+        device = (manifest.get("ran") or {}).get("device")
+        if (folder / SCENARIO_NAME).is_file():
+            return RunScenario(load_scenario(folder / SCENARIO_NAME), str(folder / SCENARIO_NAME), folder, True, device)
+        file, sets = manifest["scenario"], manifest.get("sets") or []
+        shown = " ".join([file, *(f"--set {x}" for x in sets)])
+        return RunScenario(load_scenario(file, sets), shown, folder, False, device)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ScenarioError):
+        return None
+
+
+def executed_median(path: Path) -> tuple[float, int] | None:
+    """(median step, steps timed) that `sim3d execute` recorded in the manifest of `path`'s
+    folder; the first step is a warm-up and not timed (executor/launch.py)."""
+    from ..util.safe_files import MANIFEST_NAME
+    folder = path if path.is_dir() else path.parent
+    try:
+        manifest = json.loads((folder / MANIFEST_NAME).read_text())
+        median, steps = float(manifest["median_step_s"]), len(manifest["step_times_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (median, max(steps - 1, 1)) if median > 0 else None
+
+
+def run_differences(sim_path: Path, real_path: Path) -> Differences | None:
+    """The scenario keys whose values differ between a simulated and an executed run (except
+    NOT_THE_RUN's sections); None where either folder does not say what ran."""
+    sim, real = run_scenario(sim_path), run_scenario(real_path)
+    if sim is None or real is None:
+        return None
+    a, b = (dict(_flat(x.scenario.model_dump(mode="json"))) for x in (sim, real))
+    keys = [(k, a.get(k), b.get(k)) for k in [*a, *(k for k in b if k not in a)]
+            if k.split(".")[0] not in NOT_THE_RUN and a.get(k) != b.get(k)]
+    return Differences(keys, sim, real)

@@ -1,0 +1,92 @@
+"""`sim3d calibrate --from-trace` and `sim3d compare REPORT TRACE.json`: a profile of the user's
+own stack from their PyTorch profiler traces, and a simulated step beside a traced one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .support import BadInput, _print_json, _writable_file, out, say
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+UNCLASSIFIED_WARNING = 0.10  # a profile missing a tenth of the GPU's time is worth a word
+
+
+def is_profiler_trace(path: Path) -> bool:
+    """A Kineto trace file by its name (sim3d's own trace.json is refused by the reader)."""
+    return path.is_file() and path.name.endswith(TRACE_SUFFIXES)
+
+
+def calibrate_from_trace(traces: list[Path], out_path: Path | None, scenario: Path | None, as_json: bool) -> None:
+    from ..costs.kineto import read_traces
+    from ..costs.trace_profile import write_profile
+    if out_path is None:
+        raise BadInput("--from-trace: name the profile to write with --out PROFILE.csv")
+    _writable_file(out_path, "--out", (".csv",))
+    read = read_traces(traces)
+    provenance = write_profile(read, out_path, command=" ".join(["sim3d", *sys.argv[1:]]))
+    notes = []
+    if scenario is not None:  # what the scenario now prices from the trace
+        from ..api import simulate
+        from ..costs.profile import Profile, profile_warnings
+        result = simulate(scenario, sets=[f"costs.profile={out_path}"])
+        notes = profile_warnings(result.scenario, Profile.load(out_path))
+        provenance = {**provenance, "priced_from_profile": [what for what, source in result.explain()
+                                                             if source.startswith("profile")]}
+    if as_json:
+        _print_json({**provenance, "profile": str(out_path), "warnings": notes})
+        return
+    out.print(f"wrote {out_path} and {out_path.with_suffix('.json')}", highlight=False)
+    for trace in provenance.get("traces", []):
+        out.print(f"  rank {trace.get('rank')}: {trace.get('path')} ({provenance.get('device_name', '?')}, "
+                  f"{trace.get('kernels', '?')} kernels, steps {', '.join(map(str, trace.get('steps', [])))})",
+                  highlight=False)
+    for op, count in sorted(provenance.get("rows", {}).items()):
+        out.print(f"  {op}: {count} row(s)", highlight=False)
+    for reason in provenance.get("left_out", []):
+        say("left out:", reason, "yellow")
+    share = provenance.get("unclassified_share", 0.0)
+    if share > UNCLASSIFIED_WARNING:
+        top = ", ".join(str(k) for k in list(provenance.get("unclassified_kernels", []))[:3])
+        say("warning:", f"{share:.1%} of the GPU's kernel time is in kernels sim3d could not classify ({top})",
+            "yellow")
+    for what in provenance.get("priced_from_profile", []):
+        out.print(f"  {scenario}: {what} priced from the trace's profile", highlight=False)
+    for note in notes:
+        say("warning:", note, "yellow")
+
+
+def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None:
+    """The simulated step of REPORT (its summary.json) beside the traced one, part by part."""
+    from ..costs.kineto import read_traces
+    from ..costs.trace_profile import step_truth
+    summary_path = report / "summary.json" if report.is_dir() else report
+    if not summary_path.is_file():
+        raise BadInput(f"{report}: no summary.json (a folder `sim3d run` wrote, or its summary.json)")
+    try:
+        summary = json.loads(summary_path.read_text())
+        simulated = float(summary["step_time_s"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BadInput(f"{summary_path}: not a sim3d summary ({e})") from None
+    truth = step_truth(read_traces(traces))
+    traced = json.loads(truth.to_json())
+    error = simulated / truth.step_time_s - 1
+    rows = [("step", simulated, truth.step_time_s),
+            ("exposed communication", summary.get("comm_exposed_s"), truth.comm_exposed_s)]
+    if as_json:
+        _print_json({"simulated": summary_path.as_posix(), "traced": [str(p) for p in traces],
+                     "step_error": error, "simulated_step_s": simulated, "traced": traced})
+        return
+    from rich.table import Table
+    table = Table(title=f"{summary.get('name', report)}: simulated vs traced", title_justify="left")
+    for column in ("part", "simulated s", "traced s"):
+        table.add_column(column, justify="left" if column == "part" else "right")
+    for part, sim_s, traced_s in rows:
+        table.add_row(part, "" if sim_s is None else f"{sim_s:.4f}", f"{traced_s:.4f}")
+    for kind, seconds in sorted(traced["kinds_s"].items(), key=lambda kv: -kv[1]):
+        table.add_row(f"  traced kernels: {kind}", "", f"{seconds:.4f}")
+    out.print(table)
+    out.print(f"step error {error:+.1%} (simulated against the traced median of {len(truth.step_s)} step(s), "
+              f"{truth.step_min_s:.4f}-{truth.step_max_s:.4f} s, spread {truth.spread:.1%}); "
+              f"unclassified kernel time {truth.unclassified_share:.1%}", highlight=False)
