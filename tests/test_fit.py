@@ -111,3 +111,20 @@ def test_calibrate_fit_on_an_existing_profile_prints_each_constant_with_its_held
     assert Path(data["fit"]).is_file()
     refused = CliRunner().invoke(app, ["calibrate", "--profile", str(tmp_path / "cpu.csv")])
     assert refused.exit_code == 2 and "--fit" in refused.output
+
+
+def test_a_fit_that_beats_the_datasheet_or_fits_nothing_is_refused(tmp_path):
+    """calibrate --fit wrote a GEMM efficiency of 3,228% of the peak (a profile of another
+    device), and on an empty profile a fit with no constants, exit 0."""
+    source = ROOT / "calibrate" / "profiles" / "h100-sxm5-80gb.csv"
+    table = pd.read_csv(source)
+    fast = tmp_path / "fast.csv"
+    table.assign(seconds=table["seconds"] / 100).to_csv(fast, index=False)
+    shutil.copy(source.with_suffix(".json"), fast.with_suffix(".json"))
+    with pytest.raises(ValueError, match="cannot beat its datasheet"):
+        fit.fit_file(fast)
+    empty = tmp_path / "empty.csv"
+    table.head(0).to_csv(empty, index=False)
+    shutil.copy(source.with_suffix(".json"), empty.with_suffix(".json"))
+    with pytest.raises(ValueError, match="no rows to fit"):
+        fit.fit_file(empty)

@@ -347,6 +347,15 @@ def fit_file(path, gpu: str | None = None, name: str | None = None):
     result = fit_profile(profile.table, spec, name or f"{slug}-fitted", provenance)
     if not all(math.isfinite(c.value) for c in result.constants):
         raise ValueError(f"{path}: the fit did not converge (a constant is not finite)")
+    if not result.constants:
+        raise ValueError(f"{path}: no rows to fit a constant to ({len(profile.table)} row(s); a quick "
+                         "calibration of a scenario gives a few hundred)")
+    beyond = [c for c in result.constants if c.name.startswith(("gemm_efficiency", "memory_efficiency",
+                                                                "fwd_efficiency", "bwd_efficiency"))
+              and result.base is not None and c.value > 1.0]
+    if beyond:  # faster than the datasheet's peak: the rows or the preset are wrong, not the device
+        raise ValueError(f"{path}: fitted {', '.join(f'{c.name} {c.value:.0%}' for c in beyond)} of {result.base}'s "
+                         "peak; a kernel cannot beat its datasheet: is the profile from another device (--gpu)?")
     out = Path(path).with_suffix(".fit.json")
     out.write_text(json.dumps({
         "record": result.record, "base_preset": result.base,
