@@ -406,9 +406,8 @@ class Scenario(_Strict):
 
     @property
     def dp(self) -> int:
-        if self.parallel.dp is not None:
-            return self.parallel.dp
-        return max(1, self.num_gpus // (self.tp * self.pp * self.cp))
+        par = self.parallel
+        return par.dp if par.dp is not None else max(1, self.num_gpus // (self.tp * self.pp * self.cp))
 
     @property
     def shard_group(self) -> int:
@@ -421,7 +420,7 @@ class Scenario(_Strict):
 
     @property
     def reshard_after_forward(self) -> bool:
-        par = self.parallel
+        par = self.parallel  # unset: resharding without a pipeline, keeping gathered under one (torchtitan's)
         return par.reshard_after_forward if par.reshard_after_forward is not None else par.pp == 1
 
     @property
@@ -476,8 +475,7 @@ class Scenario(_Strict):
         return any(f.network for f in self.faults) or self.cluster.inter_node.routing == "ecmp"
 
     def full_fidelity(self, asked: bool = False) -> bool:
-        """Whether every GPU must be simulated: when asked, or when a straggler makes its
-        ranks unlike their twins, so that folding them would average it away."""
+        """Every GPU simulated: when asked, or when a straggler makes ranks unlike their twins."""
         return asked or any(f.straggler for f in self.faults)
 
     def warnings(self) -> list[str]:
