@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import cached_property
 
-from ..model.kernel_stack import AUTOGRAD_ACCUMULATES, accumulation_bytes
+from ..model.kernel_stack import accumulation_bytes
 from ..model.params import Params, embedding_params, head_params, layer_params, stage_params, tied_embedding
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan, grad_bytes
 from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology
@@ -209,7 +210,7 @@ class CostModel:
                           "moe_layer": ("block", lambda: layer_ops(self.s, True)),
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
             cost = self._block_cost(block, ops(), kind, links)
-            if kind in ("B", "BW") and self.s.training.kernels.stack in AUTOGRAD_ACCUMULATES:
+            if kind in ("B", "BW") and self.s.training.kernels.stack in TORCH_STACKS:
                 cost = cost + ActionCost(self.compute_model.memory_time(self._accumulated(name)))
             self._layer_cache[key] = cost
         return self._layer_cache[key]

@@ -172,9 +172,6 @@ def compiled_ops(ops: list, d) -> list:
             if op.kernels == ("embedding",) else op for op in ops]
 
 
-AUTOGRAD_ACCUMULATES = ("eager", "compiled")  # stacks whose gradients AccumulateGrad sums
-
-
 def accumulation_bytes(dense: float, expert: float, sharding: ShardingPlan, microbatches: int) -> float:
     """HBM bytes AccumulateGrad moves per micro-batch for a block's dense and expert parameters,
     averaged over the step (none for the first micro-batch's gradient, which it keeps as it is):

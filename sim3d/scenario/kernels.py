@@ -34,6 +34,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 STACKS = ("te", "compiled", "eager")
+# the stacks that are plain PyTorch modules: torch autograd sums their gradients (AccumulateGrad)
+# and torch.distributed.pipelining runs their pipelines
+TORCH_STACKS = ("eager", "compiled")
 ATTENTION_KERNELS = ("default", "cudnn", "fa2", "fa3", "triton")
 
 

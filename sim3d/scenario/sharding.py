@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kernels import TORCH_STACKS
+
 
 def grad_bytes(training) -> int:
     """Bytes per gradient element as Megatron keeps and reduces them (its gradient buffer):
@@ -26,9 +28,6 @@ def gather_bytes(training) -> int:
     return 4 if training.precision == "fp32" else 2
 
 
-# Stacks whose pipelines are torch.distributed.pipelining's (torchtitan, plain PyTorch):
-# `training.kernels.stack` names them (scenario/kernels.py).
-TORCH_PIPELINE_STACKS = ("eager", "compiled")
 
 
 def defers_sync_to_last_backward(s) -> bool:
@@ -40,7 +39,7 @@ def defers_sync_to_last_backward(s) -> bool:
     gradients at the reduce width (_fsdp_param.py, unsharded_accumulated_grad). Other
     pipelines with sharded gradients reduce-scatter each micro-batch's (Llama 3, Dubey et al.
     2024, section 3.3.2: FSDP shards gradients under pipeline parallelism)."""
-    return s.pp > 1 and s.training.kernels.stack in TORCH_PIPELINE_STACKS
+    return s.pp > 1 and s.training.kernels.stack in TORCH_STACKS
 
 
 @dataclass(frozen=True)
