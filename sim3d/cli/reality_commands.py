@@ -77,14 +77,17 @@ def _local_cluster(path: Path, sets: list[str]) -> list[str]:
 
 def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of a simulated run (or a folder)."),
             real_trace: Path = typer.Argument(..., help="trace.csv / .parquet of an executed run (or a folder), or "
-                                              "a PyTorch profiler trace (.json / .json.gz) of the real job."),
+                                              "a PyTorch profiler trace (.json / .json.gz) of the real job, or a "
+                                              "folder of them."),
             more_traces: list[Path] = typer.Argument(None, help="The profiler traces of the job's other ranks.",
                                                      show_default=False),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Align two traces action by action; print per-kind and step-time error. Against a profiler
     trace: the simulated step beside the traced one, part by part."""
     from .trace_commands import compare_with_traced, is_profiler_trace
-    if is_profiler_trace(real_trace):
+    traced_folder = real_trace.is_dir() and not (real_trace / "trace.csv").exists() \
+        and any(is_profiler_trace(p) for p in real_trace.iterdir())
+    if is_profiler_trace(real_trace) or traced_folder:
         compare_with_traced(sim_trace, [real_trace, *(more_traces or [])], as_json)
         return
     if more_traces:
@@ -132,7 +135,8 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
               profile: Optional[Path] = typer.Option(None, "--profile", help="With --fit: fit this existing "
                                                      "profile and measure nothing."),
               from_trace: list[Path] = typer.Option([], "--from-trace", help="A PyTorch profiler trace (.json or "
-                                                    ".json.gz) of the user's own job, one per rank (repeatable): "
+                                                    ".json.gz) of the user's own job, one per rank (repeatable), or a "
+                                                    "folder of them: "
                                                     "the profile is read from it, nothing is measured."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Measure kernels and collectives; write a profile CSV plus provenance JSON. With

@@ -18,13 +18,28 @@ def is_profiler_trace(path: Path) -> bool:
     return path.is_file() and path.name.endswith(TRACE_SUFFIXES)
 
 
+def trace_files(paths: list[Path]) -> list[Path]:
+    """The trace files named, a folder standing for the traces in it (one per rank, as
+    torch.profiler.tensorboard_trace_handler writes them)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if is_profiler_trace(p))
+            if not found:
+                raise BadInput(f"{path}: a folder with no profiler trace in it (*.json or *.json.gz)")
+            files += found
+        else:
+            files.append(path)
+    return files
+
+
 def calibrate_from_trace(traces: list[Path], out_path: Path | None, scenario: Path | None, as_json: bool) -> None:
     from ..costs.kineto import read_traces
     from ..costs.trace_profile import write_profile
     if out_path is None:
         raise BadInput("--from-trace: name the profile to write with --out PROFILE.csv")
     _writable_file(out_path, "--out", (".csv",))
-    read = read_traces(traces)
+    read = read_traces(trace_files(traces))
     provenance = write_profile(read, out_path, command=" ".join(["sim3d", *sys.argv[1:]]))
     notes = []
     if scenario is not None:  # what the scenario now prices from the trace
@@ -69,7 +84,7 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
         simulated = float(summary["step_time_s"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise BadInput(f"{summary_path}: not a sim3d summary ({e})") from None
-    truth = step_truth(read_traces(traces))
+    truth = step_truth(read_traces(trace_files(traces)))
     traced = json.loads(truth.to_json())
     error = simulated / truth.step_time_s - 1
     rows = [("step", simulated, truth.step_time_s),
