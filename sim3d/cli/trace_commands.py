@@ -40,7 +40,12 @@ def calibrate_from_trace(traces: list[Path], out_path: Path | None, scenario: Pa
         raise BadInput("--from-trace: name the profile to write with --out PROFILE.csv")
     _writable_file(out_path, "--out", (".csv",))
     read = read_traces(trace_files(traces))
-    provenance = write_profile(read, out_path, command=" ".join(["sim3d", *sys.argv[1:]]))
+    more = ((), {})
+    if scenario is not None:  # the job the traces ran: its memory-bound kernels per layer
+        from ..costs.trace_memory import memory_rows
+        from ..scenario.load import load_scenario
+        more = memory_rows(read, load_scenario(scenario))
+    provenance = write_profile(read, out_path, command=" ".join(["sim3d", *sys.argv[1:]]), more=more)
     notes = []
     if scenario is not None:  # what the scenario now prices from the trace
         from ..api import simulate
@@ -73,9 +78,12 @@ def calibrate_from_trace(traces: list[Path], out_path: Path | None, scenario: Pa
 
 
 def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None:
-    """The simulated step of REPORT (its summary.json) beside the traced one, part by part."""
+    """The simulated step of REPORT (its summary.json) beside the traced one, part by part:
+    the parts are re-priced from the scenario the report's manifest names."""
     from ..costs.kineto import read_traces
+    from ..costs.step_parts import simulated_parts, traced_parts
     from ..costs.trace_profile import step_truth
+    from ..report.compare import run_scenario
     summary_path = report / "summary.json" if report.is_dir() else report
     if not summary_path.is_file():
         raise BadInput(f"{report}: no summary.json (a folder `sim3d run` wrote, or its summary.json)")
@@ -87,21 +95,34 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
     truth = step_truth(read_traces(trace_files(traces)))
     traced = json.loads(truth.to_json())
     error = simulated / truth.step_time_s - 1
+    ran = run_scenario(summary_path.parent)
+    sim_parts = simulated_parts(ran.scenario) if ran is not None else {}
+    real_parts = traced_parts(traced["kinds_s"])
     rows = [("step", simulated, truth.step_time_s),
             ("exposed communication", summary.get("comm_exposed_s"), truth.comm_exposed_s)]
+    rows += [(part, sim_parts.get(part), real_parts.get(part, 0.0))
+             for part in [*sim_parts, *(p for p in real_parts if p not in sim_parts)]]
+    differing = [(abs(s - r), part, s, r) for part, s, r in rows[2:] if s is not None]
+    largest = max(differing) if differing else None
     if as_json:
-        _print_json({"simulated": summary_path.as_posix(), "traced": [str(p) for p in traces],
-                     "step_error": error, "simulated_step_s": simulated, "traced": traced})
+        _print_json({"simulated": summary_path.as_posix(), "traced_files": [str(p) for p in traces],
+                     "step_error": error, "simulated_step_s": simulated, "traced": traced,
+                     "parts": {part: {"simulated_s": s, "traced_s": r} for part, s, r in rows},
+                     "largest_difference": largest[1] if largest else None})
         return
     from rich.table import Table
-    table = Table(title=f"{summary.get('name', report)}: simulated vs traced", title_justify="left")
-    for column in ("part", "simulated s", "traced s"):
+    table = Table(title=f"{summary.get('name', report)}: simulated vs traced (seconds per step)", title_justify="left")
+    for column in ("part", "simulated s", "traced s", "difference"):
         table.add_column(column, justify="left" if column == "part" else "right")
     for part, sim_s, traced_s in rows:
-        table.add_row(part, "" if sim_s is None else f"{sim_s:.4f}", f"{traced_s:.4f}")
-    for kind, seconds in sorted(traced["kinds_s"].items(), key=lambda kv: -kv[1]):
-        table.add_row(f"  traced kernels: {kind}", "", f"{seconds:.4f}")
+        table.add_row(part, "" if sim_s is None else f"{sim_s:.4f}", f"{traced_s:.4f}",
+                      "" if sim_s is None else f"{sim_s - traced_s:+.4f}")
     out.print(table)
     out.print(f"step error {error:+.1%} (simulated against the traced median of {len(truth.step_s)} step(s), "
               f"{truth.step_min_s:.4f}-{truth.step_max_s:.4f} s, spread {truth.spread:.1%}); "
               f"unclassified kernel time {truth.unclassified_share:.1%}", highlight=False)
+    if largest:
+        out.print(f"largest difference: {largest[1]} ({largest[2]:.4f} s simulated, {largest[3]:.4f} s traced)",
+                  highlight=False)
+    elif ran is None:
+        say("note:", f"{report}: its manifest names no scenario that loads, so only the step is compared", "yellow")

@@ -40,6 +40,25 @@ def _part_shapes(op) -> dict[str, tuple[int, int, int] | None]:
     return {"fwd": (rows, n, k), "bwd_input": (rows, k, n), "bwd_weight": (k, n, rows)}
 
 
+def memory_bytes(op) -> tuple[float, float]:
+    """HBM bytes a memory-bound op moves forward and backward: its kernels' where the stack
+    lists them (model/kernel_stack.py), else its forward's traffic and twice that backward (the
+    saved input and the output gradient read, the input gradient written)."""
+    if op.kernel_bytes is not None:
+        return float(sum(op.kernel_bytes[0])), float(sum(op.kernel_bytes[1]))
+    return op.fwd_bytes, 2 * op.fwd_bytes
+
+
+def is_memory_bound(op) -> bool:
+    return op.attention is None and op.fwd_flops <= 0 and any(memory_bytes(op))
+
+
+def block_numel(ops) -> int:
+    """The elements of a block's largest memory-bound op: the size a traced block's memory rate
+    is looked up by (costs/trace_memory.py writes it, `ComputeModel.block_times` reads it)."""
+    return int(max((op.numel for op in ops if is_memory_bound(op)), default=0))
+
+
 def op_class(op) -> str:
     """The kind of price an op gets, as `--explain` lists it ("compute: " + this)."""
     if op.attention is not None:
@@ -113,8 +132,7 @@ class ComputeModel:
         if op.attention is not None:
             return self._fused_attention(op)
         # Backward of a GEMM reads about what its forward read (the other operand and the
-        # output gradient) per half; a memory-bound op's backward reads the saved input and
-        # the output gradient and writes the input gradient: twice the forward traffic.
+        # output gradient) per half; a memory-bound op's: memory_bytes.
         if op.fwd_flops > 0:
             shapes = _part_shapes(op)
             g = op.gemm_groups
@@ -129,9 +147,23 @@ class ComputeModel:
             fwd_kernels, bwd_kernels = op.kernel_bytes
             fwd, bi, bw = sum(map(self.memory_time, fwd_kernels)), sum(map(self.memory_time, bwd_kernels)), 0.0
         else:
-            fwd = self.roofline(0.0, op.fwd_bytes)
-            bi, bw = self.roofline(0.0, 2 * op.fwd_bytes), 0.0
+            fwd_bytes, bwd_bytes = memory_bytes(op)
+            fwd, bi, bw = self.roofline(0.0, fwd_bytes), self.roofline(0.0, bwd_bytes), 0.0
         return OpTime(fwd, bi, bw, "analytical")
+
+    def block_times(self, ops, block: str | None = None) -> list[OpTime]:
+        """Each op's time; a block's memory-bound ops at the rate a traced run of the stack moved
+        their bytes (`Profile.block_memory_rate`, costs/trace_memory.py) where the profile has
+        one for `block` ("layer" or "head")."""
+        times = [self.op_time(op) for op in ops]
+        if self.profile is None or block is None:
+            return times
+        numel = block_numel(ops)
+        rates = [self.profile.block_memory_rate(block, numel, self.dtype, p) for p in ("fwd", "bwd")] if numel else []
+        if not rates or None in rates:
+            return times
+        return [OpTime(*(b / r for b, r in zip(memory_bytes(op), rates)), 0.0, "profile") if is_memory_bound(op)
+                else t for op, t in zip(ops, times)]
 
     def _fp8_casts(self, op) -> tuple[float, float]:
         """Cast (and transpose) of an FP8 linear's input in forward and of its output gradient

@@ -30,6 +30,10 @@ from .provenance import ANALYTICAL, PROFILE, ProvenanceRecorder
 from .sharded_dp import unit_pipeline
 from .tp_overlap import Overlap, overlap_plan, overlapped_seconds
 
+# the blocks whose memory-bound kernels a trace can time (costs/trace_memory.py): block -> row
+TRACED_BLOCKS = {"block": "layer", "head_block": "head"}
+
+
 def _all_to_all_slowness(link) -> tuple:
     """Orders expert groups from fastest to slowest: by their all-to-all across nodes, then
     as rings (groups inside one node)."""
@@ -210,13 +214,16 @@ class CostModel:
                           "moe_layer": ("block", lambda: layer_ops(self.s, True)),
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
             cost = self._block_cost(block, ops(), kind, links)
-            if kind in ("B", "BW") and self.s.training.kernels.stack in TORCH_STACKS:
-                cost = cost + ActionCost(self.compute_model.memory_time(self._accumulated(name)))
+            if kind in ("B", "BW"):
+                cost = cost + ActionCost(self.compute_model.memory_time(self.accumulated_bytes(name)))
             self._layer_cache[key] = cost
         return self._layer_cache[key]
 
-    def _accumulated(self, block: str) -> float:
-        """Bytes AccumulateGrad moves for one block's gradients per micro-batch (kernel_stack.py)."""
+    def accumulated_bytes(self, block: str) -> float:
+        """Bytes AccumulateGrad moves for one block's gradients per micro-batch under a plain
+        PyTorch stack (kernel_stack.py); none where the GEMMs accumulate (te)."""
+        if self.s.training.kernels.stack not in TORCH_STACKS:
+            return 0.0
         d = Dims.of(self.s)
         params = {"embedding": lambda: Params(dense=embedding_params(d)),
                   "layer": lambda: layer_params(d, False), "moe_layer": lambda: layer_params(d, True),
@@ -224,7 +231,7 @@ class CostModel:
         return accumulation_bytes(params.dense, params.expert, self.sharding, self.s.num_microbatches)
 
     def _block_cost(self, block: str, ops, kind: str, links: dict) -> ActionCost:
-        return self._measured_block(block, ops, kind, links) or self.ops_cost(ops, kind, links)
+        return self._measured_block(block, ops, kind, links) or self.ops_cost(ops, kind, links, block)
 
     def _measured_block(self, block: str, ops, kind: str, links: dict) -> ActionCost | None:
         """A whole embedding / layer / head measured by the calibration harness at exactly
@@ -250,13 +257,13 @@ class CostModel:
             redo = self.ops_cost([op for op in ops if op.recompute_selective], "F", links).seconds
         return ActionCost(redo + bwd * (share if kind == "BI" else 1.0), recompute=redo)
 
-    def ops_cost(self, ops, kind: str, links: dict | None = None) -> ActionCost:
+    def ops_cost(self, ops, kind: str, links: dict | None = None, block: str | None = None) -> ActionCost:
         """F, B, BI or BW of a list of ops (one micro-batch), collectives included (on
         `links`, axis -> GroupLink; default: the folded ones); those the overlap switches
         hide are charged with the GEMM they share the GPU with."""
         recompute = self.s.training.recompute
         sms = self.s.gpu.sms
-        times = [self.compute_model.op_time(op) for op in ops]
+        times = self.compute_model.block_times(ops, TRACED_BLOCKS.get(block))
         plan = overlap_plan(self.s.training, self.s.tp, ops)
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
         hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}

@@ -206,6 +206,9 @@ class Kernel:
     launch_id: int | None  # the launching op's key in RankTrace.ops (its External id)
     launch_us: float | None  # when the CPU launched it (cuda_runtime call), to place it in a step
     comm: Comm | None = None
+    # the CPU thread that launched it: autograd runs a backward on a thread of its own per
+    # device (torch/csrc/autograd/engine.cpp, device_threads), the forward on the caller's
+    launch_thread: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -317,7 +320,7 @@ def _comm(args: dict) -> Comm | None:
 
 
 def _cpu_side(events: list[dict]) -> tuple[dict, dict, list[Step]]:
-    """The ops (by External id), each launch call's (time, launching op), and the steps."""
+    """The ops (by External id), each launch call's (time, thread, launching op), and the steps."""
     ops: dict[int, CpuOp] = {}
     spans: dict[tuple, list] = defaultdict(list)  # (pid, tid) -> [(start, end, op key)]
     calls: dict[tuple, list] = defaultdict(list)  # (pid, tid) -> [(time, correlation)]
@@ -342,7 +345,7 @@ def _cpu_side(events: list[dict]) -> tuple[dict, dict, list[Step]]:
         # recorded as cuda_driver calls: 1,296 of 2,516 kernels of a compiled step (fixtures/traces)
         elif cat in ("cuda_runtime", "cuda_driver") and (corr := _int(args.get("correlation"))) is not None \
                 and ts is not None:
-            launches[corr] = ts
+            launches[corr] = (ts, thread)
             calls[thread].append((ts, corr))
             if (ext := _int(args.get("External id"))) is not None and ext != corr:
                 linked[corr] = ext
@@ -350,7 +353,7 @@ def _cpu_side(events: list[dict]) -> tuple[dict, dict, list[Step]]:
     # which links to no op; there the launching op is the innermost op around the call on its thread.
     nested = _innermost(spans, calls)
     launchers = {corr: linked[corr] if linked.get(corr) in ops else nested.get(corr) for corr in launches}
-    return ops, {corr: (launches[corr], launchers[corr]) for corr in launches}, sorted(steps, key=lambda s: s.start_us)
+    return ops, {corr: (*launches[corr], launchers[corr]) for corr in launches}, sorted(steps, key=lambda s: s.start_us)
 
 
 def _innermost(spans: dict, calls: dict) -> dict[int, int]:
@@ -392,7 +395,7 @@ def read_trace(path: str | Path, rank: int = 0) -> RankTrace:
         ts, dur = _number(e.get("ts")), _number(e.get("dur"))
         if ts is None or dur is None or dur < 0:
             continue
-        launch_us, launcher = launches.get(_int(args.get("correlation")), (None, None))
+        launch_us, thread, launcher = launches.get(_int(args.get("correlation")), (None, None, None))
         if launcher is None and _int(args.get("External id")) in ops:  # no launch call recorded
             launcher = _int(args.get("External id"))
         op = ops.get(launcher)
@@ -405,7 +408,7 @@ def read_trace(path: str | Path, rank: int = 0) -> RankTrace:
         device = _int(args.get("device"))
         kernels.append(Kernel(device if device is not None else _int(e.get("pid")) or 0,
                               _int(args.get("stream")) or _int(e.get("tid")) or 0, name, ts, dur, kind, detail,
-                              pass_, launcher, launch_us, comm))
+                              pass_, launcher, launch_us, comm, thread))
     if not kernels:
         raise ScenarioError(f"{path}: no GPU kernel event has a start and a duration")
     named = _int(info.get("rank"))

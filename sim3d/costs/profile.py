@@ -237,6 +237,18 @@ class Profile:
             self.extrapolated[kind] += 1
         return sec * self.compute_scale
 
+    def block_memory_rate(self, block: str, numel: int, dtype: str, pass_: str = "fwd") -> float | None:
+        """Bytes per second at which a traced stack ran the memory-bound kernels of one `block`
+        ("layer" or "head"), counted in sim3d's bytes (rows `<block>.memory`, written from a
+        trace by costs/trace_memory.py); the row nearest in size (log numel), or None."""
+        p, d = _pass(pass_), _dtype(dtype)
+        rows = self.table[(self.table["op"] == f"{block}.memory") & (self.table["dtype"] == d)
+                          & (self.table["pass"] == p)]
+        if rows.empty or numel <= 0:
+            return None
+        row = rows.iloc[int(np.argmin(np.abs(np.log(rows["numel"].to_numpy(float)) - math.log(numel))))]
+        return float(row["bytes"]) / float(row["seconds"]) / self.compute_scale
+
     def attention_seconds(self, b: int, heads: int, seq: int, head_dim: int, dtype: str,
                           pass_: str = "fwd", op: str = "attention") -> float | None:
         """Causal attention for (b, heads, seq, head_dim), interpolated by FLOPs, from the rows

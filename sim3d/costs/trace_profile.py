@@ -267,11 +267,14 @@ def _fmt(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def write_profile(traces: list[RankTrace], out: str | Path, command: str = "") -> dict:
+def write_profile(traces: list[RankTrace], out: str | Path, command: str = "",
+                  more: tuple[list[dict], dict] = ((), {})) -> dict:
     """Write the profile CSV `out` and its provenance JSON beside it (same stem, .json), each
-    through a temporary file renamed over its target; return the provenance. Raises
-    ScenarioError where no call has a shape sim3d prices (traced without record_shapes)."""
+    through a temporary file renamed over its target; return the provenance. `more`: further
+    (rows, notes) to write (costs/trace_memory.py). Raises ScenarioError where no call has a
+    shape sim3d prices (traced without record_shapes)."""
     rows, notes = profile_rows(traces)
+    rows, notes = rows + list(more[0]), {**notes, **more[1]}
     if not rows:
         raise ScenarioError("no GEMM, attention, norm or collective call in these traces has its shape recorded: "
                             "profile with torch.profiler.profile(record_shapes=True)" + "".join(
