@@ -98,7 +98,8 @@ def test_other_layouts_price_their_memory_bound_ops_at_the_traced_rate(tmp_path)
     wider = load_scenario({**TINY, "model": {**TINY["model"], "seq_len": 128}, "costs": {"profile": str(profile)}})
     from sim3d.costs.compute import ComputeModel
     ops = layer_ops(wider)
-    times = ComputeModel(wider, Profile.load(profile)).block_times(ops, "layer")
+    times, traced = ComputeModel(wider, Profile.load(profile)).block_times(ops, "layer")
+    assert traced
     for op, t in zip(ops, times):
         if is_memory_bound(op):
             assert (t.fwd, t.source) == (pytest.approx(memory_bytes(op)[0] / rate), "profile")

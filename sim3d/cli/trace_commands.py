@@ -62,8 +62,8 @@ def calibrate_from_trace(traces: list[Path], out_path: Path | None, scenario: Pa
         out.print(f"  rank {trace.get('rank')}: {trace.get('path')} ({provenance.get('device_name', '?')}, "
                   f"{trace.get('kernels', '?')} kernels, steps {', '.join(map(str, trace.get('steps', [])))})",
                   highlight=False)
-    for op, count in sorted(provenance.get("rows", {}).items()):
-        out.print(f"  {op}: {count} row(s)", highlight=False)
+    rows = provenance.get("rows", {})
+    out.print("  rows: " + ", ".join(f"{op} {count}" for op, count in sorted(rows.items())), highlight=False)
     for reason in provenance.get("left_out", []):
         say("left out:", reason, "yellow")
     share = provenance.get("unclassified_share", 0.0)
@@ -71,8 +71,9 @@ def calibrate_from_trace(traces: list[Path], out_path: Path | None, scenario: Pa
         top = ", ".join(str(k) for k in list(provenance.get("unclassified_kernels", []))[:3])
         say("warning:", f"{share:.1%} of the GPU's kernel time is in kernels sim3d could not classify ({top})",
             "yellow")
-    for what in provenance.get("priced_from_profile", []):
-        out.print(f"  {scenario}: {what} priced from the trace's profile", highlight=False)
+    priced = [what.removeprefix("compute: ") for what in provenance.get("priced_from_profile", [])]
+    if priced:
+        out.print(f"{scenario} now prices from it: {', '.join(priced)}", highlight=False)
     for note in notes:
         say("warning:", note, "yellow")
 

@@ -151,19 +151,19 @@ class ComputeModel:
             fwd, bi, bw = self.roofline(0.0, fwd_bytes), self.roofline(0.0, bwd_bytes), 0.0
         return OpTime(fwd, bi, bw, "analytical")
 
-    def block_times(self, ops, block: str | None = None) -> list[OpTime]:
-        """Each op's time; a block's memory-bound ops at the rate a traced run of the stack moved
-        their bytes (`Profile.block_memory_rate`, costs/trace_memory.py) where the profile has
-        one for `block` ("layer" or "head")."""
+    def block_times(self, ops, block: str | None = None) -> tuple[list[OpTime], bool]:
+        """Each op's time, and whether the block's memory-bound ops are at the rate a traced run
+        of the stack moved their bytes (`Profile.block_memory_rate`, costs/trace_memory.py):
+        where the profile has one for `block` ("layer" or "head")."""
         times = [self.op_time(op) for op in ops]
         if self.profile is None or block is None:
-            return times
+            return times, False
         numel = block_numel(ops)
         rates = [self.profile.block_memory_rate(block, numel, self.dtype, p) for p in ("fwd", "bwd")] if numel else []
         if not rates or None in rates:
-            return times
+            return times, False
         return [OpTime(*(b / r for b, r in zip(memory_bytes(op), rates)), 0.0, "profile") if is_memory_bound(op)
-                else t for op, t in zip(ops, times)]
+                else t for op, t in zip(ops, times)], True
 
     def _fp8_casts(self, op) -> tuple[float, float]:
         """Cast (and transpose) of an FP8 linear's input in forward and of its output gradient

@@ -23,7 +23,7 @@ from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
 from .buckets import GradientBuckets
-from .compute import ComputeModel, block_shape, op_class
+from .compute import ComputeModel, block_shape, is_memory_bound, op_class
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
 from .provenance import ANALYTICAL, PROFILE, ProvenanceRecorder
@@ -263,12 +263,14 @@ class CostModel:
         hide are charged with the GEMM they share the GPU with."""
         recompute = self.s.training.recompute
         sms = self.s.gpu.sms
-        times = self.compute_model.block_times(ops, TRACED_BLOCKS.get(block))
+        times, traced = self.compute_model.block_times(ops, TRACED_BLOCKS.get(block))
         plan = overlap_plan(self.s.training, self.s.tp, ops)
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
         hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}
         for i, op in enumerate(ops):
-            self.provenance.record(f"compute: {op_class(op)}", times[i].source)
+            traced_here = traced and is_memory_bound(op)
+            self.provenance.record("compute: memory-bound kernels (traced rate)" if traced_here
+                                   else f"compute: {op_class(op)}", times[i].source)
             for direction, name, nbytes in (("fwd", op.comm, op.comm_bytes), ("bwd", op.bwd_comm, op.bwd_comm_bytes),
                                             ("regather", op.comm, op.comm_bytes)):
                 key = (i, direction)

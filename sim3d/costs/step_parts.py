@@ -41,7 +41,7 @@ def simulated_parts(scenario) -> dict[str, float]:
     recompute = scenario.training.recompute
     parts: Counter = Counter()
     for name, block, ops in blocks:
-        for op, t in zip(ops, model.block_times(ops, TRACED_BLOCKS.get(block))):
+        for op, t in zip(ops, model.block_times(ops, TRACED_BLOCKS.get(block))[0]):
             redo = recompute == "full" or (recompute == "selective" and op.recompute_selective)
             seconds = t.fwd * (2 if redo else 1) + t.bwd_input + t.bwd_weight
             part = ("attention" if op.attention is not None or op.name.startswith("attn_") else
