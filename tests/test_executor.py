@@ -117,6 +117,9 @@ def test_a_hung_rank_is_named_not_the_ranks_that_waited_for_it(monkeypatch):
         execute(TINY, steps=3, overrides=layout(pp=2, dp=2), timeout_s=5)
     assert info.value.rank == 2
     assert "stopped responding (process stopped" in str(info.value)
+    # stopped from outside, as a kill is: the environment failed the run (exit 3), not sim3d (1)
+    from sim3d.executor.launch import RankKilled
+    assert isinstance(info.value, RankKilled)
 
 
 def _descendants(pid: int) -> set[int]:

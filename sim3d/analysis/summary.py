@@ -9,12 +9,13 @@ from pathlib import Path
 from .. import __version__
 from ..model.flops import hardware_flops_per_step, model_flops_per_step
 from ..model.memory import memory_report
+from ..scenario.sharding import ShardingPlan
 
 SUMMARY_KEYS = ("name", "num_gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "micro_batch",
                 "global_batch", "num_microbatches", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
                 "hardware_tflops_per_gpu", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
-                "fits_in_memory", "sim_events", "sim_wall_s", "hfu", "breakdown", "memory_note", "warnings",
-                "sim3d_version")
+                "fits_in_memory", "sim_events", "sim_wall_s", "hfu", "breakdown", "optimizer_shards", "memory_note",
+                "warnings", "sim3d_version")
 
 
 def summarize(run, memory=None) -> dict:
@@ -44,6 +45,8 @@ def summarize(run, memory=None) -> dict:
     }
     summary["hfu"] = hardware_tflops / peak
     summary["breakdown"] = r.breakdown()  # the critical rank's step, part by part
+    sharding = ShardingPlan.of(s)
+    summary["optimizer_shards"] = sharding.dense_group if sharding.shards_optimizer else 1
     if r.network is not None:  # costs.network: flow
         n = r.network
         summary["network"] = {"model": "flow", "flows": n.flows, "rate_updates": n.rate_updates,
@@ -123,8 +126,11 @@ def breakdown_table(summary: dict):
     table.add_column("part")
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
+    shards = summary.get("optimizer_shards", 1)
+    labels = {**BREAKDOWN_LABELS, "optimizer": f"optimizer step (its state sharded over {shards:,} ranks)"
+              if shards > 1 else BREAKDOWN_LABELS["optimizer"]}
     for part, seconds in parts.items():
         if seconds > 0:
-            table.add_row(BREAKDOWN_LABELS.get(part, part), f"{seconds:.3f}", f"{seconds / total:.1%}")
+            table.add_row(labels.get(part, part), f"{seconds:.3f}", f"{seconds / total:.1%}")
     table.add_row("step", f"{sum(parts.values()):.3f}", "100%", style="bold")
     return table

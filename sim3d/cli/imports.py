@@ -19,11 +19,16 @@ GPU_HELP = "GPU preset of the cluster (a100-40gb, a100-80gb, h100-sxm, h200, ...
 GPUS_HELP = "GPUs of the run (default: tp x pp x cp, i.e. one data-parallel replica)."
 
 
-def _emit(imported, out: Optional[Path], as_json: bool, force: bool = False) -> None:
+def _emit(imported, source: str, out: Optional[Path], as_json: bool, force: bool = False) -> None:
+    """`source`: what was imported (a file, or "megatron arguments"), named in any refusal."""
     import yaml
 
+    from ..errors import ScenarioError
     from ..scenario.load import scenario_from_dict
-    scenario_from_dict(imported.scenario)  # refuse (exit 2) what would not load as written
+    try:
+        scenario_from_dict(imported.scenario)  # refuse (exit 2) what would not load as written
+    except ScenarioError as e:
+        raise BadInput(f"{source}: its scenario would not load: {e}") from None
     text = yaml.safe_dump(imported.scenario, sort_keys=False)
     notes = [f"not mapped: {u}" for u in imported.unmapped] + [f"assumed: {a}" for a in imported.assumed]
     if as_json:
@@ -69,7 +74,7 @@ def megatron(args: list[str] = typer.Argument(..., help="pretrain_gpt.py argumen
         imported = from_megatron(args, name=name, gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node)
     except ValueError as e:
         raise BadInput(f"megatron arguments: {e}") from None
-    _emit(imported, out, as_json, force)
+    _emit(imported, "megatron arguments", out, as_json, force)
 
 
 @import_app.command()
@@ -90,7 +95,7 @@ def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: a
         imported = from_nemo(config, name=name or recipe.stem, gpu=gpu, gpus=gpus)
     except ValueError as e:
         raise BadInput(f"{recipe}: {e}") from None
-    _emit(imported, out, as_json, force)
+    _emit(imported, str(recipe), out, as_json, force)
 
 
 @import_app.command()
@@ -112,4 +117,4 @@ def torchtitan(config: Path = typer.Argument(..., help="torchtitan train config 
                                    gpus_per_node=gpus_per_node)
     except ValueError as e:
         raise BadInput(f"{config}: {e}") from None
-    _emit(imported, out, as_json, force)
+    _emit(imported, str(config), out, as_json, force)

@@ -35,6 +35,12 @@ from .harness import as_measured
 
 FOLDS = 5
 MEMORY_KINDS = ("norm", "elementwise", "softmax")
+# The searched fits (GEMMs of a precision, attention) price every row at every step of the
+# search, (1 + FOLDS) searches each: their cost grows with rows, so above this many they are
+# fitted on an even spread of the rows over sizes (every k-th by FLOPs) -- the committed H100
+# profile has 176 GEMM rows per precision, and a spread of 400 shapes pins two constants.
+# Linear fits (memory-bound, collectives) take every row.
+SEARCHED_ROWS = 400
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,14 @@ def _device_bound_rows(table: pd.DataFrame, kind: str) -> list[_Row]:
     return rows
 
 
+def _spread(rows: list, size, limit: int = SEARCHED_ROWS) -> list:
+    """At most `limit` of `rows`, spread evenly over their sizes (`size(row)`), deterministic."""
+    if len(rows) <= limit:
+        return rows
+    ordered = sorted(rows, key=size)
+    return [ordered[round(i * (len(ordered) - 1) / (limit - 1))] for i in range(limit)]
+
+
 def _errors(rows: list[_Row], price, quick: bool, gpu) -> np.ndarray:
     return np.array([as_measured(gpu, r.precision, price(r), quick=quick) / r.seconds - 1 for r in rows])
 
@@ -150,7 +164,7 @@ def fit_gemms(table: pd.DataFrame, gpu, quick: bool = False) -> list[Fitted]:
     everything = _device_bound_rows(table, "gemm")
     out, overheads = [], []
     for precision in sorted({r.precision for r in everything}):
-        rows = [r for r in everything if r.precision == precision]
+        rows = _spread([r for r in everything if r.precision == precision], lambda r: math.prod(r.dims))
 
         def errors(mask, c, rows=rows, precision=precision):
             spec = _with_efficiency(gpu, precision, c["efficiency"])
@@ -237,7 +251,7 @@ _ATTENTION = ("fwd_efficiency", "bwd_efficiency", "fwd_cta_blocks", "bwd_cta_blo
 
 
 def fit_attention(table: pd.DataFrame, gpu, quick: bool = False) -> list[Fitted]:
-    rows = _device_bound_rows(table, "attention")
+    rows = _spread(_device_bound_rows(table, "attention"), lambda r: (r.pass_, sorted(r.dims)))
     if not rows:
         return []
     base = FAMILIES[gpu.attention_family]

@@ -93,6 +93,29 @@ def _interp(lx: np.ndarray, ls: np.ndarray, x: float) -> tuple[float, bool]:
     return math.exp(float(np.interp(q, lx, ls))), False
 
 
+# Rows that time the same thing (every column but the time and the rates derived from it) are
+# medianed; two that disagree by more than this factor are not noise (repeated timings of one
+# kernel differ by a few percent: the committed profiles' rounds) but two devices or a unit
+# slipped, and are refused rather than averaged into a price.
+CONFLICT_RATIO = 2.0
+_IDENTITY = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size", "dtype", "device"]
+
+
+def _refuse_conflicts(t: pd.DataFrame) -> None:
+    keyed = t.groupby(_IDENTITY, dropna=False, sort=False).ngroup()
+    seconds = t["seconds"].groupby(keyed)
+    spread = seconds.transform("max") / seconds.transform("min")
+    if (spread > CONFLICT_RATIO).any():
+        worst = keyed[spread.idxmax()]
+        rows = [int(i) + 1 for i in np.flatnonzero((keyed == worst).to_numpy())]
+        first = t.loc[keyed == worst].iloc[0]
+        raise ProfileError(
+            f"profile: data rows {', '.join(map(str, rows[:8]))} time the same {first['op']} "
+            f"({first['shape'] or first['dtype']}, {first['pass'] or 'collective'}) "
+            f"{t.loc[keyed == worst, 'seconds'].min():.3g} to {t.loc[keyed == worst, 'seconds'].max():.3g} s apart: "
+            f"more than {CONFLICT_RATIO:g}x, not noise (two devices in one file, or a unit slipped); keep one")
+
+
 class Profile:
     """A measured profile: kernels and collectives of one device, with provenance."""
 
@@ -166,6 +189,7 @@ class Profile:
         coll = t["kind"] == "collective"
         bad(coll & ~((t["bytes"] > 0) & (t["group_size"] >= 2)), "collective rows need bytes > 0 and group_size >= 2")
         bad((t["kind"] == "concurrency") & ~(t["group_size"] >= 1), "concurrency rows need group_size >= 1")
+        _refuse_conflicts(t)
         return t.reset_index(drop=True)
 
     def shared_by(self, ranks: int) -> "Profile":

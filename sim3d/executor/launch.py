@@ -330,6 +330,8 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
                     list(_drain(results_q, payloads, failures, 0.1))
                 rank, error = _root_cause(failures, {r: p for r, p in enumerate(procs)
                                                      if r not in payloads and r not in failures})
+                if rank not in failures and _process_state(procs[rank].pid).startswith("process stopped"):
+                    killed.add(rank)  # SIGSTOP or a debugger: stopped from outside, as a kill is
                 raise (RankKilled if rank in killed else ExecutorError)(
                     rank, error, {r: e for r, e in failures.items() if r != rank})
             if time.monotonic() > deadline:

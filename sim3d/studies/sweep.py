@@ -172,6 +172,18 @@ def input_digests(scenario: Path, grid: dict[str, list[str]], sets: tuple[str, .
     return files
 
 
+def _refuse_changed_inputs(scenario: Path, grid: dict, sets: tuple, meta: dict, results: Path) -> None:
+    """The scenario or a profile edited while the points ran: the table holds answers of two
+    cost models, which no exit 0 may hand on."""
+    now = {"scenario_sha256": file_digest(scenario), "inputs_sha256": input_digests(scenario, grid, sets)}
+    changed = [str(scenario)] if now["scenario_sha256"] != meta["scenario_sha256"] else []
+    changed += sorted(path for path in {*now["inputs_sha256"], *meta["inputs_sha256"]}
+                      if now["inputs_sha256"].get(path) != meta["inputs_sha256"].get(path))
+    if changed:
+        raise ScenarioError(f"{', '.join(changed)} changed while the sweep ran: {results} mixes the answers of "
+                            "two versions of it; sweep again into a new --out")
+
+
 def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: int | None = None,
               backend: str = "local", resume: bool = False,
               progress: Callable[[int, int], None] | None = None, zips: list[list[str]] = (),
@@ -201,6 +213,7 @@ def run_sweep(scenario: Path, grid: dict[str, list[str]], out: Path, workers: in
                 log.append({"label": name, **by_label[name], **{k: summary.get(k, "") for k in RESULT_KEYS}})
                 if progress:
                     progress(count, len(jobs))
+        _refuse_changed_inputs(scenario, grid, sets, meta, log.path)
         if plot:
             plot(log.path)
     return log.path
