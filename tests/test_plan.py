@@ -320,3 +320,17 @@ def test_the_table_folds_layouts_that_differ_only_in_switches():
     picks = distinct_picks(rows, top=10)
     assert [(row["pp"], row["zero"], similar) for row, similar in picks] == [(2, 1, 1), (4, 1, 0), (2, 3, 0), (2, 0, 0)]
     assert [row["zero"] for row, _ in distinct_picks(rows, top=2)] == [1, 1]
+
+
+def test_a_search_of_hours_is_refused_from_its_first_group_with_the_default_limit(tmp_path):
+    """Issue 49 item 13: MoE layouts on 131,072 GPUs ran ~70 min unrefused. The first pilot
+    group's estimate (hundreds of seconds: 230 groups of seconds-long warm-ups) is past 1.5x
+    the default limit, so the pilot stops there and refuses with its estimate and the flag."""
+    from sim3d.scenario.limits import PLAN_SECONDS
+    result = CliRunner().invoke(app, ["plan", str(ROOT / "scenarios" / "moe-1024.yaml"), "--gpus", "131072",
+                                      "--out", str(tmp_path / "plan")])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.stderr.split())
+    assert "from 1 group(s)" in message and f"the limit is {PLAN_SECONDS.default}" in message
+    assert "raise it on purpose with SIM3D_MAX_PLAN_SECONDS=" in message
+    assert not (tmp_path / "plan" / "candidates.csv").exists()

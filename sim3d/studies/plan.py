@@ -148,6 +148,7 @@ SECONDS_PER_BATCH = 2.0
 # cluster.
 PILOT_GROUPS = 2
 PILOT_LAYOUTS_PER_GROUP = 8
+EARLY_REFUSAL = 1.5  # a first group's estimate this far over the limit is refused at once
 
 
 def _batches(layouts: list[Layout], workers: int, rate: float | None = None) -> list[list[Layout]]:
@@ -186,13 +187,15 @@ def pilot(space: Space, layouts: list[Layout], workers: int,
     microseconds (a memory verdict, or an estimate from warm caches); one pays the group's warm-
     up (its process groups placed and linked on this cluster: seconds at tens of thousands of
     GPUs). So the rest costs (groups left) x (a group's warm-up) + (layouts left) x (the median
-    layout). Returns (the layouts priced, their rows, layouts a second per worker once warm)."""
+    layout). A first group that already says more than EARLY_REFUSAL times the limit ends the
+    pilot there: the refusal comes in seconds. Returns (the layouts priced, their rows, layouts
+    a second per worker once warm)."""
     if not layouts:
         return [], [], None
     groups = list(_groups(layouts).values())
     chosen = groups[::max(1, len(groups) // PILOT_GROUPS)][:PILOT_GROUPS]
     sample, rows, times, warm_ups = [], [], [], []
-    for group in chosen:
+    for measured, group in enumerate(chosen, start=1):
         spent = []
         for layout in group[:PILOT_LAYOUTS_PER_GROUP]:
             started = time.perf_counter()
@@ -203,15 +206,21 @@ def pilot(space: Space, layouts: list[Layout], workers: int,
                 progress(1)
         times += spent
         warm_ups.append(max(spent) - statistics.median(spent))
-    each = statistics.median(times)
-    warm_up = statistics.fmean(warm_ups)
-    rest = len(layouts) - len(sample)
+        seconds, how = _rest_of_tier_one(groups, measured, len(layouts) - len(sample), times, warm_ups, workers)
+        if measured < len(chosen) and seconds > EARLY_REFUSAL * PLAN_SECONDS.value:
+            PLAN_SECONDS.check(math.ceil(seconds), how + f", from {measured} group(s)")
+    PLAN_SECONDS.check(math.ceil(seconds), how)
+    return sample, rows, 1.0 / max(statistics.median(times), 1e-6)
+
+
+def _rest_of_tier_one(groups: list, measured: int, rest: int, times: list, warm_ups: list,
+                      workers: int) -> tuple[float, str]:
+    each, warm_up = statistics.median(times), statistics.fmean(warm_ups)
     busy = max(1, min(workers, rest))
-    seconds = ((len(groups) - len(chosen)) * warm_up + rest * each) / busy
-    PLAN_SECONDS.check(math.ceil(seconds), f"{rest:,} more layouts in {len(groups) - len(chosen):,} more "
-                                           f"(tp, cp, ep, pp) groups, at {warm_up:.2g} s to warm up a group and "
-                                           f"{each:.2g} s a layout (measured here), on {busy} worker(s)")
-    return sample, rows, 1.0 / max(each, 1e-6)
+    seconds = ((len(groups) - measured) * warm_up + rest * each) / busy
+    return seconds, (f"{rest:,} more layouts in {len(groups) - measured:,} more (tp, cp, ep, pp) groups, at "
+                     f"{warm_up:.2g} s to warm up a group and {each:.2g} s a layout (measured here), on {busy} "
+                     "worker(s)")
 
 
 def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None, workers: int = 1,
