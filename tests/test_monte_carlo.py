@@ -371,3 +371,17 @@ def test_the_mean_of_equal_steps_is_that_step():
     assert steps.mean() > steps.max()  # the rounding guarded against
     assert bounded_mean(steps) == steps.max()
     assert bounded_mean(np.array([1.0, 2.0, 4.0])) == pytest.approx(7 / 3)
+
+
+def test_many_samples_of_a_small_step_count_what_each_sample_costs():
+    """Issue 49 item 16: the work estimate counted only lane-actions, 10 a sample of tiny.yaml,
+    so 5 x 10^7 samples passed (~40 min, ~40 GB); each sample's own cost counts too."""
+    from sim3d.scenario.limits import SAMPLE_WORK, WorkLimitExceeded
+    from sim3d.studies.monte_carlo import SAMPLE_OVERHEAD_ACTIONS, check_work, step_schedule
+    from sim3d.scenario.load import load_scenario
+    schedule = step_schedule(load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "tiny.yaml"))
+    actions = sum(len(a) for a in schedule.ranks)
+    assert 5 * 10**7 * actions <= SAMPLE_WORK.default  # what let it through before
+    with pytest.raises(WorkLimitExceeded, match="for the sample itself"):
+        check_work(5 * 10**7, schedule, 1)
+    check_work(SAMPLE_WORK.default // (actions + SAMPLE_OVERHEAD_ACTIONS), schedule, 1)
