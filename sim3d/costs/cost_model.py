@@ -15,6 +15,7 @@ from functools import cached_property
 
 from ..model.kernel_stack import accumulation_bytes
 from ..model.params import Params, embedding_params, head_params, layer_params, stage_params, tied_embedding
+from ..model.recompute import redo_fraction, reruns_forward_collective
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan, grad_bytes
@@ -255,6 +256,9 @@ class CostModel:
         redo = fwd if recompute == "full" else 0.0
         if recompute == "selective":
             redo = self.ops_cost([op for op in ops if op.recompute_selective], "F", links).seconds
+        elif recompute == "op" and block == "block":  # torchtitan checkpoints the blocks alone
+            d = Dims.of(self.s)
+            redo = sum(self.compute_model.op_time(op).fwd * redo_fraction(op, recompute, d) for op in ops)
         return ActionCost(redo + bwd * (share if kind == "BI" else 1.0), recompute=redo)
 
     def ops_cost(self, ops, kind: str, links: dict | None = None, block: str | None = None) -> ActionCost:
@@ -263,6 +267,7 @@ class CostModel:
         hide are charged with the GEMM they share the GPU with."""
         recompute = self.s.training.recompute
         sms = self.s.gpu.sms
+        d = Dims.of(self.s)
         times, traced = self.compute_model.block_times(ops, TRACED_BLOCKS.get(block))
         plan = overlap_plan(self.s.training, self.s.tp, ops)
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
@@ -289,7 +294,7 @@ class CostModel:
                 wire[op.group] += self._wire(op.comm, op.comm_bytes, op.group, links)
             elif kind in ("B", "BI"):
                 wire[op.group] += self._wire(op.bwd_comm, op.bwd_comm_bytes, op.group, links)
-                if (i, "regather") in plan or recompute == "full":  # the forward's collective again
+                if (i, "regather") in plan or reruns_forward_collective(op, recompute):  # the forward's again
                     wire[op.group] += self._wire(op.comm, op.comm_bytes, op.group, links)
             fwd_comm = self._collective(op.comm, op.comm_bytes, op.group, links) if op.comm else 0.0
             bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group, links) if op.bwd_comm else 0.0
@@ -297,7 +302,7 @@ class CostModel:
                 fwd_comm = 0.0  # charged with its GEMM below
             if (i, "bwd") in plan and kind in ("B", "BI") and (plan[(i, "bwd")][1] != "bwd_weight" or kind == "B"):
                 bwd_comm = 0.0
-            redo = recompute == "full" or (recompute == "selective" and op.recompute_selective)
+            redo = t.fwd * redo_fraction(op, recompute, d) if recompute != "op" or block == "block" else 0.0
             parts = {"fwd": t.fwd, "bwd_input": t.bwd_input, "bwd_weight": t.bwd_weight}
             exposed = 0.0
             for part, seconds in parts.items():
@@ -313,10 +318,10 @@ class CostModel:
             elif kind == "BW":
                 work, c = parts["bwd_weight"], 0.0
             else:
-                work = parts["bwd_input"] + (parts["bwd_weight"] if kind == "B" else 0.0) + (t.fwd if redo else 0.0)
-                recomputed += t.fwd if redo else 0.0
+                work = parts["bwd_input"] + (parts["bwd_weight"] if kind == "B" else 0.0) + redo
+                recomputed += redo
                 c = bwd_comm + (self._collective(op.comm, op.comm_bytes, op.group, links) if op.comm and redo
-                                and recompute == "full" else 0.0)
+                                and reruns_forward_collective(op, recompute) else 0.0)
             if op.group == "cp":  # the ring exchange hides behind the attention it feeds
                 total += max(work, c)
                 comm["cp"] += c

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..model.ops import embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.recompute import redo_fraction
 from .compute import is_memory_bound
 from .cost_model import TRACED_BLOCKS, CostModel
 
@@ -38,12 +39,12 @@ def simulated_parts(scenario) -> dict[str, float]:
                for i in stage_layer_range(scenario, 0)]
     if scenario.num_stages == 1:
         blocks.append(("head", "head_block", head_ops(scenario)))
-    recompute = scenario.training.recompute
+    recompute, d = scenario.training.recompute, Dims.of(scenario)
     parts: Counter = Counter()
     for name, block, ops in blocks:
+        again = 0.0 if recompute == "op" and block != "block" else 1.0  # as the cost model: blocks alone
         for op, t in zip(ops, model.block_times(ops, TRACED_BLOCKS.get(block))[0]):
-            redo = recompute == "full" or (recompute == "selective" and op.recompute_selective)
-            seconds = t.fwd * (2 if redo else 1) + t.bwd_input + t.bwd_weight
+            seconds = t.fwd * (1 + again * redo_fraction(op, recompute, d)) + t.bwd_input + t.bwd_weight
             part = ("attention" if op.attention is not None or op.name.startswith("attn_") else
                     "GEMMs" if op.gemm is not None and op.fwd_flops > 0 else
                     "memory-bound kernels" if is_memory_bound(op) else None)

@@ -8,6 +8,7 @@ Units: FLOPs (2 per multiply-add), matmul FLOPs only. MoE layers count the usefu
 
 from __future__ import annotations
 
+from .recompute import recompute_flops
 from .ops import (Dims, Op, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range,
                   stage_ops)
 
@@ -23,20 +24,6 @@ def forward_flops(ops: list[Op]) -> float:
 def train_flops(ops: list[Op]) -> float:
     """Forward + backward (input and weight gradients) of the ops."""
     return sum(op.flops for op in ops)
-
-
-def recompute_flops(ops: list[Op], recompute: str) -> float:
-    """Extra forward FLOPs spent recomputing during the backward pass.
-
-    full: the whole layer forward again (Megatron `--recompute-granularity full`, uniform);
-    selective: only the core attention (Korthikanti et al. 2022, section 5);
-    embedding and LM-head ops are never recomputed (Narayanan eq. 3 counts the head 3x).
-    """
-    if recompute == "full":
-        return forward_flops(ops)
-    if recompute == "selective":
-        return sum(op.fwd_flops for op in ops if op.recompute_selective)
-    return 0.0
 
 
 def layer_forward_flops(s, moe_layer: bool = False) -> float:
@@ -58,7 +45,7 @@ def _per_microbatch(s, with_recompute: bool) -> float:
         ops = moe if is_moe_layer(s, layer) else dense
         total += train_flops(ops)
         if with_recompute:
-            total += recompute_flops(ops, s.training.recompute)
+            total += recompute_flops(ops, s.training.recompute, d)
     return total
 
 
@@ -91,5 +78,5 @@ def stage_flops(s, stage: int, with_recompute: bool = True) -> float:
     if with_recompute:
         d = Dims.of(s)
         for layer in stage_layer_range(s, stage):
-            total += recompute_flops(ops_for(d, is_moe_layer(s, layer)), s.training.recompute)
+            total += recompute_flops(ops_for(d, is_moe_layer(s, layer)), s.training.recompute, d)
     return total

@@ -29,6 +29,7 @@ from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
 from ..scenario.sharding import ShardingPlan
 from .ops import Dims, embedding_dims_ops, head_dims_ops, ops_for
+from .recompute import kept_bytes
 from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
 
 GIB = 2**30
@@ -48,18 +49,13 @@ ACTIVATION_FRAGMENTATION = 0.10
 def layer_activation_bytes(s, moe_layer: bool = False, recompute: str | None = None) -> float:
     """Activation bytes one layer keeps per micro-batch on one rank (Korthikanti Table 2):
     none: sum of every op's saved tensors; selective: minus the core attention;
-    full: only the layer input, 2*s*b*h (/t with sequence parallelism)."""
+    full: only the layer input, 2*s*b*h (/t with sequence parallelism); op: recompute.py."""
     return _layer_activation_bytes(Dims.of(s), moe_layer, recompute or s.training.recompute)
 
 
 @lru_cache(maxsize=1024)  # layouts searches and deep models ask for the same few shapes again and again
 def _layer_activation_bytes(d: Dims, moe_layer: bool, recompute: str) -> float:
-    ops = ops_for(d, moe_layer)
-    if recompute == "full":
-        return ops[0].act_bytes  # the input norm keeps exactly the layer input
-    if recompute == "selective":
-        return sum(op.act_bytes for op in ops if not op.recompute_selective)
-    return sum(op.act_bytes for op in ops)
+    return kept_bytes(ops_for(d, moe_layer), recompute, d)
 
 
 def layer_working_bytes(s, moe_layer: bool = False) -> float:

@@ -460,6 +460,9 @@ def to_megatron_args(s) -> list[str]:
     args += megatron_fsdp.args(s)
     args += ["--micro-batch-size", t.micro_batch, "--global-batch-size", t.global_batch]
     args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[t.precision]
+    if t.recompute == "op":
+        raise ValueError("training.recompute op is torchtitan's per-op selective checkpointing, which Megatron-LM "
+                         "cannot run; its nearest is --recompute-granularity selective (training.recompute: selective)")
     if t.recompute != "none":
         args += ["--recompute-granularity", t.recompute]
         if t.recompute == "full":

@@ -180,7 +180,7 @@ class Parallel(_Strict):
 class Training(_Strict):
     micro_batch: Batch = Field(1, validation_alias=AliasChoices("micro_batch", "micro_batch_size"))
     global_batch: Batch = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Literal["none", "selective", "op", "full"] = "none"  # model/recompute.py
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's --attention-backend
     # flash|fused|auto); unfused: scores in HBM (Megatron 2020-22, local|unfused). `use_flash_attn: true` = flash.

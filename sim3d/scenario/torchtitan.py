@@ -215,10 +215,13 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported) -> d
         raise ValueError(f"activation_checkpoint.mode {mode!r}: sim3d prices none, selective or full")
     training["recompute"] = mode
     if mode == "selective":
-        option = _get(config, "activation_checkpoint", "selective_ac_option", "2")
-        out.assumed.append(f"training.recompute selective: torchtitan's selective_ac_option {option!r} "
-                           "('op': save every other matmul; n: every n-th block in full) priced as Korthikanti's "
-                           "selective recomputation (attention's core)")
+        option = str(_get(config, "activation_checkpoint", "selective_ac_option", "2"))
+        if option == "op":  # per-op: every second matmul and all but the compute ops run again
+            training["recompute"] = "op"
+        else:
+            out.assumed.append(f"training.recompute selective: torchtitan's selective_ac_option {option!r} (every "
+                               f"{option}-th block in full) priced as Korthikanti's selective recomputation "
+                               "(attention's core)")
     if "activation_checkpoint" not in config:
         out.assumed.append("activation_checkpoint.mode selective: torchtitan's default")
     return training
@@ -246,6 +249,9 @@ def _not_carried(s) -> list[str]:
     out = []
     if s.training.kernels.stack == "te":
         out.append("training.kernels.stack te (torchtitan runs PyTorch modules, eager or with [compile])")
+    if s.training.recompute == "selective":
+        out.append("training.recompute selective (the attention core alone: Korthikanti et al.); torchtitan's "
+                   "nearest, written here, is its per-op policy (training.recompute: op)")
     if s.training.tp_comm_overlap:
         out.append("training.tp_comm_overlap (Transformer Engine's userbuffers; torchtitan's nearest is "
                    "parallelism.enable_async_tensor_parallel)")
@@ -283,7 +289,10 @@ def to_torchtitan_toml(s) -> str:
             lines.append(f"pipeline_parallel_layers_per_stage = {s.model.layers // (s.pp * s.vpp)}")
     if sharded and s.parallel.reshard_after_forward is not None:
         lines.append(f'fsdp_reshard_after_forward = "{"always" if s.parallel.reshard_after_forward else "never"}"')
-    lines += ["", "[activation_checkpoint]", f'mode = "{s.training.recompute}"']
+    recompute = s.training.recompute
+    lines += ["", "[activation_checkpoint]", f'mode = "{"selective" if recompute in ("op", "selective") else recompute}"']
+    if recompute in ("op", "selective"):  # torchtitan's per-op policy; it has no attention-only one
+        lines.append('selective_ac_option = "op"')
     if s.training.kernels.stack == "compiled":
         lines += ["", "[compile]", "enable = true"]
     if s.training.precision == "fp8":

@@ -1,0 +1,118 @@
+"""What each activation-recomputation policy (`training.recompute`) runs again in the backward
+and what a layer keeps from its forward: the one owner of that rule, read by the FLOP counts
+(flops.py), the memory model (memory.py) and the cost model (costs/cost_model.py).
+
+* `none`: nothing runs again; every op keeps what its backward reads (`Op.act_bytes`).
+* `selective`: Korthikanti et al. 2022, section 5: the core attention (the ops marked
+  `recompute_selective`) runs again and keeps nothing.
+* `full`: Megatron's `--recompute-granularity full`: the whole layer runs again; it keeps only
+  its input.
+* `op`: torchtitan's per-op selective checkpointing (torchtitan/distributed/activation_checkpoint.py
+  @b5bcd76, SelectiveAC; `activation_checkpoint.mode = "selective"` with
+  `selective_ac_option = "op"` in its train configs). Each block is checkpointed; when it runs
+  again in the backward, the outputs of the ops on its save list are taken from memory:
+  compute-intensive ops (matmuls, SDPA: torch._functorch's default op list) and the reduce-
+  scatters and all-to-alls, *except every second matmul*, counted in forward order within the
+  block, which runs again with everything else (norms, rotary embeddings, activations, adds,
+  the all-gathers that enter a tensor-parallel region, and the router and the grouped expert
+  GEMMs: `_grouped_mm` is not on the list and the router's shape is forced to recompute).
+  torchtitan's Llama block runs wq, wk, wv, wo, then w1, w3, w2 (FeedForward:
+  `w2(silu(w1(x)) * w3(x))`), so wk, wo and w3 run again: for Llama 3 8B 37% of the block's
+  forward matmul FLOPs. A layer keeps its input and the saved outputs: q, v, the attention
+  output and its log-sum-exp, w1's output and w2's (a row-parallel GEMM's output is its whole
+  partial sum, before the reduction that the save list keeps too).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .op import Op
+from .ops import Dims
+
+POLICIES = ("none", "selective", "op", "full")
+
+
+def _linears(d: Dims, moe: bool) -> list[tuple[str, float]]:
+    """torchtitan's matmuls of one block in forward order: (the op of ops.py that holds it, its
+    output width on this rank); qkv and mlp_up hold several (fused here, separate there). An
+    MoE block's router and grouped experts are not counted (module docstring), its shared
+    experts are a FeedForward after them."""
+    t = d.tp
+    attention = [("qkv", d.q_dim / t), ("qkv", d.kv_dim / t), ("qkv", d.kv_dim / t), ("out_proj", d.h)]
+    up, down, width = ("shared_up", "shared_down", d.shared_ffn / t) if moe else ("mlp_up", "mlp_down", d.ffn / t)
+    if moe and not d.shared_ffn:
+        return attention
+    return attention + [(up, width)] * (2 if d.gated else 1) + [(down, d.h)]
+
+
+@lru_cache(maxsize=256)
+def _saved_widths(d: Dims) -> dict[str, tuple[float, float]]:
+    """op name -> (output width saved, output width run again) under `op`: every second
+    matmul of a block runs again."""
+    widths: dict[str, list[float]] = {}
+    for moe in (False, True):  # the two kinds of block share their attention's counts
+        for count, (name, width) in enumerate(_linears(d, moe), start=1):
+            if name in widths and moe and name in ("qkv", "out_proj"):
+                continue
+            widths.setdefault(name, [0.0, 0.0])[count % 2 == 0] += width
+    return {name: (w[0], w[1]) for name, w in widths.items()}
+
+
+def redo_fraction(op: Op, recompute: str, d: Dims) -> float:
+    """The share of `op`'s forward that runs again in the backward."""
+    if recompute == "full":
+        return 1.0
+    if recompute == "selective":
+        return 1.0 if op.recompute_selective else 0.0
+    if recompute != "op":
+        return 0.0
+    if op.attention is not None or op.name in ("attn_qk", "attn_av"):
+        return 0.0  # SDPA and batched matmuls are saved
+    if op.fwd_flops > 0 and op.gemm is not None:
+        saved, again = _saved_widths(d).get(op.name, (0.0, 1.0))  # the router, grouped experts: again
+        return again / (saved + again)
+    return 1.0  # memory-bound: norms, rotary embeddings, activations, adds, permutations
+
+
+def reruns_forward_collective(op: Op, recompute: str) -> bool:
+    """Whether the op's forward collective runs again with the recomputation: all of them
+    under `full`; under `op` those off the save list (all-gathers, all-reduces)."""
+    return recompute == "full" or (recompute == "op" and op.comm in ("all-gather", "all-reduce"))
+
+
+def recompute_flops(ops: list[Op], recompute: str, d: Dims) -> float:
+    """Forward FLOPs run again in the backward of one layer."""
+    return sum(op.fwd_flops * redo_fraction(op, recompute, d) for op in ops)
+
+
+def kept_bytes(ops: list[Op], recompute: str, d: Dims) -> float:
+    """Activation bytes one layer keeps per micro-batch on one rank."""
+    if recompute == "full":
+        return ops[0].act_bytes  # the input norm keeps exactly the layer input
+    if recompute == "selective":
+        return sum(op.act_bytes for op in ops if not op.recompute_selective)
+    if recompute == "op":
+        return _op_kept_bytes(ops, d)
+    return sum(op.act_bytes for op in ops)
+
+
+def _op_kept_bytes(ops: list[Op], d: Dims) -> float:
+    """The block input and the outputs of the saved ops (module docstring)."""
+    ab, tokens = d.ab, d.b * d.sl
+    kept = ops[0].act_bytes  # the checkpointed block's input
+    saved = _saved_widths(d)
+    for op in ops:
+        if op.gemm is not None and op.name in saved:
+            kept += ab * tokens * saved[op.name][0]
+        elif op.attention is not None:
+            kept += ab * tokens * d.q_dim / d.tp + op.act_bytes  # the output and its log-sum-exp
+        elif op.name == "attn_qk":  # an unfused attention's batched matmuls keep their outputs
+            kept += ab * d.heads / d.tp * tokens * d.s
+        elif op.name == "attn_av":
+            kept += ab * tokens * d.q_dim / d.tp
+        if op.comm == "reduce-scatter":  # its output, a shard of the full activation it reduced
+            kept += op.comm_bytes / d.tp
+        elif op.comm == "all-to-all":  # the tokens it brought
+            kept += op.comm_bytes
+    return kept
