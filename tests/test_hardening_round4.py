@@ -109,3 +109,88 @@ def test_a_searched_fit_takes_an_even_spread_of_many_rows():
     assert len(picked) == SEARCHED_ROWS and picked[0] == 1 and picked[-1] == 5000
     assert picked == sorted(set(picked))  # distinct, in size order
     assert _spread(rows[:10], lambda r: r) == rows[:10]
+
+
+# ---- the hostile pass re-run on this round's fixes ------------------------------------------
+def test_an_import_never_replaces_the_file_it_read_even_with_force(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_bytes((ROOT / "tests" / "fixtures" / "nemo_llama31_70b.yaml").read_bytes())
+    link = tmp_path / "link.yaml"
+    link.symlink_to(recipe)
+    for out in (recipe, link):
+        ran = runner.invoke(app, ["import", "nemo", str(recipe), "--gpu", "h100-sxm", "--gpus", "64",
+                                  "--out", str(out), "--force"])
+        assert ran.exit_code == 2 and "is the file imported from" in ran.stderr or "symbolic link" in ran.stderr
+    assert recipe.read_bytes() == (ROOT / "tests" / "fixtures" / "nemo_llama31_70b.yaml").read_bytes()
+
+
+def test_outputs_never_land_in_the_home_folder_or_above_the_working_directory(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    work = home / "project"
+    work.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    for out in (str(home), "..", str(tmp_path)):
+        ran = runner.invoke(app, ["run", str(TINY), "--no-plots", "--out", out])
+        assert ran.exit_code == 2, (out, ran.output)
+        assert "home folder" in ran.stderr or "holds the working directory" in ran.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["project"]
+
+
+def test_goodput_refuses_a_run_length_that_is_not_a_number(tmp_path):
+    ran = runner.invoke(app, ["goodput", str(TINY), "--run-days", "nan", "--json", "--out", str(tmp_path / "g")])
+    assert ran.exit_code == 2 and "--run-days" in ran.stderr
+
+
+def test_brackets_in_toml_strings_and_comments_are_not_nesting(tmp_path):
+    text = (ROOT / "tests" / "fixtures" / "torchtitan_llama3_70b.toml").read_text()
+    config = tmp_path / "c.toml"
+    config.write_text(text + "\n# " + "[" * 40 + "\n[sim3d_test]\ndescription = \"" + "[" * 40 + "\"\n")
+    ran = runner.invoke(app, ["import", "torchtitan", str(config), "--gpu", "h100-sxm", "--gpus", "64"])
+    assert ran.exit_code == 0, ran.output
+    config.write_text(text + "\n[sim3d_test]\nx = " + "[" * 40 + "]" * 40 + "\n")
+    refused = runner.invoke(app, ["import", "torchtitan", str(config), "--gpu", "h100-sxm", "--gpus", "64"])
+    assert refused.exit_code == 2 and "nested 40 levels deep" in refused.stderr
+
+
+def test_a_name_of_letters_of_any_script_is_a_name():
+    from sim3d.report.outputs import folder_name
+    assert sim3d.load_scenario(TINY, ["name=é"]).name == "é" and folder_name("é") == "é"
+    assert folder_name("a/b") == "a-b"
+
+
+def test_kernel_prices_take_numpy_integers_and_refuse_tensors_no_gpu_holds():
+    import numpy as np
+    from sim3d.errors import ScenarioError
+    assert sim3d.kernel_seconds("h100-sxm", "gemm", m=np.int64(512), n=512, k=512).seconds > 0
+    with pytest.raises(ScenarioError, match="more than one kernel takes"):
+        sim3d.kernel_seconds("h100-sxm", "gemm", m=10**8, n=10**8, k=10**7)  # 2.4e16 bytes of operands
+
+
+def test_a_fifo_or_folder_as_a_profile_is_named_as_such_by_every_command(tmp_path):
+    fifo = tmp_path / "p.csv"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        kernel = runner.invoke(app, ["kernel", "gemm", "m=64", "n=64", "k=64", "--gpu", "h100-sxm", "--profile", str(path)])
+        fit = runner.invoke(app, ["calibrate", "--fit", "--profile", str(path)])
+        for ran in (kernel, fit):
+            assert ran.exit_code == 2 and "not a regular file" in ran.stderr, ran.stderr
+
+
+@pytest.mark.parametrize("quantiles", [[0.05, 1.0], [0.01] * 9 + [1.0], [0.6, 0.7, 0.8, 1.0]])
+def test_jitter_faster_than_the_price_is_refused(quantiles):
+    from sim3d.errors import ScenarioError
+    with pytest.raises(ScenarioError, match="not jitter"):
+        sim3d.simulate(TINY, sets=[f'variability={{"jitter": {{"quantiles": {quantiles}}}}}'])
+    sim3d.simulate(TINY, sets=['variability={"jitter": {"quantiles": [0.97, 1.0, 1.1]}}'])  # a real spread
+
+
+def test_calibrate_from_a_trace_never_replaces_a_csv_it_did_not_write(tmp_path):
+    mine = tmp_path / "prof.csv"
+    mine.write_text("mine\n")
+    trace = ROOT / "tests" / "fixtures" / "traces" / "two_rank_rank0.json"
+    ran = runner.invoke(app, ["calibrate", "--from-trace", str(trace), "--out", str(mine)])
+    assert ran.exit_code == 2 and "not a profile sim3d wrote" in ran.stderr and mine.read_text() == "mine\n"
+    ours = tmp_path / "ours.csv"
+    for _ in range(2):  # sim3d's own profile is replaced
+        assert runner.invoke(app, ["calibrate", "--from-trace", str(trace), "--out", str(ours)]).exit_code == 0

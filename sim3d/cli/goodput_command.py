@@ -3,6 +3,8 @@ checkpoint interval that maximises it, at the scenario's size and from 1k to 128
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Optional
 
@@ -74,6 +76,8 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     step_s, step_source = None, None
     if samples is not None and gpus != s.num_gpus:
         raise BadInput(f"--samples draws the scenario's own layout ({s.num_gpus:,} GPUs), not --gpus {gpus:,}")
+    if run_days is not None and not math.isfinite(run_days):  # typer's range lets nan through
+        raise BadInput(f"--run-days {run_days}: expected a finite number of days")
     if run_days is not None and gpus != s.num_gpus:
         raise BadInput(f"--run-days counts the scenario's own layout's steps ({s.num_gpus:,} GPUs), not --gpus {gpus:,}")
     if gpus == s.num_gpus:  # the interval in steps needs this layout's step

@@ -36,6 +36,9 @@ def _emit(imported, source: str, out: Optional[Path], as_json: bool, force: bool
                      "path": str(out) if out else None})
     if out is not None:
         _writable_file(out, "--out", (".yaml", ".yml"))
+        if out.exists() and Path(source).exists() and out.samefile(source):  # a link to it is it too
+            raise BadInput(f"--out {out}: is the file imported from; the scenario would replace the config it "
+                           "was read from (--force does not change that)")
         if out.exists() and not force:  # `import nemo X.yaml --out X.yaml` would replace the user's config
             raise BadInput(f"--out {out}: exists; sim3d import replaces a file only with --force")
         from ..util.safe_files import refuse_unsafe, write_bytes

@@ -151,7 +151,8 @@ def calibrate(device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
         if not fit:
             raise BadInput("--profile is for --fit (fit an existing profile)")
         if not profile.is_file():
-            raise BadInput(f"--profile {profile}: no such profile")
+            raise BadInput(f"--profile {profile}: " + ("not a regular file (a profile is a CSV file)" if profile.exists()
+                                                       else "no such profile"))
         _fit_profile(profile, as_json, {})
         return
     if device not in ("cpu", "cuda"):

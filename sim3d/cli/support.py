@@ -127,9 +127,11 @@ def _writable_folder(folder: Path, option: str = "--out", cwd_ok: bool = False) 
     if not cwd_ok and (not str(folder).strip() or str(folder) == "."):
         raise BadInput(f"{option} {str(folder)!r}: name a folder (an empty path would write into the working "
                        "directory)")
-    resolved = folder.resolve()
+    resolved, cwd = folder.resolve(), Path.cwd().resolve()
     where = ("the filesystem root" if resolved == Path(resolved.anchor) else
-             "the working directory" if resolved == Path.cwd().resolve() else None)
+             "the working directory" if resolved == cwd else
+             "the home folder" if resolved == Path.home().resolve() else
+             "a folder that holds the working directory" if resolved in cwd.parents else None)
     if not cwd_ok and where:
         raise BadInput(f"{option} {folder}: is {where}; name a folder of the outputs' own (they would land "
                        "beside other files)")

@@ -33,12 +33,27 @@ def trace_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+def _refuse_foreign(out_path: Path) -> None:
+    """A CSV already there is replaced only when sim3d wrote it: its provenance JSON beside it
+    names the profile schema (calibrate and calibrate --from-trace both write one)."""
+    if not out_path.exists():
+        return
+    try:
+        ours = "schema" in json.loads(out_path.with_suffix(".json").read_text())
+    except (OSError, ValueError, TypeError):
+        ours = False
+    if not ours:
+        raise BadInput(f"--out {out_path}: exists and is not a profile sim3d wrote (no provenance JSON beside it); "
+                       "name a new file, or remove it first")
+
+
 def calibrate_from_trace(traces: list[Path], out_path: Path | None, scenario: Path | None, as_json: bool) -> None:
     from ..costs.kineto import read_traces
     from ..costs.trace_profile import write_profile
     if out_path is None:
         raise BadInput("--from-trace: name the profile to write with --out PROFILE.csv")
     _writable_file(out_path, "--out", (".csv",))
+    _refuse_foreign(out_path)
     read = read_traces(trace_files(traces))
     more = ((), {})
     if scenario is not None:  # the job the traces ran: its memory-bound kernels per layer

@@ -9,6 +9,8 @@ for memory-bound kernels, costs/collectives.py on the preset's node for collecti
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,15 +88,23 @@ def _take(op: str, shape: dict, required: tuple[str, ...], optional: dict) -> di
             if value > MAX_BYTES:
                 raise ScenarioError(f"kernel {op}: nbytes={value:,.0f} exceeds {MAX_BYTES:,} (a TiB in one collective)")
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < (2 if key == "group" else 1):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < (2 if key == "group" else 1):
             raise ScenarioError(f"kernel {op}: {key} must be a positive integer{' >= 2' if key == 'group' else ''}, "
                                 f"not {value!r}")
+        args[key] = value = int(value)  # numpy's integers too
         if value > MAX_DIMENSION:
             raise ScenarioError(f"kernel {op}: {key}={value:,} is more than one kernel takes (at most "
                                 f"{MAX_DIMENSION:,}, a 32-bit int as cuBLAS takes its dimensions)")
     for key, choices in (("precision", tuple(_BYTES)), ("direction", ("fwd", "bwd"))):
         if key in args and args[key] not in choices:
             raise ScenarioError(f"kernel {op}: {key} must be one of {', '.join(choices)}, not {args[key]!r}")
+    width = _BYTES.get(args.get("precision", "bf16"), 2)
+    tensors = {"gemm": lambda a: a["m"] * a["k"] + a["k"] * a["n"] + a["m"] * a["n"],
+               "attention": lambda a: 4 * a["batch"] * a["heads"] * a["seq"] * a["head_dim"]}
+    elements = tensors[op](args) if op in tensors else args.get("numel", 0)
+    if elements * width > MAX_BYTES:  # each dimension fits a 32-bit int, the tensors need not fit a GPU
+        raise ScenarioError(f"kernel {op}: its tensors hold {elements * width:,} bytes, more than one kernel takes "
+                            f"(at most {MAX_BYTES:,}, a TiB)")
     return args
 
 

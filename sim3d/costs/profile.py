@@ -131,6 +131,8 @@ class Profile:
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
         p = Path(path)
+        if p.exists() and not p.is_file():  # a FIFO would block the reader, a folder fail it
+            raise ProfileError(f"calibration profile {p} is not a regular file (a profile is a CSV file)")
         if not p.is_file():
             raise ProfileError(f"calibration profile not found: {p} "
                                "(run `python -m calibrate` or `sim3d calibrate` to make one)")

@@ -18,9 +18,9 @@ from .memory_plot import plain_rows
 
 
 def folder_name(name: str) -> str:
-    """`name` as one safe path component: letters, digits and . _ + - kept, runs of anything
-    else (slashes, spaces, NUL) become '-', no leading dot; empty -> 'scenario'."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").lstrip(".")
+    """`name` as one safe path component: letters and digits (of any script), . _ + - kept, runs
+    of anything else (slashes, spaces, NUL) become '-', no leading dot; empty -> 'scenario'."""
+    safe = re.sub(r"[^\w.+-]+", "-", name).strip("-").lstrip(".")
     return safe[:120] or "scenario"
 
 

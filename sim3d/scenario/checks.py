@@ -18,7 +18,7 @@ FLASH_ATTENTION_CAPABILITY = 8.0
 def consistency_problems(s) -> list[str]:
     p: list[str] = []
     m, par, tr = s.model, s.parallel, s.training
-    if not any(c.isascii() and c.isalnum() for c in s.name):  # '..', '/', ' ' would all name reports/scenario/
+    if not any(c.isalnum() for c in s.name):  # '..', '/', ' ' would all name reports/scenario/
         p.append(f"name: {s.name!r} has no letter or digit; it names the run's report folder (reports/<name>/)")
     if s.cluster.gpu not in PRESETS:
         p.append(f"cluster.gpu: unknown GPU preset {s.cluster.gpu!r}{suggest(s.cluster.gpu, PRESETS)}"

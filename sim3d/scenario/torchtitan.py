@@ -60,11 +60,32 @@ MAX_CONFIG_BYTES = 1_000_000
 MAX_TOML_DEPTH = 32
 
 
+def _structure(text: str):
+    """The characters of `text` outside strings and comments (TOML's basic, literal and
+    multi-line strings; a comment runs from # to the end of its line)."""
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if char in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
+            j = i + len(quote)
+            while j < n and text[j:j + len(quote)] != quote:
+                j += 2 if char == '"' and text[j] == "\\" else 1
+            i = j + len(quote)
+            continue
+        yield char
+        i += 1
+
+
 def _check_nesting(text: str) -> None:
     """ValueError for a dotted key or a nesting of arrays / inline tables deeper than
-    MAX_TOML_DEPTH (counted on the raw text, quotes included: a config has no such strings)."""
+    MAX_TOML_DEPTH (brackets in strings and comments do not count)."""
     depth = deepest = 0
-    for char in text:
+    for char in _structure(text):
         if char in "[{":
             depth += 1
             deepest = max(deepest, depth)

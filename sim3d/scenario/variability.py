@@ -26,6 +26,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+# A measured jitter spreads kernel times around their price: the fastest kernels of a run are a
+# few percent under it (the variation MegaScale reports, arXiv:2402.15627, is slow machines), so
+# a factor below a half, or an average under 0.9, says the price is wrong, and the jitter would
+# hide that (quantiles of [0.05, 1.0] made a step 48% faster).
+FASTEST_JITTER = 0.5
+LEAST_MEAN = 0.9
+
+
 class Jitter(_Strict):
     """One of: lognormal with mean 1 and this sigma (of the log); or quantiles of the factor at
     evenly spaced probabilities from 0 to 1 (the minimum first, the maximum last), as a
@@ -48,6 +56,13 @@ class Jitter(_Strict):
                 # kernel (0.01: a hundred times faster), which slow_gpus or a straggler says openly
                 raise ValueError(f"quantiles: {q} must reach from at most 1 to at least 1 (jitter spreads kernel "
                                  "times around their price; a GPU slow throughout is slow_gpus or a straggler)")
+            if q[0] < FASTEST_JITTER:
+                raise ValueError(f"quantiles: {q} start below {FASTEST_JITTER}: a kernel more than "
+                                 f"{1 / FASTEST_JITTER:g}x faster than its price is a wrong price, not jitter")
+            mean = (sum(q) - (q[0] + q[-1]) / 2) / (len(q) - 1)  # of the piecewise-linear inverse CDF
+            if mean < LEAST_MEAN:
+                raise ValueError(f"quantiles: {q} average {mean:.3g}: kernels faster than their price on average "
+                                 f"(below {LEAST_MEAN}) is a wrong price, not jitter; calibrate the price instead")
         return self
 
 
