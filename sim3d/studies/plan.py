@@ -144,11 +144,14 @@ def _memory_verdict(scenario, states: float, hbm: float) -> tuple[bool, float, s
 
 # A batch is what a worker prices between two progress updates: a few seconds of work.
 SECONDS_PER_BATCH = 2.0
-# Groups whose first layouts are priced first, to measure tier one's rates on this model and
-# cluster.
-PILOT_GROUPS = 2
-PILOT_LAYOUTS_PER_GROUP = 8
-EARLY_REFUSAL = 1.5  # a first group's estimate this far over the limit is refused at once
+# Places spread over the search where a layout, then a batch of its neighbours, are priced
+# first, to measure tier one's rates on this model and cluster; a layout slower than
+# SLOW_LAYOUT_S alone is followed by one neighbour, not a batch.
+PILOT_PLACES = 12
+PILOT_BATCH = 16
+SLOW_LAYOUT_S = 0.25
+# the estimate after one place, then after two or more, that ends the pilot at once (x the limit)
+EARLY_REFUSAL = (10.0, 2.0)
 
 
 def _batches(layouts: list[Layout], workers: int, rate: float | None = None) -> list[list[Layout]]:
@@ -182,45 +185,56 @@ def _groups(layouts: list[Layout]) -> dict[tuple, list[Layout]]:
 
 def pilot(space: Space, layouts: list[Layout], workers: int,
           progress: Callable[[int], None] | None = None) -> tuple[list[Layout], list[tuple], float | None]:
-    """Time tier one here on the first layouts of a few (tp, cp, ep, pp) groups and refuse the
-    search when the rest would take longer than PLAN_SECONDS. Within a group most layouts cost
-    microseconds (a memory verdict, or an estimate from warm caches); one pays the group's warm-
-    up (its process groups placed and linked on this cluster: seconds at tens of thousands of
-    GPUs). So the rest costs (groups left) x (a group's warm-up) + (layouts left) x (the median
-    layout). A first group that already says more than EARLY_REFUSAL times the limit ends the
-    pilot there: the refusal comes in seconds. Returns (the layouts priced, their rows, layouts
-    a second per worker once warm)."""
+    """Time tier one here at PILOT_PLACES places spread over the whole search and refuse it when
+    the rest would take longer than PLAN_SECONDS. At each place one layout is priced alone
+    (it pays its (tp, cp, ep, pp) group's warm-up: the group's process groups placed and linked
+    on this cluster, seconds at tens of thousands of GPUs), then its neighbours as one batch,
+    as a worker prices them (sharing the batch's memory verdicts): a layout's own price differs
+    across the space (a verdict is microseconds, an estimate of a layout that fits is not). So
+    the rest costs (groups) x (warm-up) + (layouts left) x (the mean layout). This process's own
+    set-up (the space, the cluster) is paid first, untimed. An estimate far over the limit
+    (EARLY_REFUSAL) ends the pilot early, so such a refusal comes in seconds. Returns (the
+    layouts priced, their rows, layouts a second per worker once warm)."""
     if not layouts:
         return [], [], None
-    groups = list(_groups(layouts).values())
-    chosen = groups[::max(1, len(groups) // PILOT_GROUPS)][:PILOT_GROUPS]
-    sample, rows, times, warm_ups = [], [], [], []
-    for measured, group in enumerate(chosen, start=1):
-        spent = []
-        for layout in group[:PILOT_LAYOUTS_PER_GROUP]:
-            started = time.perf_counter()
-            rows += _tier_one((_space_key(space), space.base, space.gpus, space.choices, [layout]))
-            spent.append(time.perf_counter() - started)
-            sample.append(layout)
-            if progress:
-                progress(1)
-        times += spent
-        warm_ups.append(max(spent) - statistics.median(spent))
-        seconds, how = _rest_of_tier_one(groups, measured, len(layouts) - len(sample), times, warm_ups, workers)
-        if measured < len(chosen) and seconds > EARLY_REFUSAL * PLAN_SECONDS.value:
-            PLAN_SECONDS.check(math.ceil(seconds), how + f", from {measured} group(s)")
+    groups = _groups(layouts)
+    order = [layout for group in groups.values() for layout in group]  # as the batches run them
+    key = _space_key(space)
+    _worker_state(key, space.base, space.gpus, space.choices)
+    step = max(2, len(order) // PILOT_PLACES)
+    sample, rows, cold, batch_s, batched = [], [], [], 0.0, 0
+    places = list(range(0, len(order) - 1, step))[:PILOT_PLACES] or [0]
+
+    def timed(chunk: list[Layout]) -> float:
+        nonlocal rows
+        started = time.perf_counter()
+        rows += _tier_one((key, space.base, space.gpus, space.choices, chunk))
+        sample.extend(chunk)
+        if progress:
+            progress(len(chunk))
+        return time.perf_counter() - started
+
+    for measured, place in enumerate(places, start=1):
+        cold.append(timed(order[place:place + 1]))
+        neighbours = order[place + 1:place + 1 + (1 if cold[-1] > SLOW_LAYOUT_S else PILOT_BATCH)]
+        if neighbours:
+            batch_s, batched = batch_s + timed(neighbours), batched + len(neighbours)
+        each = batch_s / batched if batched else cold[-1]
+        seconds, how = _rest_of_tier_one(len(groups), len(layouts) - len(sample), cold, each, batched, workers)
+        if measured < len(places) and seconds > EARLY_REFUSAL[min(measured, 2) - 1] * PLAN_SECONDS.value:
+            PLAN_SECONDS.check(math.ceil(seconds), how + f", from {measured} place(s) of the search")
     PLAN_SECONDS.check(math.ceil(seconds), how)
-    return sample, rows, 1.0 / max(statistics.median(times), 1e-6)
+    return sample, rows, 1.0 / max(each, 1e-6)
 
 
-def _rest_of_tier_one(groups: list, measured: int, rest: int, times: list, warm_ups: list,
+def _rest_of_tier_one(groups: int, rest: int, cold: list, each: float, measured: int,
                       workers: int) -> tuple[float, str]:
-    each, warm_up = statistics.median(times), statistics.fmean(warm_ups)
+    warm_up = max(0.0, statistics.fmean(cold) - each)
     busy = max(1, min(workers, rest))
-    seconds = ((len(groups) - measured) * warm_up + rest * each) / busy
-    return seconds, (f"{rest:,} more layouts in {len(groups) - measured:,} more (tp, cp, ep, pp) groups, at "
-                     f"{warm_up:.2g} s to warm up a group and {each:.2g} s a layout (measured here), on {busy} "
-                     "worker(s)")
+    seconds = (groups * warm_up + rest * each) / busy
+    return seconds, (f"{rest:,} more layouts in {groups:,} (tp, cp, ep, pp) groups, at {warm_up:.2g} s to warm up "
+                     f"a group and {each:.2g} s a layout (the mean of {measured or 1} over the search, measured here), "
+                     f"on {busy} worker(s)")
 
 
 def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None, workers: int = 1,
@@ -368,11 +382,28 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
         count = min(finalists, int(candidates["fits"].sum()))
         done = (simulate_finalists(path, space, candidates, count, pool, tick("simulate", count)) if count
                 else pd.DataFrame())
+    except BaseException:  # a refusal, Ctrl-C or SIGTERM: the workers' batches are not waited for
+        if pool is not None:
+            _abandon(pool)
+            pool = None
+        raise
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         _WORKER.clear()  # in-process caches belong to this space only
     return Plan(space, candidates, dropped, done)
+
+
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool's workers now: shutdown(wait=True), and the interpreter's exit after a
+    shutdown(wait=False), both wait for the batches they are pricing (minutes: a SIGTERM'd plan
+    of MoE layouts on 16,384 GPUs ran on for 13 minutes)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(5)
 
 
 TABLES = ("candidates.csv", "finalists.csv")
