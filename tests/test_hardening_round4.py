@@ -165,6 +165,8 @@ def test_kernel_prices_take_numpy_integers_and_refuse_tensors_no_gpu_holds():
     assert sim3d.kernel_seconds("h100-sxm", "gemm", m=np.int64(512), n=512, k=512).seconds > 0
     with pytest.raises(ScenarioError, match="more than one kernel takes"):
         sim3d.kernel_seconds("h100-sxm", "gemm", m=10**8, n=10**8, k=10**7)  # 2.4e16 bytes of operands
+    with pytest.raises(ScenarioError, match="nbytes=100,000,000,000,000,000,000,000 exceeds"):  # not rounded
+        sim3d.kernel_seconds("h100-sxm", "all_reduce", nbytes=10**23, group=8)
 
 
 def test_a_fifo_or_folder_as_a_profile_is_named_as_such_by_every_command(tmp_path):
