@@ -1,4 +1,4 @@
-"""How close plan's pilot estimate of tier one (studies/plan.py `pilot`) comes to tier one's
+"""How close plan's pilot estimate of tier one (studies/pilot.py) comes to tier one's
 wall time, per scenario: the estimate, then the measured time of the whole search on this
 machine's cores (minutes each; a timing, so a benchmark, not a test).
 
@@ -21,7 +21,7 @@ CASES = [("scenarios/llama3.1-8b.yaml", 8), ("scenarios/llama3.1-70b.yaml", 64),
 def main() -> None:
     os.environ["SIM3D_MAX_PLAN_SECONDS"] = str(10**8)
     from sim3d.scenario.load import load_scenario
-    from sim3d.studies import plan
+    from sim3d.studies import pilot as plan_pilot, plan
     from sim3d.studies.space import Space
     from sim3d.util.lifetime import die_with_parent
     cases = [(sys.argv[1], int(sys.argv[2]))] if len(sys.argv) == 3 else CASES
@@ -30,7 +30,10 @@ def main() -> None:
     for path, gpus in cases:
         space = Space(load_scenario(ROOT / path), gpus, {}, ())
         layouts, _ = space.layouts()
-        sample, rows, rate = plan.pilot(space, layouts, workers)
+        key = plan._space_key(space)
+        plan._worker_state(key, space.base, space.gpus, space.choices)
+        sample, rows, rate = plan_pilot.pilot(plan._groups(layouts), lambda chunk: plan._tier_one(
+            (key, space.base, space.gpus, space.choices, chunk)), workers)
         rest = len(layouts) - len(sample)
         estimate = rest / rate / max(1, min(workers, rest))
         chosen = set(map(id, sample))

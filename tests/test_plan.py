@@ -341,15 +341,17 @@ def test_the_pilot_samples_the_whole_search_not_its_first_layouts():
     and the estimate came out 25x short of tier one's wall time (gpt3 on 1,024 GPUs: 9 s
     estimated, 246 s priced): the places it times now spread over every group."""
     import os
-    from sim3d.studies import plan
+    from sim3d.studies import pilot, plan
     from sim3d.studies.space import Space
     from sim3d.scenario.load import load_scenario
     space = Space(load_scenario(ROOT / "scenarios" / "llama3.1-8b.yaml"), 8, {}, ())
     layouts, _ = space.layouts()
-    sample, rows, rate = plan.pilot(space, layouts, 1)
+    key = plan._space_key(space)
+    sample, rows, rate = pilot.pilot(plan._groups(layouts), lambda chunk: plan._tier_one(
+        (key, space.base, space.gpus, space.choices, chunk)), 1)
     order = [layout for group in plan._groups(layouts).values() for layout in group]
     where = sorted(order.index(layout) for layout in sample)
     assert len(rows) == len(sample) and rate > 0
-    assert where[0] == 0 and where[-1] > 0.9 * (len(order) - len(order) // plan.PILOT_PLACES)
+    assert where[0] == 0 and where[-1] > 0.9 * (len(order) - len(order) // pilot.PILOT_PLACES)
     touched = {(x.tp, x.cp, x.ep, x.pp) for x in sample}
-    assert len(touched) >= min(plan.PILOT_PLACES, len(plan._groups(layouts))) // 2
+    assert len(touched) >= min(pilot.PILOT_PLACES, len(plan._groups(layouts))) // 2

@@ -330,9 +330,8 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
                     list(_drain(results_q, payloads, failures, 0.1))
                 rank, error = _root_cause(failures, {r: p for r, p in enumerate(procs)
                                                      if r not in payloads and r not in failures})
-                if rank not in failures and _process_state(procs[rank].pid).startswith("process stopped"):
-                    killed.add(rank)  # SIGSTOP or a debugger: stopped from outside, as a kill is
-                raise (RankKilled if rank in killed else ExecutorError)(
+                stopped = rank not in failures and _process_state(procs[rank].pid).startswith("process stopped")
+                raise (RankKilled if rank in killed or stopped else ExecutorError)(  # SIGSTOP: from outside too
                     rank, error, {r: e for r, e in failures.items() if r != rank})
             if time.monotonic() > deadline:
                 raise ExecutorError(None, f"no result after {deadline_s or 600 + 60 * steps:.0f} s; "

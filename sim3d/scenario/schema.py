@@ -277,10 +277,9 @@ class Costs(_Strict):
     @field_validator("profile")
     @classmethod
     def _profile_exists(cls, value):
-        if value is not None and not Path(value).is_file():
-            if Path(value).exists():  # a FIFO, a folder or a device would block or fail the reader
-                raise ValueError(f"{value} is not a regular file (a profile is a CSV file)")
-            raise ValueError(f"no such profile file {value}")
+        if value is not None and not Path(value).is_file():  # a FIFO or a folder would block or fail the reader
+            raise ValueError(f"{value} is not a regular file (a profile is a CSV file)" if Path(value).exists()
+                             else f"no such profile file {value}")
         return value
 
 

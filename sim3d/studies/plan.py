@@ -11,8 +11,6 @@ step; the estimate's error on each is kept, so the first tier's error is visible
 from __future__ import annotations
 
 import math
-import statistics
-import time
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import astuple, dataclass, fields
@@ -25,10 +23,10 @@ from ..costs.profile import load_profile
 from ..engine.run import replay_step
 from ..util.lifetime import die_with_parent
 from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
-from ..scenario.limits import PLAN_SECONDS
 from ..scenario.load import load_scenario
 from ..errors import ScenarioError
 from .estimate import Estimate, Estimator
+from .pilot import pilot
 from .space import Layout, Space
 
 FINALISTS = 200
@@ -144,14 +142,6 @@ def _memory_verdict(scenario, states: float, hbm: float) -> tuple[bool, float, s
 
 # A batch is what a worker prices between two progress updates: a few seconds of work.
 SECONDS_PER_BATCH = 2.0
-# Places spread over the search where a layout, then a batch of its neighbours, are priced
-# first, to measure tier one's rates on this model and cluster; a layout slower than
-# SLOW_LAYOUT_S alone is followed by one neighbour, not a batch.
-PILOT_PLACES = 12
-PILOT_BATCH = 16
-SLOW_LAYOUT_S = 0.25
-# the estimate after one place, then after two or more, that ends the pilot at once (x the limit)
-EARLY_REFUSAL = (10.0, 2.0)
 
 
 def _batches(layouts: list[Layout], workers: int, rate: float | None = None) -> list[list[Layout]]:
@@ -181,60 +171,6 @@ def _groups(layouts: list[Layout]) -> dict[tuple, list[Layout]]:
     for layout in layouts:
         groups.setdefault((layout.tp, layout.cp, layout.ep, layout.pp), []).append(layout)
     return groups
-
-
-def pilot(space: Space, layouts: list[Layout], workers: int,
-          progress: Callable[[int], None] | None = None) -> tuple[list[Layout], list[tuple], float | None]:
-    """Time tier one here at PILOT_PLACES places spread over the whole search and refuse it when
-    the rest would take longer than PLAN_SECONDS. At each place one layout is priced alone
-    (it pays its (tp, cp, ep, pp) group's warm-up: the group's process groups placed and linked
-    on this cluster, seconds at tens of thousands of GPUs), then its neighbours as one batch,
-    as a worker prices them (sharing the batch's memory verdicts): a layout's own price differs
-    across the space (a verdict is microseconds, an estimate of a layout that fits is not). So
-    the rest costs (groups) x (warm-up) + (layouts left) x (the mean layout). This process's own
-    set-up (the space, the cluster) is paid first, untimed. An estimate far over the limit
-    (EARLY_REFUSAL) ends the pilot early, so such a refusal comes in seconds. Returns (the
-    layouts priced, their rows, layouts a second per worker once warm)."""
-    if not layouts:
-        return [], [], None
-    groups = _groups(layouts)
-    order = [layout for group in groups.values() for layout in group]  # as the batches run them
-    key = _space_key(space)
-    _worker_state(key, space.base, space.gpus, space.choices)
-    step = max(2, len(order) // PILOT_PLACES)
-    sample, rows, cold, batch_s, batched = [], [], [], 0.0, 0
-    places = list(range(0, len(order) - 1, step))[:PILOT_PLACES] or [0]
-
-    def timed(chunk: list[Layout]) -> float:
-        nonlocal rows
-        started = time.perf_counter()
-        rows += _tier_one((key, space.base, space.gpus, space.choices, chunk))
-        sample.extend(chunk)
-        if progress:
-            progress(len(chunk))
-        return time.perf_counter() - started
-
-    for measured, place in enumerate(places, start=1):
-        cold.append(timed(order[place:place + 1]))
-        neighbours = order[place + 1:place + 1 + (1 if cold[-1] > SLOW_LAYOUT_S else PILOT_BATCH)]
-        if neighbours:
-            batch_s, batched = batch_s + timed(neighbours), batched + len(neighbours)
-        each = batch_s / batched if batched else cold[-1]
-        seconds, how = _rest_of_tier_one(len(groups), len(layouts) - len(sample), cold, each, batched, workers)
-        if measured < len(places) and seconds > EARLY_REFUSAL[min(measured, 2) - 1] * PLAN_SECONDS.value:
-            PLAN_SECONDS.check(math.ceil(seconds), how + f", from {measured} place(s) of the search")
-    PLAN_SECONDS.check(math.ceil(seconds), how)
-    return sample, rows, 1.0 / max(each, 1e-6)
-
-
-def _rest_of_tier_one(groups: int, rest: int, cold: list, each: float, measured: int,
-                      workers: int) -> tuple[float, str]:
-    warm_up = max(0.0, statistics.fmean(cold) - each)
-    busy = max(1, min(workers, rest))
-    seconds = (groups * warm_up + rest * each) / busy
-    return seconds, (f"{rest:,} more layouts in {groups:,} (tp, cp, ep, pp) groups, at {warm_up:.2g} s to warm up "
-                     f"a group and {each:.2g} s a layout (the mean of {measured or 1} over the search, measured here), "
-                     f"on {busy} worker(s)")
 
 
 def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None, workers: int = 1,
@@ -375,7 +311,10 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) if workers > 1 else None
     try:
         ticker = tick("price", len(layouts))
-        sample, sample_rows, rate = pilot(space, layouts, workers, ticker)
+        key = _space_key(space)
+        _worker_state(key, space.base, space.gpus, space.choices)  # this process's set-up, before the pilot times
+        sample, sample_rows, rate = pilot(_groups(layouts), lambda chunk: _tier_one(
+            (key, space.base, space.gpus, space.choices, chunk)), workers, ticker)
         chosen = set(map(id, sample))
         candidates = price(space, [x for x in layouts if id(x) not in chosen], pool, workers, ticker, rate,
                            sample_rows)
