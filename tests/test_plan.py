@@ -324,7 +324,7 @@ def test_the_table_folds_layouts_that_differ_only_in_switches():
 
 def test_a_search_of_hours_is_refused_from_its_first_places_with_the_default_limit(tmp_path):
     """Issue 49 item 13: MoE layouts on 131,072 GPUs ran ~70 min unrefused. The first pilot
-    place's estimate (hours: a layout that fits takes seconds to estimate there) is past 10x
+    places' estimate (about half an hour: a layout that fits takes a second to estimate there) is past 2x
     the default limit, so the pilot stops there and refuses with its estimate and the flag."""
     from sim3d.scenario.limits import PLAN_SECONDS
     result = CliRunner().invoke(app, ["plan", str(ROOT / "scenarios" / "moe-1024.yaml"), "--gpus", "131072",
