@@ -196,3 +196,21 @@ def test_calibrate_from_a_trace_never_replaces_a_csv_it_did_not_write(tmp_path):
     ours = tmp_path / "ours.csv"
     for _ in range(2):  # sim3d's own profile is replaced
         assert runner.invoke(app, ["calibrate", "--from-trace", str(trace), "--out", str(ours)]).exit_code == 0
+
+
+def test_schedule_never_replaces_a_file_it_did_not_write(tmp_path):
+    """Defect G of the re-run: `schedule --csv mine.csv` and `--gantt mine.png` replaced the
+    user's files; sim3d's own (a schedule CSV, a matplotlib figure) are replaced as before."""
+    mine_csv, mine_png = tmp_path / "mine.csv", tmp_path / "mine.png"
+    mine_csv.write_text("a,b\n1,2\n")
+    mine_png.write_bytes(b"\x89PNG\r\n\x1a\nnot sim3d's")
+    for option, path in (("--csv", mine_csv), ("--gantt", mine_png)):
+        ran = runner.invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "2", option, str(path)])
+        assert ran.exit_code == 2 and "is not a file sim3d wrote" in ran.stderr, ran.output
+    assert mine_csv.read_text() == "a,b\n1,2\n"
+    ours_csv, ours_png = tmp_path / "ours.csv", tmp_path / "ours.png"
+    for _ in range(2):
+        assert runner.invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "2", "--csv", str(ours_csv),
+                                   "--gantt", str(ours_png)]).exit_code == 0
+    forced = runner.invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "2", "--csv", str(mine_csv), "--force"])
+    assert forced.exit_code == 0 and mine_csv.read_text().startswith("# schedule=")

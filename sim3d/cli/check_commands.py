@@ -50,6 +50,24 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         say("warning:", w, "yellow")
 
 
+def _refuse_foreign(paths, force: bool) -> None:
+    """A file already there is replaced only when sim3d wrote it (a schedule CSV's header line,
+    a figure matplotlib drew: its PNG/SVG/PDF metadata names it), or with --force."""
+    for path in paths:
+        if force or not path.exists():
+            continue
+        try:
+            with open(path, "rb") as f:  # a regular file: refuse_unsafe ran first
+                head = f.read(4096)
+                f.seek(max(0, path.stat().st_size - 4096))
+                tail = f.read()
+        except OSError:
+            head = tail = b""
+        ours = head.startswith(b"# schedule=") if path.suffix.lower() == ".csv" else b"matplotlib" in (head + tail).lower()
+        if not ours:
+            raise BadInput(f"{path}: exists and is not a file sim3d wrote; name a new file, or --force to replace it")
+
+
 def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | "
                                                  "dualpipev (or --compare several)."),
              pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
@@ -65,6 +83,8 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
              size: str = size_option("screen", "the --gantt or --out figure", "--gantt-size"),
              pdf: bool = pdf_option("the --gantt or --out figure as a PDF beside it"),
              title: Optional[str] = title_option("the --gantt or --out figure", "the schedules, pp and m"),
+             force: bool = typer.Option(False, "--force", help="Replace a --csv, --gantt or --out file that "
+                                        "sim3d did not write."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Print a schedule's per-rank action table and its unit-cost bubble (F=1, B=2), or compare several."""
     from ..scenario.limits import check_schedule_size
@@ -83,7 +103,7 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
             raise BadInput(f"--compare names the schedules; drop NAME ({name}) or add it to the list")
         if lowered or csv_path or gantt:
             raise BadInput("--lowered, --csv and --gantt show one schedule; --compare draws its figure with --out")
-        _compare(compare, pp, microbatches, vpp, figure, as_json, size, pdf, title)
+        _compare(compare, pp, microbatches, vpp, figure, as_json, size, pdf, title, force)
         return
     if name is None:
         raise BadInput("name a schedule (e.g. 1f1b), or compare several with --compare 1f1b,zb-h1")
@@ -95,9 +115,11 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
     if csv_path and str(csv_path) not in STDOUT_NAMES:
         _writable_file(csv_path, "--csv", (".csv",))
         refuse_unsafe([csv_path])  # before the work: a link or a FIFO there is refused, not written through
+        _refuse_foreign([csv_path], force)
     if gantt:
         _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
         refuse_unsafe(with_pdf(gantt, pdf))
+        _refuse_foreign(with_pdf(gantt, pdf), force)
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = prove(full)
@@ -135,7 +157,7 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
 
 
 def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Path | None, as_json: bool,
-             size: str, pdf: bool, title: str | None) -> None:
+             size: str, pdf: bool, title: str | None, force: bool = False) -> None:
     """`schedule --compare`: every layout is checked against the registry before anything is
     built or drawn, so a bad one costs nothing and leaves no file."""
     from ..scenario.limits import check_schedule_size
@@ -159,6 +181,7 @@ def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Pa
         _writable_file(figure, "--out", (".png", ".pdf", ".svg"))
         from ..util.safe_files import refuse_unsafe
         refuse_unsafe(with_pdf(figure, pdf))
+        _refuse_foreign(with_pdf(figure, pdf), force)
     from ..report.schedule_compare import UNIT, compare_schedules
 
     compared = compare_schedules(layouts, pp, microbatches)
