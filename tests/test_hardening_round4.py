@@ -214,3 +214,16 @@ def test_schedule_never_replaces_a_file_it_did_not_write(tmp_path):
                                    "--gantt", str(ours_png)]).exit_code == 0
     forced = runner.invoke(app, ["schedule", "1f1b", "--pp", "2", "-m", "2", "--csv", str(mine_csv), "--force"])
     assert forced.exit_code == 0 and mine_csv.read_text().startswith("# schedule=")
+
+
+def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    """Defect H of the re-run: on a full disk run and goodput left a 0-byte .sim3d.lock."""
+    import errno
+    from sim3d.util import safe_files
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(safe_files.os, "pwrite", full)
+    with pytest.raises(OSError):
+        safe_files.folder_lock(tmp_path, "run")
+    assert not (tmp_path / safe_files.LOCK_NAME).exists()

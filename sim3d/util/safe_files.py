@@ -213,6 +213,7 @@ def _lock_file(folder: Path, command: str) -> int:
     refuse_unsafe([path])
     with naming(path):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    locked = False
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -225,10 +226,16 @@ def _lock_file(folder: Path, command: str) -> int:
         except BlockingIOError:
             raise UnsafeOutput(f"{folder}: another sim3d command is writing here ({_holder(fd)}); wait for it "
                                 "or choose another --out") from None
+        locked = True
         with naming(path):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
     except BaseException:
+        if locked and _same_file(path, fd):  # ours, and unwritten (a full disk): not left behind
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         os.close(fd)
         raise
     return fd
