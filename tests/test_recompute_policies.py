@@ -42,6 +42,9 @@ def test_op_runs_every_second_matmul_again():
     assert (fractions["out_proj"], fractions["mlp_up"], fractions["mlp_down"]) == (1.0, 0.5, 0.0)
     assert fractions["core_attention"] == 0.0  # SDPA is saved
     assert fractions["input_norm"] == fractions["rope"] == fractions["mlp_act"] == 1.0
+    from sim3d.model.ops import embedding_ops, head_ops
+    outside = embedding_ops(s) + head_ops(s)  # torchtitan checkpoints the transformer blocks alone
+    assert [redo_fraction(op, "op", d) for op in outside] == [0.0] * len(outside)
     tokens = 2 * 4096
     hand = 2 * tokens * (4096 * 1024 + 4096 * 4096 + 4096 * 14336)  # wk + wo + w3, forward
     assert recompute_flops(layer_ops(s), "op", d) == pytest.approx(hand)

@@ -256,7 +256,7 @@ class CostModel:
         redo = fwd if recompute == "full" else 0.0
         if recompute == "selective":
             redo = self.ops_cost([op for op in ops if op.recompute_selective], "F", links).seconds
-        elif recompute == "op" and block == "block":  # torchtitan checkpoints the blocks alone
+        elif recompute == "op":
             d = Dims.of(self.s)
             redo = sum(self.compute_model.op_time(op).fwd * redo_fraction(op, recompute, d) for op in ops)
         return ActionCost(redo + bwd * (share if kind == "BI" else 1.0), recompute=redo)
@@ -302,7 +302,7 @@ class CostModel:
                 fwd_comm = 0.0  # charged with its GEMM below
             if (i, "bwd") in plan and kind in ("B", "BI") and (plan[(i, "bwd")][1] != "bwd_weight" or kind == "B"):
                 bwd_comm = 0.0
-            redo = t.fwd * redo_fraction(op, recompute, d) if recompute != "op" or block == "block" else 0.0
+            redo = t.fwd * redo_fraction(op, recompute, d)
             parts = {"fwd": t.fwd, "bwd_input": t.bwd_input, "bwd_weight": t.bwd_weight}
             exposed = 0.0
             for part, seconds in parts.items():

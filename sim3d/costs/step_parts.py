@@ -42,9 +42,8 @@ def simulated_parts(scenario) -> dict[str, float]:
     recompute, d = scenario.training.recompute, Dims.of(scenario)
     parts: Counter = Counter()
     for name, block, ops in blocks:
-        again = 0.0 if recompute == "op" and block != "block" else 1.0  # as the cost model: blocks alone
         for op, t in zip(ops, model.block_times(ops, TRACED_BLOCKS.get(block))[0]):
-            seconds = t.fwd * (1 + again * redo_fraction(op, recompute, d)) + t.bwd_input + t.bwd_weight
+            seconds = t.fwd * (1 + redo_fraction(op, recompute, d)) + t.bwd_input + t.bwd_weight
             part = ("attention" if op.attention is not None or op.name.startswith("attn_") else
                     "GEMMs" if op.gemm is not None and op.fwd_flops > 0 else
                     "memory-bound kernels" if is_memory_bound(op) else None)

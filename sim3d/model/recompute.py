@@ -28,7 +28,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .op import Op
-from .ops import Dims
+from .ops import Dims, embedding_dims_ops, head_dims_ops
 
 POLICIES = ("none", "selective", "op", "full")
 
@@ -59,13 +59,19 @@ def _saved_widths(d: Dims) -> dict[str, tuple[float, float]]:
     return {name: (w[0], w[1]) for name, w in widths.items()}
 
 
+@lru_cache(maxsize=256)
+def _outside_blocks(d: Dims) -> frozenset[str]:
+    """The embedding's and the head's ops: `op` checkpoints transformer blocks only."""
+    return frozenset(op.name for op in embedding_dims_ops(d) + head_dims_ops(d))
+
+
 def redo_fraction(op: Op, recompute: str, d: Dims) -> float:
     """The share of `op`'s forward that runs again in the backward."""
     if recompute == "full":
         return 1.0
     if recompute == "selective":
         return 1.0 if op.recompute_selective else 0.0
-    if recompute != "op":
+    if recompute != "op" or op.name in _outside_blocks(d):  # torchtitan checkpoints the blocks alone
         return 0.0
     if op.attention is not None or op.name in ("attn_qk", "attn_av"):
         return 0.0  # SDPA and batched matmuls are saved
