@@ -13,7 +13,7 @@ import pytest
 from sim3d.cluster import gpus
 from sim3d.cluster.gpus import PRESETS
 from sim3d.costs.compute import ComputeModel
-from sim3d.costs.gemm import gemm_seconds, gemm_shape_efficiency
+from sim3d.costs.gemm import gemm_peak_efficiency, gemm_seconds, gemm_shape_efficiency
 from sim3d.costs.profile import Profile
 from sim3d.model.ops import head_ops, layer_ops
 from sim3d.scenario.load import scenario_from_dict
@@ -50,6 +50,16 @@ def test_factor_is_the_committed_measurement(gpu, precision):
 def test_shape_constants_are_the_models():
     assert gemm_shape_efficiency(8192, 8192, 8192, 132) == pytest.approx(gpus._S_8192, abs=1e-6)
     assert gemm_shape_efficiency(8192, 8192, 8192, 132, precision="fp8") == pytest.approx(gpus._S_8192_FP8, abs=1e-6)
+    assert gemm_shape_efficiency(8192, 8192, 8192, 108) == pytest.approx(gpus._S_8192_A100, abs=1e-6)
+
+
+@pytest.mark.parametrize("gpu", ["a100-40gb", "a100-80gb"])
+def test_a100_prices_a_random_data_gemm_at_its_power_limit_as_timed(gpu):
+    """Horace He's 8192^3 bf16 cuBLAS GEMM on torch.randn inputs at the A100's 400 W limit: 258
+    TFLOP/s (thonking.ai, 2024), 5% under MAMF's burst rate of that shape."""
+    seconds = gemm_seconds(PRESETS[gpu], 8192, 8192, 8192, "bf16") - 3e-6
+    assert 2 * 8192**3 / seconds / 1e12 == pytest.approx(258.0, rel=0.005)
+    assert PRESETS[gpu].sustained_clock("bf16") < 1.0
 
 
 def test_second_soak_agrees_through_the_shape_model():
@@ -86,7 +96,8 @@ def test_derating_slows_tensor_core_kernels_only():
 
 
 def test_unmeasured_gpus_keep_the_burst_figure():
-    assert ComputeModel(_scenario("a100-80gb")).gemm_eff == PRESETS["a100-80gb"].gemm_burst_efficiency("bf16")
+    """The V100 is the one preset with no sustained figure found."""
+    assert gemm_peak_efficiency(PRESETS["v100"], "fp16") == PRESETS["v100"].gemm_burst_efficiency("fp16")
 
 
 def test_fp8_profile_rows_price_only_the_te_linears(tmp_path):

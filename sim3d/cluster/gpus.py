@@ -68,12 +68,32 @@ class GpuSpec:
     # description): marks found anywhere in the text, in any case, with -, _ and spaces alike
     # (`preset_named_in`).
     aliases: tuple[str, ...] = field(default=(), kw_only=True)
+    # Power (W): the board's rated limit, at which the sustained_clock figures were found; what
+    # it draws with its clocks up and no kernel running; and the limit a scenario sets below the
+    # rated one (`cluster.power_limit_w`, as `nvidia-smi -pl` does). None: not known / not set.
+    tdp_w: float | None = field(default=None, kw_only=True)
+    idle_w: float | None = field(default=None, kw_only=True)
+    power_limit_w: float | None = field(default=None, kw_only=True)
 
     def gemm_burst_efficiency(self, precision: str) -> float:
         return self.gemm_burst_efficiency_fp8 if precision == "fp8" else self.gemm_burst_efficiency_16
 
     def sustained_clock(self, precision: str) -> float:
-        return self.sustained_clock_fp8 if precision == "fp8" else self.sustained_clock_16
+        at_rated_limit = self.sustained_clock_fp8 if precision == "fp8" else self.sustained_clock_16
+        return at_rated_limit * self.power_clock_factor()
+
+    def power_clock_factor(self) -> float:
+        """The tensor-core clock under `power_limit_w` over the clock at the rated limit.
+
+        A board at its limit runs the clock at which it draws the limit. What the clock moves is
+        the dynamic power, C V^2 f, over the idle draw; across the DVFS range the voltage rises
+        in proportion to the clock (CMOS switching: the gate delay falls as 1/V), so the dynamic
+        power goes as f^3 and the clock as the cube root of the power left above idle. Memory
+        clocks do not move (the soaks' nvidia-smi samples hold clocks.mem fixed), so only
+        tensor-core kernels slow (costs/gemm.py, costs/attention.py)."""
+        if self.power_limit_w is None or self.power_limit_w >= self.tdp_w:
+            return 1.0
+        return ((self.power_limit_w - self.idle_w) / (self.tdp_w - self.idle_w)) ** (1 / 3)
 
     def peak_tflops(self, precision: str) -> float:
         peak = {
@@ -127,29 +147,51 @@ _H100_SUSTAINED_FP8 = 1238.8 / (1402.6 * _S_8192_FP8)
 # the README's MAMF/MSMF table). Assumed, no measurement found: FP8 drops with the same clock as
 # bf16.
 _B200_SUSTAINED = 1429.0 / 1745.0
+# A100 SXM (not measured here): Horace He timed torch.matmul (cuBLAS) on 8192^3 bf16 at 257-258
+# TFLOP/s with torch.randn inputs and 295 with zeros on an A100 at its 400 W limit, and traced the
+# gap to the power limiter lowering the clock for the random data's switching power ("Strangely,
+# Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!", thonking.ai, 2024).
+# Training data is random, so its 258 is the A100's rate at the limit; through the same GEMM
+# model as the H100's soak (costs/gemm.py prices 8192^3 at _S_8192_A100 of the best shape's rate)
+# over MAMF's 271.2 burst. MAMF's mean of 100 calls after 50 warm-ups is itself short enough to
+# run above the limiter's settled clock, as the H100's 717 burst over its 687.6 soak shows.
+_S_8192_A100 = 0.982696  # costs/gemm.py gemm_shape_efficiency(8192, 8192, 8192, 108)
+_A100_SUSTAINED = 258.0 / (271.2 * _S_8192_A100)
+
+# Idle draw of a Hopper board with its CUDA context up and clocks at 1980 MHz, before the first
+# GEMM: the first nvidia-smi sample of each soak, 105.8-133.9 W on the H100, 128.1-131.1 W on
+# the H200 (calibrate/profiles/*-study/sustained_*.json, median 129 W). Boards not measured here
+# take the H100's share of its 700 W limit (assumed: idle scales with the board).
+_HOPPER_IDLE_W = 129.0
+_IDLE_SHARE = _HOPPER_IDLE_W / 700.0
+
 
 _SHIPPED = (
     # NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web):
     # BF16/FP16 312 TF, TF32 156 TF, FP32 19.5 TF; 40GB HBM2 at 1,555 GB/s; 108 SMs (NVIDIA
-    # A100 whitepaper); NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction.
+    # A100 whitepaper); NVLink 600 GB/s bidirectional = 300 GB/s = 2400 Gb/s per direction;
+    # max TDP 400 W (SXM).
     # DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute.
     # Ring busbw ~230 GB/s on 8 A100 (NCCL maintainer, NVIDIA/nccl-tests#149; validation/nccl.csv).
-    # MAMF: A100 SXM bf16 271.2 of 312; sustained clock not measured, no derating applied (1.0).
+    # MAMF: A100 SXM bf16 271.2 of 312; sustained clock from a random-data 8192^3 GEMM at the
+    # 400 W limit (_A100_SUSTAINED, above).
     # Attention: FlashAttention-2's figures on A100; cuDNN on an A100 runs, but no figures for it
     # are known here. Named by its size beside the part's name (an A100 without one is the 80GB).
     GpuSpec("a100-40gb", 312.0, 312.0, None, 19.5, 156.0, 40.0, 1.555, 2400.0, 200.0, 8, 8, 108, 230.0,
-            gemm_burst_efficiency_16=0.869, sustained_clock_16=1.0, attention_family="ampere",
-            attention_kernels_with_figures=("fa2",), compute_capability=8.0,
+            gemm_burst_efficiency_16=0.869, sustained_clock_16=_A100_SUSTAINED, attention_family="ampere",
+            attention_kernels_with_figures=("fa2",), compute_capability=8.0, tdp_w=400.0, idle_w=400.0 * _IDLE_SHARE,
             aliases=("A100-SXM4-40GB", "A100 SXM 40GB", "A100 40GB", "A100 40 GB")),
     # Same datasheet, A100 80GB SXM: HBM2e at 2,039 GB/s. Compute facts as the 40GB part's (the
     # same GA100). The A100 whose size is not written beside its name.
     GpuSpec("a100-80gb", 312.0, 312.0, None, 19.5, 156.0, 80.0, 2.039, 2400.0, 200.0, 8, 8, 108, 230.0,
-            gemm_burst_efficiency_16=0.869, sustained_clock_16=1.0, attention_family="ampere",
-            attention_kernels_with_figures=("fa2",), compute_capability=8.0, aliases=("A100",)),
+            gemm_burst_efficiency_16=0.869, sustained_clock_16=_A100_SUSTAINED, attention_family="ampere",
+            attention_kernels_with_figures=("fa2",), compute_capability=8.0, tdp_w=400.0, idle_w=400.0 * _IDLE_SHARE,
+            aliases=("A100",)),
     # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column): BF16 1,979 TF and FP8 3,958 TF
     # *with sparsity*, i.e. 989.4 / 1978.9 dense; TF32 494.7 dense; FP32 67 TF; 80GB HBM3 at
     # 3.35 TB/s; 132 SMs (H100 SXM5, NVIDIA H100 whitepaper); NVLink 900 GB/s bidirectional
-    # = 3600 Gb/s per direction. DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (NDR) for compute.
+    # = 3600 Gb/s per direction; max TDP up to 700 W (configurable). DGX H100 datasheet: 8x
+    # ConnectX-7 400 Gb/s (NDR) for compute.
     # busbw: ring ~370 GB/s, NVLS ~480 GB/s on 8 GPUs (sjeaugey, NVIDIA/nccl-tests#212; nccl#1455).
     # MAMF: H100 SXM bf16 794.5 of 989, fp8 e4m3 1402.6 of 1979; sustained clock measured here
     # (above). Attention: cuDNN (the H100 profile), FlashAttention-2 and -3 (FA3 paper).
@@ -157,9 +199,10 @@ _SHIPPED = (
             gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,
             sustained_clock_16=_H100_SUSTAINED_16, sustained_clock_fp8=_H100_SUSTAINED_FP8,
             attention_family="hopper", attention_kernels_with_figures=("cudnn", "fa2", "fa3"),
-            compute_capability=9.0, aliases=("H100",)),
+            compute_capability=9.0, tdp_w=700.0, idle_w=_HOPPER_IDLE_W, aliases=("H100",)),
     # NVIDIA H200 datasheet (SXM): same Hopper tensor throughput and SMs as H100 SXM; 141GB
-    # HBM3e at 4.8 TB/s; NVLink 900 GB/s. DGX H200: 8x ConnectX-7 400 Gb/s. NVLS all-reduce
+    # HBM3e at 4.8 TB/s; NVLink 900 GB/s; max TDP up to 700 W (configurable). DGX H200: 8x
+    # ConnectX-7 400 Gb/s. NVLS all-reduce
     # peak 475 GB/s measured (NVIDIA/nccl-tests#272), ring as H100.
     # MAMF: H200 fp8 1453.4 of 1979 (bf16 taken as H100's: same SMs and clocks). Sustained clock
     # measured the same way (calibrate/profiles/h200-study/): 658.6 bf16 and 1192.0 FP8 on
@@ -168,7 +211,7 @@ _SHIPPED = (
             gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.734,
             sustained_clock_16=658.6 / (794.5 * _S_8192), sustained_clock_fp8=1192.0 / (1453.4 * _S_8192_FP8),
             attention_family="hopper", attention_kernels_with_figures=("cudnn", "fa2", "fa3"),
-            compute_capability=9.0, aliases=("H200",)),
+            compute_capability=9.0, tdp_w=700.0, idle_w=_HOPPER_IDLE_W, aliases=("H200",)),
     # NVIDIA DGX B200 / HGX B200 datasheet: per GPU FP8 4.5 PF and BF16 2.25 PF dense
     # (9 / 4.5 PF quoted with sparsity), TF32 1.1 PF dense, FP32 75 TF; 180GB HBM3e at
     # 8 TB/s; 148 SMs; NVLink 5 1.8 TB/s bidirectional = 7200 Gb/s per direction;
@@ -184,7 +227,7 @@ _SHIPPED = (
             gemm_burst_efficiency_16=1745.0 / 2250.0, gemm_burst_efficiency_fp8=3432.5 / 4500.0,
             sustained_clock_16=_B200_SUSTAINED, sustained_clock_fp8=_B200_SUSTAINED,
             attention_family="hopper", attention_kernels_with_figures=("cudnn",), compute_capability=10.0,
-            aliases=("B200",)),
+            tdp_w=1000.0, idle_w=1000.0 * _IDLE_SHARE, aliases=("B200",)),
     # GB200 (a Blackwell GPU of the GB200 superchip, at up to 1,200 W): NVIDIA's GB200 NVL72
     # specification, per GPU: FP16/BF16 5 PF, FP8 10 PF, TF32 2.5 PF with sparsity (2.5 / 5 /
     # 1.25 PF dense), FP32 80 TF, 186 GB HBM3E at 8 TB/s, NVLink 5 at 1.8 TB/s. A compute tray
@@ -198,7 +241,7 @@ _SHIPPED = (
             gemm_burst_efficiency_16=1822.0 / 2500.0, gemm_burst_efficiency_fp8=3615.6 / 5000.0,
             sustained_clock_16=_B200_SUSTAINED, sustained_clock_fp8=_B200_SUSTAINED,
             attention_family="hopper", attention_kernels_with_figures=("cudnn",), compute_capability=10.0,
-            nvlink_domain_nodes=18, aliases=("GB200",)),
+            nvlink_domain_nodes=18, tdp_w=1200.0, idle_w=1200.0 * _IDLE_SHARE, aliases=("GB200",)),
     # H800 SXM (the export Hopper, DeepSeek-V3's cluster): H100 SXM compute, HBM and SMs with
     # NVLink cut to 400 GB/s bidirectional = 1600 Gb/s per direction (validation/hardware.csv;
     # DeepSeek-V3 report arXiv:2412.19437 sec. 3.2.2: ~160 GB/s usable NVLink, 50 GB/s IB per GPU,
@@ -211,7 +254,7 @@ _SHIPPED = (
             gemm_burst_efficiency_16=0.803, gemm_burst_efficiency_fp8=0.709,
             sustained_clock_16=_H100_SUSTAINED_16, sustained_clock_fp8=_H100_SUSTAINED_FP8,
             attention_family="hopper", attention_kernels_with_figures=("cudnn", "fa2", "fa3"),
-            compute_capability=9.0, aliases=("H800",)),
+            compute_capability=9.0, tdp_w=700.0, idle_w=_HOPPER_IDLE_W, aliases=("H800",)),
     # NVIDIA V100 SXM3 32GB in a DGX-2 (the 2019-20 Megatron runs): FP16 tensor 125 TF, no
     # BF16 and no FP8; FP32 15.7 TF (V100 datasheet); 80 SMs; HBM2 900 GB/s; 16 GPUs on
     # NVSwitch at 300 GB/s bidirectional = 1200 Gb/s per direction; 8x EDR 100 Gb/s NICs per
@@ -234,11 +277,27 @@ def missing_facts(spec: GpuSpec) -> list[str]:
     return [name for name in needed if getattr(spec, name) is None]
 
 
+def power_limit_problem(spec: GpuSpec) -> str | None:
+    """Why the record's power_limit_w cannot be priced, or None."""
+    if spec.power_limit_w is None:
+        return None
+    if spec.tdp_w is None or spec.idle_w is None:
+        return (f"{spec.name} records no rated power limit (tdp_w) and idle draw (idle_w), so a power limit "
+                "cannot be priced on it")
+    if not spec.idle_w < spec.power_limit_w <= spec.tdp_w:
+        return (f"{spec.power_limit_w:g} W is outside what {spec.name} runs at: above its idle draw "
+                f"({spec.idle_w:.0f} W) and at most its rated limit ({spec.tdp_w:g} W); a higher limit than the "
+                "rated one is another board (a preset of its own)")
+    return None
+
+
 def check_preset(spec: GpuSpec) -> GpuSpec:
     """Refuse a record that lacks a fact (never a silent default), naming preset and fields."""
     missing = missing_facts(spec)
     if missing:
         raise ValueError(f"GPU preset {spec.name!r} lacks {', '.join(missing)}")
+    if problem := power_limit_problem(spec):
+        raise ValueError(f"GPU preset {spec.name!r}: {problem}")
     if spec.attention_family not in ATTENTION_FAMILIES:
         raise ValueError(f"GPU preset {spec.name!r}: attention_family {spec.attention_family!r} is not one of "
                          f"{', '.join(ATTENTION_FAMILIES)}")

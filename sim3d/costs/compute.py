@@ -237,6 +237,10 @@ class ComputeModel:
             return OpTime(fwd, bwd, 0.0, "profile")
         return None
 
+    def _power_note(self) -> str:
+        limit = self.gpu.power_limit_w
+        return "" if limit is None else f" at a {limit:g} W power limit, x {self.gpu.power_clock_factor():.3f} of the rated"
+
     def describe(self, kind: str = "compute: GEMMs") -> str:
         memory = f"memory-bound: {self.hbm / 1e12:.2f} TB/s x {MEMORY_EFFICIENCY:.2f} + {KERNEL_OVERHEAD_S * 1e6:.0f} us"
         if "flash" in kind:
@@ -245,15 +249,15 @@ class ComputeModel:
                     f"(backward) block, masked blocks skipped; {family.fwd_efficiency:.3f} / "
                     f"{family.bwd_efficiency:.3f} of the peak inside a CTA (forward / backward, head dim 128), "
                     f"+ {family.fwd_cta_blocks:.1f} / {family.bwd_cta_blocks:.1f} blocks per CTA ({family.source})"
-                    f" x {self.gpu.sustained_clock('bf16'):.3f} sustained clock")
+                    f" x {self.gpu.sustained_clock('bf16'):.3f} sustained clock{self._power_note()}")
         if "FP8" in kind:
             return (f"FP8 GEMMs: {self.peak_fp8 / 1e12:.0f} TFLOP/s x {self.gemm_eff_fp8:.3f} best-shape efficiency "
-                    f"(MAMF burst x {self.gpu.sustained_clock('fp8'):.3f} sustained clock) x "
+                    f"(MAMF burst x {self.gpu.sustained_clock('fp8'):.3f} sustained clock{self._power_note()}) x "
                     f"shape (k/(k+{GEMM_K_OVERHEAD_FP8})); + cast/transpose kernels ({memory}); LM head, attention "
                     f"and norms stay 16-bit")
         if "GEMMs" in kind or "score matmuls" in kind:
             return (f"roofline: {self.peak / 1e12:.0f} TFLOP/s x {self.gemm_eff:.3f} best-shape efficiency (MAMF "
-                    f"burst x {self.gpu.sustained_clock(self.precision16):.3f} sustained clock) "
+                    f"burst x {self.gpu.sustained_clock(self.precision16):.3f} sustained clock{self._power_note()}) "
                     f"x wave/tile quantization over {self.gpu.sms} SMs (split-K <= {GEMM_MAX_SPLIT_K}) "
                     f"x k/(k+{GEMM_K_OVERHEAD})")
         return memory

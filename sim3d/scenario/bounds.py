@@ -21,6 +21,7 @@ Gib = Annotated[float, Field(ge=1e-3, le=1e7)]
 Tbps = Annotated[float, Field(ge=1e-4, le=1e9)]
 LatencyUs = Annotated[float, Field(ge=0, le=1e6)]
 Factor = Annotated[float, Field(ge=1e-3, le=1e3)]
+Watts = Annotated[float, Field(gt=0, le=1e5)]  # a board's power limit; the preset's rated limit bounds it tighter
 
 
 def shown(value) -> str:

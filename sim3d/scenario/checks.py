@@ -3,7 +3,9 @@ numbers involved (docs/contracts.md#scenario-file)."""
 
 from __future__ import annotations
 
-from ..cluster.gpus import PRESETS, attention_kernels, suggest
+from dataclasses import replace
+
+from ..cluster.gpus import PRESETS, attention_kernels, power_limit_problem, suggest
 from .bounds import NICS_PER_GPU, SERVER_NICS
 from .limits import FLOW_GPUS, GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
 from .pipeline_split import megatron_stage_layers
@@ -95,6 +97,9 @@ def consistency_problems(s) -> list[str]:
             and PRESETS[s.cluster.gpu].predates(FLASH_ATTENTION_CAPABILITY)):
         p.append("training.attention_backend: flash attention needs an Ampere or newer GPU (FlashAttention-2 "
                  f"supports sm80+); set training.attention_backend: unfused for {s.cluster.gpu}")
+    if s.cluster.power_limit_w is not None and s.cluster.gpu in PRESETS and (
+            problem := power_limit_problem(replace(PRESETS[s.cluster.gpu], power_limit_w=s.cluster.power_limit_w))):
+        p.append(f"cluster.power_limit_w: {problem}")
     kernel, known = tr.kernels.attention, attention_kernels(s.cluster.gpu)
     if kernel != "default" and tr.attention_backend == "unfused":
         p.append(f"training.kernels.attention: {kernel} names a fused attention kernel, but "

@@ -14,7 +14,7 @@ from ..cluster.gpus import GPU_FIELDS, GpuSpec, gpu_preset
 from ..cluster.placement import Placement
 from ..errors import ScenarioError
 from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib, GpusPerNode, HeadDim, Heads,
-                     Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, shown)
+                     Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, Watts, shown)
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
 from .kernels import Kernels
 from .variability import Variability
@@ -268,6 +268,7 @@ class Cluster(_Strict):
     tf32_tflops: Tflops | None = None
     hbm_gib: Gib | None = None
     hbm_tbps: Tbps | None = None
+    power_limit_w: Watts | None = None  # nvidia-smi -pl; the preset's rated limit when unset
 
 
 class Costs(_Strict):
