@@ -78,7 +78,8 @@ def test_a_hard_link_at_an_output_is_replaced_not_written_through(tmp_path):
     victim = tmp_path / "victim.csv"
     victim.write_text("precious\n")
     os.link(victim, out / "trace.csv")
-    assert run(out, "--no-plots", "--trace", "none").exit_code == 0
+    # not sim3d's file (tests/test_foreign_outputs.py), so replaced only with --force
+    assert run(out, "--no-plots", "--trace", "none", "--force").exit_code == 0
     assert victim.read_text() == "precious\n"
     assert (out / "trace.csv").read_text().startswith("rank,")
 

@@ -50,24 +50,6 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         say("warning:", w, "yellow")
 
 
-def _refuse_foreign(paths, force: bool) -> None:
-    """A file already there is replaced only when sim3d wrote it (a schedule CSV's header line,
-    a figure matplotlib drew: its PNG/SVG/PDF metadata names it), or with --force."""
-    for path in paths:
-        if force or not path.exists():
-            continue
-        try:
-            with open(path, "rb") as f:  # a regular file: refuse_unsafe ran first
-                head = f.read(4096)
-                f.seek(max(0, path.stat().st_size - 4096))
-                tail = f.read()
-        except OSError:
-            head = tail = b""
-        ours = head.startswith(b"# schedule=") if path.suffix.lower() == ".csv" else b"matplotlib" in (head + tail).lower()
-        if not ours:
-            raise BadInput(f"{path}: exists and is not a file sim3d wrote; name a new file, or --force to replace it")
-
-
 def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | "
                                                  "dualpipev (or --compare several)."),
              pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
@@ -111,15 +93,16 @@ def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | int
         from ..schedule.specs import SCHEDULES
         vpp = SCHEDULES[name].default_vpp if name in SCHEDULES else 1
     check_schedule_size(pp, microbatches, vpp)
+    from ..util.ownership import refuse_foreign
     from ..util.safe_files import refuse_unsafe
     if csv_path and str(csv_path) not in STDOUT_NAMES:
         _writable_file(csv_path, "--csv", (".csv",))
         refuse_unsafe([csv_path])  # before the work: a link or a FIFO there is refused, not written through
-        _refuse_foreign([csv_path], force)
+        refuse_foreign([csv_path], force)
     if gantt:
         _writable_file(gantt, "--gantt", (".png", ".pdf", ".svg"))
         refuse_unsafe(with_pdf(gantt, pdf))
-        _refuse_foreign(with_pdf(gantt, pdf), force)
+        refuse_foreign(with_pdf(gantt, pdf), force)
     compute_only = build(name, pp, microbatches, vpp)
     full = lower(compute_only)
     report = prove(full)
@@ -179,9 +162,10 @@ def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Pa
         layouts.append((n, v))
     if figure:
         _writable_file(figure, "--out", (".png", ".pdf", ".svg"))
+        from ..util.ownership import refuse_foreign
         from ..util.safe_files import refuse_unsafe
         refuse_unsafe(with_pdf(figure, pdf))
-        _refuse_foreign(with_pdf(figure, pdf), force)
+        refuse_foreign(with_pdf(figure, pdf), force)
     from ..report.schedule_compare import UNIT, compare_schedules
 
     compared = compare_schedules(layouts, pp, microbatches)

@@ -32,6 +32,11 @@ def pdf_option(figure_as_pdf: str):
     return typer.Option(False, "--pdf", help=f"Also write {figure_as_pdf}, its text kept as text (for papers).")
 
 
+def force_option(what: str = "an output file"):
+    return typer.Option(False, "--force", help=f"Replace {what} that sim3d did not write (by default such a file "
+                        "is left alone and the command refused).")
+
+
 def title_option(figure: str, default: str):
     return typer.Option(None, "--title", help=f"Title over {figure} (default: {default}); '' for none, when a "
                                               "paper's caption says it.")

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .figure_options import check_size, pdf_option, size_option, title_option
+from .figure_options import check_size, force_option, pdf_option, size_option, title_option
 from .support import JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_folder, out, say
 
 TABLE_NAME = "goodput.csv"
@@ -44,10 +44,12 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
             run_days: Optional[float] = typer.Option(None, "--run-days", min=1e-3, max=3650.0,
                                                      help="A run this long in wall-clock days: the steps, tokens and "
                                                      "interruptions it holds, at the effective training time."),
-            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+            force: bool = force_option("goodput.csv or a figure")):
     """Effective training time under failures and the optimal checkpoint interval (Young/Daly)."""
     from rich.table import Table
 
+    from ..util.ownership import refuse_foreign
     from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe, write_with
     from ..studies.goodput import (ASSUMED_RESTART_S, LLAMA3_EFFECTIVE, LLAMA3_GPUS, goodput as model, gpu_counts,
                                    llama3_failures)
@@ -62,6 +64,7 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     folder = _writable_folder(out_dir or _default_folder(s.name, "-goodput"))
     figures = [folder / name for name in (FIGURE_NAMES if pdf else FIGURE_NAMES[:1])] if plots else []
     refuse_unsafe([folder / TABLE_NAME, *figures])
+    refuse_foreign([folder / TABLE_NAME, *figures], force)
     failures = llama3_failures()
     restart_s = ASSUMED_RESTART_S if restart_minutes is None else 60.0 * restart_minutes
     options = dict(failures=failures, write_bytes_per_s=write_gb_s * 1e9,

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .figure_options import check_size, pdf_option, size_option, title_option
+from .figure_options import check_size, force_option, pdf_option, size_option, title_option
 from .progress import progress_bars
 from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _print_json, _writable_folder, err, megatron_line,
                       out,
@@ -44,7 +44,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
                                             "Megatron-LM arguments."),
          plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plan.png."),
          set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+         force: bool = force_option("candidates.csv, finalists.csv or plan.png")):
     """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
     from ..scenario.limits import GPUS, LOCAL_PROCESSES
     if gpus is not None:
@@ -52,6 +53,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     if workers is not None:
         LOCAL_PROCESSES.check(workers, "--workers")
     from ..report.plan_plot import PLOT_NAME, plot_plan
+    from ..util.ownership import refuse_foreign
     from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe, write_with
     from ..studies.plan import (ABBREVIATIONS, TABLES, baseline_of, check_space, distinct_picks, estimate_misses,
                                 json_row, plan as search, plan_table, planned_tables, write_tables)
@@ -66,6 +68,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
     # before the search; the writes check again
     refuse_unsafe(planned_tables(folder) + ([folder / PLOT_NAME] if plots else []))
+    refuse_foreign(planned_tables(folder) + ([folder / PLOT_NAME] if plots else []), force)
     with folder_lock(folder, "plan"), progress_bars("plan", err) as progress:
         tasks: dict[str, int] = {}
 
@@ -159,9 +162,11 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
           title: Optional[str] = title_option("sweep.png", "the scenario file and the grid keys in words"),
           xlabel: Optional[str] = typer.Option(None, "--xlabel", help="Label of the x axis (default: the first "
                                                "grid key's name in words, e.g. NIC bandwidth (Gb/s))."),
-          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+          as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+          force: bool = force_option("sweep.png or sweep.pdf")):
     """What-if grid over scenario values; results table and plots."""
     from ..report.sweep_plot import PDF_NAME, PLOT_NAME, key_name, plot_sweep
+    from ..util.ownership import refuse_foreign
     from ..util.safe_files import refuse_unsafe
     from ..studies.runner import check_backend
     from ..studies.sweep import check_grid_size, parse_grid, parse_zip, planned_outputs, point_count, run_sweep
@@ -178,6 +183,7 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     figures = [out_dir / PLOT_NAME] + ([out_dir / PDF_NAME] if pdf else [])
     # checked again under the folder's lock, which run_sweep takes
     refuse_unsafe([*planned_outputs(out_dir), *figures])
+    refuse_foreign(figures, force)  # results.csv and sweep.json: the results log judges them (--resume)
     try:
         check_backend(backend)
     except ValueError as e:

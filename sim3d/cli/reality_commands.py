@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .figure_options import force_option
 from .progress import status_messages
 from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_file,
                       _writable_folder, err, out, say)
@@ -21,9 +22,11 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Where trace.csv goes (default reports/<name>-exec/)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
             routing: str = typer.Option("topk", "--routing", help="MoE: topk (the router's scores) or balanced "
-                                        "(each expert the same load, as benchmarks force).")):
+                                        "(each expert the same load, as benchmarks force)."),
+            force: bool = force_option("trace.csv or scenario.yaml")):
     """Run the scenario's layout for real on a small GPT with the same schedule objects."""
     from ..executor import ExecutorError, ExecutorRefusal, RankKilled, execute as run_executor
+    from ..util.ownership import refuse_foreign
     from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe
 
     if backend not in ("gloo", "nccl"):
@@ -36,6 +39,7 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
     from ..executor.launch import SCENARIO_NAME
     refuse_unsafe([folder / "trace.csv", folder / SCENARIO_NAME])  # the executor writes them in place, after the run
+    refuse_foreign([folder / "trace.csv", folder / SCENARIO_NAME], force)
     try:
         with folder_lock(folder, "execute"):
             with status_messages(f"executing {s.name} on {s.world_size} process(es) ...", err,

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .figure_options import check_size, pdf_option, size_option, title_option
+from .figure_options import check_size, force_option, pdf_option, size_option, title_option
 from .progress import progress_bars
 from .support import (SET_HELP, BadInput, _default_folder, _gantt_options, _load, _writable_folder, err,
                       megatron_line, out, say)
@@ -49,7 +49,8 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
                                               "(default 1)."),
         backend: Optional[str] = typer.Option(None, "--backend", help="Where --samples run: local (default) or ray."),
         worst_gantt: bool = typer.Option(False, "--worst-gantt", help="With --samples: also the Gantt chart of the "
-                                         "slowest sample (gantt_worst.png).")):
+                                         "slowest sample (gantt_worst.png)."),
+        force: bool = force_option("an output (summary.json, links.csv, a figure...)")):
     """Simulate one training step and write summary, trace and plots."""
     from ..report.outputs import TRACE_FORMATS
     if trace not in TRACE_FORMATS:
@@ -73,7 +74,7 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         except ValueError as e:
             raise BadInput(f"--torchtitan-toml: {e}") from None
     summary = _run(scenario, set_, out_dir, as_json, full_fidelity, explain, plots, megatron_args, trace, pdf, gantt,
-                   sampling)
+                   sampling, force)
     if torchtitan_toml and not as_json:
         out.print("torchtitan train config (layout sections):\n" + toml, highlight=False, markup=False)
     if strict and not summary["fits_in_memory"]:
@@ -81,8 +82,9 @@ def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 
 
 def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool, full_fidelity: bool, explain: bool,
-         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict, sampling=None) -> dict:
+         plots: bool, megatron_args: bool, trace: str, pdf: bool, gantt: dict, sampling=None, force: bool = False) -> dict:
     from ..report.outputs import draw_memory_early, planned_outputs, start_plotting
+    from ..util.ownership import refuse_foreign
     from ..util.safe_files import MANIFEST_NAME, folder_lock, record_outputs, refuse_unsafe
     if not scenario.is_file():  # the commonest bad input, said before anything is started
         _load(scenario, set_)
@@ -101,8 +103,10 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         s = _load(scenario, set_)
         folder = _writable_folder(out_dir or _default_folder(s.name))
         lock = folder_lock(folder, "run")  # released in `finally`, after an error too
-        refuse_unsafe([*planned_outputs(folder, plots, trace, pdf), folder / MANIFEST_NAME,
-                       *(sampling.planned_outputs(folder, plots) if sampling else ())])
+        outputs = [*planned_outputs(folder, plots, trace, pdf),
+                   *(sampling.planned_outputs(folder, plots) if sampling else ())]
+        refuse_unsafe([*outputs, folder / MANIFEST_NAME])
+        refuse_foreign(outputs, force)
         if sampling:  # refused before the run, as every bad input is
             from ..studies.monte_carlo import check_sampled
             check_sampled(s, sampling.samples)

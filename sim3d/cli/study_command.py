@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .figure_options import check_size, pdf_option, size_option
+from .figure_options import check_size, force_option, pdf_option, size_option
 from .progress import progress_bars
 from .support import JSON_HELP, BadInput, _print_json, _writable_folder, err, out
 
@@ -25,18 +25,21 @@ def study(name: str = typer.Argument(..., help="The study to run: rules-of-thumb
                                      "the verdicts may rest on fewer cases."),
           size: str = size_option("page", "each rule's figure"),
           pdf: bool = pdf_option("each figure as PDF"),
-          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
+          as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+          force: bool = force_option("a figure, index.md or rules.json")):
     """Run a study and write its report: rules-of-thumb checks ten 3D-parallelism guidelines."""
     if name not in STUDIES:
         raise BadInput(f"study {name!r}: expected one of {', '.join(STUDIES)}")
     check_size(size)
     from ..report.rules_page import PAGE, output_names, write_rules_report
+    from ..util.ownership import refuse_foreign
     from ..util.safe_files import folder_lock, record_outputs, refuse_unsafe
     from ..studies.rules import RULES, run_rules
 
     folder = _writable_folder(out_dir or DEFAULT_OUT[name])
     keys = list(RULES)
     refuse_unsafe([folder / n for n in output_names(keys)])
+    refuse_foreign([folder / n for n in output_names(keys)], force)
     started = time.monotonic()
     with folder_lock(folder, "study"):
         with progress_bars("study", err) as progress:

@@ -1,0 +1,109 @@
+"""Whose a file at an output path is: sim3d's, which a command may replace, or the user's,
+which it leaves alone unless told (`--force`).
+
+A file is sim3d's when the folder's manifest (safe_files.MANIFEST_NAME) lists its name, or when
+its own bytes carry the mark of the output of that name: a figure matplotlib drew (its
+PNG/PDF/SVG metadata names matplotlib), a table whose header line is the one sim3d writes, a
+summary, trace or page with sim3d's keys. Committed reports carry no manifest (it is
+machine-local), so the marks are what lets `sim3d run scenarios/gpt3.yaml` on a fresh clone
+replace the report it ships, and what keeps it from replacing a user's own `links.csv`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .safe_files import MANIFEST_NAME, MAX_MANIFEST_BYTES, UnsafeOutput
+
+PEEK_BYTES = 4096
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+MAX_JSON_BYTES = 16 << 20  # a summary or a page; larger JSON is judged by its first bytes
+
+
+def _header(*columns: str) -> Callable[[bytes, bytes, Path], bool]:
+    start = ",".join(columns).encode()
+    return lambda head, tail, path: head.split(b"\n", 1)[0].rstrip(b"\r").startswith(start)
+
+
+def _json_with(key: str) -> Callable[[bytes, bytes, Path], bool]:
+    def mark(head: bytes, tail: bytes, path: Path) -> bool:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            return False
+        try:
+            document = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return False
+        return isinstance(document, dict) and key in document
+    return mark
+
+
+# The outputs sim3d writes under a fixed name, and the mark of each (docs/contracts.md names
+# the columns and keys).
+MARKS: dict[str, Callable[[bytes, bytes, Path], bool]] = {
+    "summary.json": _json_with("step_time_s"),
+    "trace.csv": _header("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s"),
+    "trace.json": lambda head, tail, path: head.startswith(b'{"traceEvents":'),
+    "trace.parquet": lambda head, tail, path: head.startswith(b"PAR1") and b"microbatch" in tail,
+    "links.csv": _header("src", "dst", "kind", "bandwidth_Bps"),
+    "schedule.csv": lambda head, tail, path: head.startswith(b"# schedule="),
+    "samples.csv": _header("sample", "step_time_s"),
+    "candidates.csv": _header("tp", "pp", "dp"),
+    "finalists.csv": _header("tp", "pp", "dp"),
+    "goodput.csv": _header("gpus", "mtbf_h"),
+    "rules.json": _json_with("rules"),
+    "index.md": lambda head, tail, path: head.startswith(b"# Rules of thumb"),
+    "scenario.yaml": lambda head, tail, path: head.startswith(b"# The scenario `sim3d execute` ran"),
+}
+
+
+def _listed(path: Path) -> bool:
+    manifest = path.parent / MANIFEST_NAME
+    try:
+        st = os.lstat(manifest)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
+            return False
+        files = json.loads(manifest.read_bytes()).get("files") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(isinstance(f, dict) and f.get("name") == path.name for f in files)
+
+
+def written_by_sim3d(path: Path) -> bool:
+    """Whether the regular file at `path` is one sim3d wrote (see the module's docstring)."""
+    if _listed(path):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(PEEK_BYTES)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - PEEK_BYTES))
+            tail = f.read()
+    except OSError:
+        return False
+    if path.suffix.lower() in FIGURE_SUFFIXES:
+        return b"matplotlib" in (head + tail).lower()
+    mark = MARKS.get(path.name)
+    if mark is None and path.suffix.lower() == ".csv":  # `schedule --csv` names its file freely
+        mark = MARKS["schedule.csv"]
+    return mark is not None and mark(head, tail, path)
+
+
+def refuse_foreign(paths: Iterable[Path], force: bool = False) -> None:
+    """UnsafeOutput naming the first output path that holds a regular file sim3d did not write,
+    unless `force`. Call after safe_files.refuse_unsafe (which refuses what is not a regular
+    file) and before any work, so that nothing is replaced when one output is refused."""
+    if force:
+        return
+    for path in map(Path, paths):
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue  # refuse_unsafe's to judge
+        except FileNotFoundError:
+            continue
+        if not written_by_sim3d(path):
+            raise UnsafeOutput(f"{path}: exists and is not a file sim3d wrote (no sim3d manifest lists it and it "
+                               "does not start as sim3d's output of that name does); choose another output folder, "
+                               "or --force to replace it")
