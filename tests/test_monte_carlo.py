@@ -373,6 +373,14 @@ def test_the_mean_of_equal_steps_is_that_step():
     assert bounded_mean(np.array([1.0, 2.0, 4.0])) == pytest.approx(7 / 3)
 
 
+def test_the_bootstrap_interval_of_equal_steps_is_that_step():
+    """Issue 49: the bootstrap's resampled means rounded 1 ulp above the samples' max."""
+    from sim3d.studies.step_distribution import NORMAL_FROM, mean_interval
+    value = 51.23098030755565
+    n = next(n for n in range(2, NORMAL_FROM) if np.full(n, value).mean() > value)  # rounds above
+    assert mean_interval(np.full(n, value), seed=0) == [value, value]
+
+
 def test_many_samples_of_a_small_step_count_what_each_sample_costs():
     """Issue 49 item 16: the work estimate counted only lane-actions, 10 a sample of tiny.yaml,
     so 5 x 10^7 samples passed (~40 min, ~40 GB); each sample's own cost counts too."""

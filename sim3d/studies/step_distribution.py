@@ -69,7 +69,9 @@ def mean_interval(steps: np.ndarray, seed: int) -> list:
     rng = np.random.default_rng([seed, 2**31])  # apart from every sample's own stream
     means = steps[rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))].mean(axis=1)
     alpha = (1 - CONFIDENCE) / 2
-    return [float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))]
+    # a resample's mean lies within the samples' range; its rounded sum may not, by an ulp
+    low, high = np.clip(np.quantile(means, [alpha, 1 - alpha]), steps.min(), steps.max())
+    return [float(low), float(high)]
 
 
 def describe(samples, placement) -> dict:
