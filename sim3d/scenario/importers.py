@@ -17,14 +17,29 @@ from . import megatron_fsdp
 
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
 def _misspelled(flag: str) -> str | None:
-    """The argument sim3d reads that `flag` is a near miss of (one or two letters off), or None
-    for an argument of Megatron's that sim3d simply does not map."""
-    import difflib
+    """The argument sim3d reads that `flag` is a near miss of, or None for an argument of
+    Megatron's that sim3d simply does not map. A near miss is up to one edit (a letter dropped,
+    added or changed) per eight letters of the argument, three at most: --tensr-model-paralel-siz
+    is one, --num-layer is, --num-experts is not --num-layers; a longer real argument of
+    Megatron's that extends one sim3d reads (--tp-comm-overlap-rs) is no typo (Megatron's parser
+    takes no abbreviations, so a shorter one is)."""
     known = [*VALUE_FLAGS, *SWITCH_FLAGS, *megatron_fsdp.FLAGS, *WITHOUT_EFFECT, "fp8_format",
              "num_layers_per_virtual_pipeline_stage"]
-    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.9)
-    # a longer real argument of Megatron's (--tp-comm-overlap-rs beside --tp-comm-overlap) is no typo
-    return close[0] if close and close[0] != flag and abs(len(close[0]) - len(flag)) <= 2 else None
+    if flag in known:
+        return None
+    near = [(_edits(flag, name), name) for name in known if not flag.startswith(name)]
+    near = [(d, name) for d, name in near if 1 <= d <= min(3, len(name) // 8)]
+    return min(near)[1] if near else None
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: letters inserted, deleted or substituted to turn `a` into `b`."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
 
 
 VALUE_FLAGS = {
