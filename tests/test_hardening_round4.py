@@ -80,6 +80,15 @@ def test_the_breakdown_says_the_optimizer_state_is_sharded():
     assert "sharded" not in text(plain)
 
 
+def test_a_sweeps_table_says_which_points_shard_the_optimizer(tmp_path):
+    """Item 12, in a sweep: results.csv had no optimizer_shards column."""
+    ran = runner.invoke(app, ["sweep", str(TINY), "--set", "parallel.dp=4", "--set", "cluster.gpus_per_node=4",
+                              "--grid", "parallel.zero=0,1", "--out", str(tmp_path / "s")])
+    assert ran.exit_code == 0, ran.output
+    table = pd.read_csv(tmp_path / "s" / "results.csv")
+    assert dict(zip(table["parallel.zero"], table["optimizer_shards"])) == {0: 1, 1: 4}
+
+
 def test_a_profile_edited_while_a_sweep_runs_is_refused(tmp_path):
     """Item 9: a profile edited mid-sweep mixed two cost models in results.csv, exit 0."""
     from sim3d.errors import ScenarioError

@@ -24,8 +24,10 @@ from ..util.safe_files import folder_lock
 from .results_log import META_NAME, ResultsLog, file_digest
 from .runner import run_jobs
 
+# summary keys (docs/contracts.md) each point's row holds; optimizer_shards says why a point's
+# optimizer step is cheap (ZeRO, FSDP, the distributed optimizer shard it)
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "comm_exposed_s", "peak_memory_gib",
-               "fits_in_memory", "model_tflops_per_gpu", "error")
+               "fits_in_memory", "model_tflops_per_gpu", "optimizer_shards", "error")
 
 
 GRID_FORM = "KEY=V1,V2,... e.g. cluster.inter_node.nic_gbps=100,200"
