@@ -116,7 +116,8 @@ def test_expert_grids_sim3d_cannot_lay_out_are_named(raw, words):
 
 
 def test_megatron_expert_tensor_parallel_flag_round_trips():
-    from sim3d.scenario.importers import from_megatron, to_megatron_args
+    from sim3d.scenario.importers import from_megatron
+    from sim3d.scenario.megatron_export import to_megatron_args
     args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
             "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "16",
             "--num-experts", "16", "--moe-router-topk", "2", "--tensor-model-parallel-size", "2",

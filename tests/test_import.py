@@ -88,7 +88,7 @@ def test_every_importer_requires_the_gpu(importer):
 def test_megatron_arguments_round_trip(path):
     """Export a shipped scenario's Megatron arguments, import them on the same cluster: the
     same model, layout and training settings come back, and nothing is left unmapped."""
-    from sim3d.scenario.importers import to_megatron_args
+    from sim3d.scenario.megatron_export import to_megatron_args
     s = sim3d.load_scenario(ROOT / path)
     imported = from_megatron(to_megatron_args(s), name=s.name, gpu=s.cluster.gpu, gpus=s.num_gpus,
                              gpus_per_node=s.gpus_per_node)
@@ -168,7 +168,7 @@ def test_a_tokenizer_that_is_not_a_section_is_ignored():
 def test_the_gradient_width_flags_round_trip(precision, flag, fp32_grads):
     """Megatron's two gradient-width flags (each turns off its precision's default) import as
     `grad_reduce_in_fp32` and are written back; the default writes neither."""
-    from sim3d.scenario.importers import to_megatron_args
+    from sim3d.scenario.megatron_export import to_megatron_args
     base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "128",
             "--max-position-embeddings", "128", "--micro-batch-size", "1", "--global-batch-size", "8", f"--{precision}"]
     imported = from_megatron(base + [flag], name="w", gpu="h100-sxm", gpus=8, gpus_per_node=8)
@@ -254,7 +254,7 @@ def test_a_flat_megatron_namespace_with_recompute_method_and_padded_vocab_valida
 def test_sharded_layouts_round_trip_through_megatron_fsdp_arguments(sets):
     """ZeRO-2/3 leave as Megatron-FSDP's flags (examples/megatron_fsdp/README.md's required set),
     HSDP as distributed-optimizer instances, and come back as the same sharding, unmapped nothing."""
-    from sim3d.scenario.importers import to_megatron_args
+    from sim3d.scenario.megatron_export import to_megatron_args
     s = sim3d.load_scenario(ROOT / "scenarios" / "llama3.1-8b.yaml", sets)
     args = to_megatron_args(s)
     assert ("--use-megatron-fsdp" in args) == (s.parallel.zero >= 2)
@@ -289,7 +289,7 @@ def test_megatron_fsdp_reshards_after_the_forward_both_ways():
     parameters gathered when pp > 1): imported so, and a layout that keeps them is named as
     one Megatron would run otherwise."""
     from sim3d.scenario import megatron_fsdp
-    from sim3d.scenario.importers import to_megatron_args
+    from sim3d.scenario.megatron_export import to_megatron_args
     path = ROOT / "scenarios" / "llama3.1-8b.yaml"
     kept = sim3d.load_scenario(path, ["parallel.zero=3", "parallel.pp=2", "parallel.dp=2"])
     assert not kept.reshard_after_forward and "reshards" in megatron_fsdp.caveat(kept)

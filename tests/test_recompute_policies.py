@@ -100,6 +100,6 @@ def test_torchtitan_per_op_checkpointing_imports_as_op_and_exports_back(tmp_path
     from sim3d.scenario.torchtitan import to_torchtitan_toml
     toml = to_torchtitan_toml(scenario_from_dict(scenario))
     assert 'mode = "selective"' in toml and 'selective_ac_option = "op"' in toml
-    from sim3d.scenario.importers import to_megatron_args
+    from sim3d.scenario.megatron_export import to_megatron_args
     with pytest.raises(ValueError, match="Megatron-LM cannot run"):
         to_megatron_args(scenario_from_dict(scenario))

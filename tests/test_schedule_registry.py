@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from sim3d import simulate
 from sim3d.cli.app import app
-from sim3d.scenario.importers import SCHEDULE_ELSEWHERE
+from sim3d.scenario.megatron_export import SCHEDULE_ELSEWHERE
 from sim3d.scenario.torchtitan import pytorch_schedules
 from sim3d.schedule import GENERATORS, ScheduleConstraint, build, prove
 from sim3d.schedule.specs import (BUBBLE_RULES, CHUNKS, PLACEMENTS, SCHEDULES, ScheduleSpec, planned_schedules,

@@ -136,7 +136,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
 def _plan_megatron_line(scenario: Path, overrides: str) -> str:
     from ..scenario import megatron_fsdp
-    from ..scenario.importers import SCHEDULE_ELSEWHERE
+    from ..scenario.megatron_export import SCHEDULE_ELSEWHERE
     from ..scenario.load import load_scenario
     s = load_scenario(scenario, overrides.split())
     line = megatron_line(s)

@@ -188,5 +188,5 @@ def megatron_line(scenario) -> str:
     """The scenario's layout as one line of Megatron-LM arguments."""
     import shlex
 
-    from ..scenario.importers import to_megatron_args
+    from ..scenario.megatron_export import to_megatron_args
     return shlex.join(to_megatron_args(scenario))

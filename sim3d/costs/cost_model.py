@@ -15,7 +15,7 @@ from functools import cached_property
 
 from ..model.kernel_stack import accumulation_bytes
 from ..model.params import Params, embedding_params, head_params, layer_params, stage_params, tied_embedding
-from ..model.recompute import redo_fraction, reruns_forward_collective
+from ..model.recompute import redo_fraction, reruns_forward_collective, stage_policies
 from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan, grad_bytes
@@ -173,9 +173,9 @@ class CostModel:
         the rank's shard group. Exposed: what the action lasts beyond its units' compute."""
         s, d = self.s, Dims.of(self.s)
         units = [(self.block("embedding", kind, links), embedding_params(d))] if stage == 0 else []
-        for layer in stage_layer_range(s, stage):
+        for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
             moe = is_moe_layer(s, layer)
-            units.append((self.block("moe_layer" if moe else "layer", kind, links), layer_params(d, moe).total))
+            units.append((self.block("moe_layer" if moe else "layer", kind, links, policy), layer_params(d, moe).total))
         if stage == s.num_stages - 1:
             units.append((self.block("head", kind, links), head_params(d, stage == 0)))
         if kind != "F":
@@ -199,22 +199,24 @@ class CostModel:
     def _action(self, stage: int, kind: str, links: dict) -> ActionCost:
         s = self.s
         total = self.block("embedding", kind, links) if stage == 0 else ActionCost(0.0)
-        for layer in stage_layer_range(s, stage):
-            total = total + self.block("moe_layer" if is_moe_layer(s, layer) else "layer", kind, links)
+        for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
+            total = total + self.block("moe_layer" if is_moe_layer(s, layer) else "layer", kind, links, policy)
         if stage == s.num_stages - 1:
             total = total + self.block("head", kind, links)
         return total
 
-    def block(self, name: str, kind: str, links: dict) -> ActionCost:
+    def block(self, name: str, kind: str, links: dict, recompute: str | None = None) -> ActionCost:
         """F, B, BI or BW of one micro-batch through the embedding, one dense or MoE layer, or
-        the head (`name`), its collectives on `links` (axis -> GroupLink for tp, cp, ep)."""
-        key = (name, kind, tuple(links.values()))
+        the head (`name`), its collectives on `links` (axis -> GroupLink for tp, cp, ep); a
+        layer under `recompute` (default: the scenario's policy, model/recompute.py)."""
+        recompute = recompute or self.s.training.recompute
+        key = (name, kind, tuple(links.values()), recompute)
         if key not in self._layer_cache:  # every dense (every MoE) layer costs the same
             block, ops = {"embedding": ("embedding_block", lambda: embedding_ops(self.s)),
                           "layer": ("block", lambda: layer_ops(self.s, False)),
                           "moe_layer": ("block", lambda: layer_ops(self.s, True)),
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
-            cost = self._block_cost(block, ops(), kind, links)
+            cost = self._block_cost(block, ops(), kind, links, recompute)
             if kind in ("B", "BW"):
                 cost = cost + ActionCost(self.compute_model.memory_time(self.accumulated_bytes(name)))
             self._layer_cache[key] = cost
@@ -231,10 +233,11 @@ class CostModel:
                   "head": lambda: Params(dense=head_params(d, self.s.num_stages == 1))}[block]()
         return accumulation_bytes(params.dense, params.expert, self.sharding, self.s.num_microbatches)
 
-    def _block_cost(self, block: str, ops, kind: str, links: dict) -> ActionCost:
-        return self._measured_block(block, ops, kind, links) or self.ops_cost(ops, kind, links, block)
+    def _block_cost(self, block: str, ops, kind: str, links: dict, recompute: str) -> ActionCost:
+        return (self._measured_block(block, ops, kind, links, recompute)
+                or self.ops_cost(ops, kind, links, block, recompute))
 
-    def _measured_block(self, block: str, ops, kind: str, links: dict) -> ActionCost | None:
+    def _measured_block(self, block: str, ops, kind: str, links: dict, recompute: str) -> ActionCost | None:
         """A whole embedding / layer / head measured by the calibration harness at exactly
         this shape: it includes the glue ops and dispatch that per-op rows miss. Only for
         blocks without collectives (the harness measures tp = cp = 1)."""
@@ -246,14 +249,13 @@ class CostModel:
         if fwd is None or bwd is None:
             return None
         self.provenance.record(f"compute: {block.replace('_', ' ')}s (measured whole)", PROFILE)
-        recompute = self.s.training.recompute
         if kind == "F":
             return ActionCost(fwd)
         grads_in = sum(op.bwd_input_flops for op in ops)
         share = grads_in / (grads_in + sum(op.bwd_weight_flops for op in ops) or 1.0)
         if kind == "BW":
             return ActionCost(bwd * (1 - share))
-        redo = fwd if recompute == "full" else 0.0
+        redo = fwd if recompute == "full" and block == "block" else 0.0  # embedding and head: never again
         if recompute == "selective":
             redo = self.ops_cost([op for op in ops if op.recompute_selective], "F", links).seconds
         elif recompute == "op":
@@ -261,11 +263,13 @@ class CostModel:
             redo = sum(self.compute_model.op_time(op).fwd * redo_fraction(op, recompute, d) for op in ops)
         return ActionCost(redo + bwd * (share if kind == "BI" else 1.0), recompute=redo)
 
-    def ops_cost(self, ops, kind: str, links: dict | None = None, block: str | None = None) -> ActionCost:
+    def ops_cost(self, ops, kind: str, links: dict | None = None, block: str | None = None,
+                 recompute: str | None = None) -> ActionCost:
         """F, B, BI or BW of a list of ops (one micro-batch), collectives included (on
         `links`, axis -> GroupLink; default: the folded ones); those the overlap switches
-        hide are charged with the GEMM they share the GPU with."""
-        recompute = self.s.training.recompute
+        hide are charged with the GEMM they share the GPU with. `recompute`: the policy the
+        ops run under (default: the scenario's)."""
+        recompute = recompute or self.s.training.recompute
         sms = self.s.gpu.sms
         d = Dims.of(self.s)
         times, traced = self.compute_model.block_times(ops, TRACED_BLOCKS.get(block))
@@ -294,7 +298,7 @@ class CostModel:
                 wire[op.group] += self._wire(op.comm, op.comm_bytes, op.group, links)
             elif kind in ("B", "BI"):
                 wire[op.group] += self._wire(op.bwd_comm, op.bwd_comm_bytes, op.group, links)
-                if (i, "regather") in plan or reruns_forward_collective(op, recompute):  # the forward's again
+                if (i, "regather") in plan or reruns_forward_collective(op, recompute, d):  # the forward's again
                     wire[op.group] += self._wire(op.comm, op.comm_bytes, op.group, links)
             fwd_comm = self._collective(op.comm, op.comm_bytes, op.group, links) if op.comm else 0.0
             bwd_comm = self._collective(op.bwd_comm, op.bwd_comm_bytes, op.group, links) if op.bwd_comm else 0.0
@@ -321,7 +325,7 @@ class CostModel:
                 work = parts["bwd_input"] + (parts["bwd_weight"] if kind == "B" else 0.0) + redo
                 recomputed += redo
                 c = bwd_comm + (self._collective(op.comm, op.comm_bytes, op.group, links) if op.comm and redo
-                                and reruns_forward_collective(op, recompute) else 0.0)
+                                and reruns_forward_collective(op, recompute, d) else 0.0)
             if op.group == "cp":  # the ring exchange hides behind the attention it feeds
                 total += max(work, c)
                 comm["cp"] += c

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
-from ..model.recompute import redo_fraction
+from ..model.recompute import redo_fraction, stage_policies
 from .compute import is_memory_bound
 from .cost_model import TRACED_BLOCKS, CostModel
 
@@ -34,14 +34,15 @@ def simulated_parts(scenario) -> dict[str, float]:
     from .profile import load_profile
     costs = CostModel(scenario, profile=load_profile(scenario))
     model = costs.compute_model
-    blocks = [("embedding", "embedding_block", embedding_ops(scenario))]
-    blocks += [("moe_layer" if is_moe_layer(scenario, i) else "layer", "block", layer_ops(scenario, is_moe_layer(scenario, i)))
-               for i in stage_layer_range(scenario, 0)]
+    outside = scenario.training.recompute  # the embedding and head: as the cost model prices them
+    blocks = [("embedding", "embedding_block", embedding_ops(scenario), outside)]
+    blocks += [("moe_layer" if is_moe_layer(scenario, i) else "layer", "block", layer_ops(scenario, is_moe_layer(scenario, i)),
+                policy) for i, policy in stage_policies(scenario, stage_layer_range(scenario, 0))]
     if scenario.num_stages == 1:
-        blocks.append(("head", "head_block", head_ops(scenario)))
-    recompute, d = scenario.training.recompute, Dims.of(scenario)
+        blocks.append(("head", "head_block", head_ops(scenario), outside))
+    d = Dims.of(scenario)
     parts: Counter = Counter()
-    for name, block, ops in blocks:
+    for name, block, ops, recompute in blocks:
         for op, t in zip(ops, model.block_times(ops, TRACED_BLOCKS.get(block))[0]):
             seconds = t.fwd * (1 + redo_fraction(op, recompute, d)) + t.bwd_input + t.bwd_weight
             part = ("attention" if op.attention is not None or op.name.startswith("attn_") else

@@ -8,7 +8,7 @@ Units: FLOPs (2 per multiply-add), matmul FLOPs only. MoE layers count the usefu
 
 from __future__ import annotations
 
-from .recompute import recompute_flops
+from .recompute import recompute_flops, stage_policies
 from .ops import (Dims, Op, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range,
                   stage_ops)
 
@@ -41,11 +41,12 @@ def _per_microbatch(s, with_recompute: bool) -> float:
     dense = ops_for(d, False)
     moe = ops_for(d, True) if s.model.moe else dense
     total = train_flops(embedding_dims_ops(d)) + train_flops(head_dims_ops(d))
-    for layer in range(s.model.layers):
-        ops = moe if is_moe_layer(s, layer) else dense
-        total += train_flops(ops)
-        if with_recompute:
-            total += recompute_flops(ops, s.training.recompute, d)
+    for stage in range(s.num_stages):
+        for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
+            ops = moe if is_moe_layer(s, layer) else dense
+            total += train_flops(ops)
+            if with_recompute:
+                total += recompute_flops(ops, policy, d)
     return total
 
 
@@ -77,6 +78,6 @@ def stage_flops(s, stage: int, with_recompute: bool = True) -> float:
     total = train_flops(ops)
     if with_recompute:
         d = Dims.of(s)
-        for layer in stage_layer_range(s, stage):
-            total += recompute_flops(ops_for(d, is_moe_layer(s, layer)), s.training.recompute, d)
+        for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
+            total += recompute_flops(ops_for(d, is_moe_layer(s, layer)), policy, d)
     return total

@@ -29,7 +29,7 @@ from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
 from ..scenario.sharding import ShardingPlan
 from .ops import Dims, embedding_dims_ops, head_dims_ops, ops_for
-from .recompute import kept_bytes
+from .recompute import kept_bytes, layer_policy
 from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
 
 GIB = 2**30
@@ -69,15 +69,33 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     Extras (Korthikanti section 4.3, derived op by op in ops.py): the embedding dropout mask
     (s*b*h bytes, /t with SP) on the first stage; on the last the final-norm and LM-head
     inputs (2*s*b*h each, /t with SP) and the fp32 logits (4*s*b*V/t). Never recomputed."""
-    layers, other = _stage_bytes(Dims.of(s), s.training.recompute, layer_split(s))
+    t = s.training
+    layers, other = _stage_bytes(Dims.of(s), t.recompute, layer_split(s), t.recompute_num_layers)
     return float(layers[stage]), float(other[stage])
 
 
-def _stage_bytes(d: Dims, recompute: str, split: tuple) -> tuple[np.ndarray, np.ndarray]:
+def _policy_counts(split: tuple, recompute: str, recompute_layers: int | None) -> dict:
+    """policy -> (dense, MoE) layers of each global stage under it (model/recompute.py)."""
+    layers, every = split
+    counts: dict[str, np.ndarray] = {}
+    start = 0
+    for stage, n in enumerate(layers):
+        for i in range(n):
+            policy = layer_policy(recompute, recompute_layers, i)
+            row = counts.setdefault(policy, np.zeros((len(layers), 2)))
+            row[stage, 1 if every and (start + i) % every == 0 else 0] += 1
+        start += n
+    return {policy: (c[:, 0], c[:, 1]) for policy, c in counts.items()}
+
+
+def _stage_bytes(d: Dims, recompute: str, split: tuple, recompute_layers: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(transformer layers, extras) bytes of one micro-batch on each global stage."""
-    dense, moe = _stage_counts(split)
-    layers = dense * _layer_activation_bytes(d, False, recompute) + moe * _layer_activation_bytes(d, True, recompute)
-    other = np.zeros(len(dense))
+    layers = np.zeros(len(split[0]))
+    for policy, (dense, moe) in _policy_counts(split, recompute, recompute_layers).items():
+        layers = (layers + dense * _layer_activation_bytes(d, False, policy)
+                  + moe * _layer_activation_bytes(d, True, policy))
+    other = np.zeros(len(split[0]))
     other[0] += sum(op.act_bytes for op in embedding_dims_ops(d))
     other[-1] += sum(op.act_bytes for op in head_dims_ops(d))
     return layers, other
@@ -195,7 +213,7 @@ def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     schedule = _schedule_key(s, check_schedule)
     d = Dims.of(s)
     split = layer_split(s)
-    activations = _rank_activations(d, s.training.recompute, split, schedule)
+    activations = _rank_activations(d, s.training.recompute, split, schedule, s.training.recompute_num_layers)
     states = _states_of(s, d, schedule)
     return [RankMemory(rank, stages, layers, params, inflight, w, g, o, acts, other,
                        RESERVE_FIXED_BYTES + ACTIVATION_FRAGMENTATION * (acts + other), working)
@@ -235,13 +253,14 @@ def _rank_stages(schedule: tuple) -> tuple[tuple[int, ...], ...]:
 
 
 @lru_cache(maxsize=65536)
-def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple) -> tuple:
+def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple, recompute_layers: int | None = None
+                      ) -> tuple:
     """Per rank: (layer activations at the peak + the recompute working set, embedding /
     head extras at the peak, that working set, peak in-flight chunks)."""
     name, pp, m, vpp, check = schedule
     walked, peaks = _schedule(name, pp, m, vpp, check)
     stages = np.array(_rank_stages(schedule))  # (rank, chunk) -> global stage
-    layer_bytes, other_bytes = _stage_bytes(d, recompute, split)
+    layer_bytes, other_bytes = _stage_bytes(d, recompute, split, recompute_layers)
     layers, other = layer_bytes[stages], other_bytes[stages]
     if walked:
         acts, extras = activation_peaks(walked[1], layers, other)
@@ -249,9 +268,11 @@ def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple) ->
         bound = np.array(peaks)
         acts, extras = bound * layers.max(axis=1), bound * other.max(axis=1)
     working = np.zeros(pp)
-    if recompute != "none":
-        for is_moe, count in zip((False, True), _stage_counts(split)):
-            rebuilt = _layer_activation_bytes(d, is_moe, "none") - _layer_activation_bytes(d, is_moe, recompute)
+    for policy, counts in _policy_counts(split, recompute, recompute_layers).items():
+        if policy == "none":
+            continue
+        for is_moe, count in zip((False, True), counts):
+            rebuilt = _layer_activation_bytes(d, is_moe, "none") - _layer_activation_bytes(d, is_moe, policy)
             working = np.maximum(working, np.where(count[stages].sum(axis=1) > 0, rebuilt, 0.0))
     return tuple(zip((acts + working).tolist(), extras.tolist(), working.tolist(), peaks))
 

@@ -21,6 +21,14 @@ and what a layer keeps from its forward: the one owner of that rule, read by the
   forward matmul FLOPs. A layer keeps its input and the saved outputs: q, v, the attention
   output and its log-sum-exp, w1's output and w2's (a row-parallel GEMM's output is its whole
   partial sum, before the reduction that the save list keeps too).
+
+`training.recompute_num_layers: N` applies the policy to the first N layers of each pipeline
+stage (model chunk) and `none` to the rest: Megatron's `--recompute-method block
+--recompute-num-layers N` (megatron/core/transformer/transformer_block.py, `_checkpointed_forward`:
+the first N layers of the chunk, each checkpointed whole), and torchtitan's `selective_ac_option
+= "n"` (activation_checkpoint.py: every n-th block wrapped in full checkpointing, so a stage of L
+layers recomputes L // n of them; which ones does not change a homogeneous stage's time or the
+memory it keeps). Unset: every layer.
 """
 
 from __future__ import annotations
@@ -31,6 +39,17 @@ from .op import Op
 from .ops import Dims, embedding_dims_ops, head_dims_ops
 
 POLICIES = ("none", "selective", "op", "full")
+
+
+def layer_policy(recompute: str, recompute_num_layers: int | None, position: int) -> str:
+    """The policy of the layer at `position` (0-based) within its pipeline stage."""
+    return recompute if recompute_num_layers is None or position < recompute_num_layers else "none"
+
+
+def stage_policies(s, layers: range) -> list[tuple[int, str]]:
+    """(global layer index, its policy) for the layers of one stage, in order."""
+    t = s.training
+    return [(layer, layer_policy(t.recompute, t.recompute_num_layers, i)) for i, layer in enumerate(layers)]
 
 
 def _linears(d: Dims, moe: bool) -> list[tuple[str, float]]:
@@ -61,18 +80,20 @@ def _saved_widths(d: Dims) -> dict[str, tuple[float, float]]:
 
 @lru_cache(maxsize=256)
 def _outside_blocks(d: Dims) -> frozenset[str]:
-    """The embedding's and the head's ops: `op` checkpoints transformer blocks only."""
+    """The embedding's and the head's ops: every policy checkpoints transformer blocks only
+    (Megatron's `_checkpointed_forward` runs over the block's layers; torchtitan wraps each
+    TransformerBlock), so the LM head and the embedding never run again."""
     return frozenset(op.name for op in embedding_dims_ops(d) + head_dims_ops(d))
 
 
 def redo_fraction(op: Op, recompute: str, d: Dims) -> float:
     """The share of `op`'s forward that runs again in the backward."""
+    if recompute == "none" or op.name in _outside_blocks(d):
+        return 0.0
     if recompute == "full":
         return 1.0
     if recompute == "selective":
         return 1.0 if op.recompute_selective else 0.0
-    if recompute != "op" or op.name in _outside_blocks(d):  # torchtitan checkpoints the blocks alone
-        return 0.0
     if op.attention is not None or op.name in ("attn_qk", "attn_av"):
         return 0.0  # SDPA and batched matmuls are saved
     if op.fwd_flops > 0 and op.gemm is not None:
@@ -81,9 +102,11 @@ def redo_fraction(op: Op, recompute: str, d: Dims) -> float:
     return 1.0  # memory-bound: norms, rotary embeddings, activations, adds, permutations
 
 
-def reruns_forward_collective(op: Op, recompute: str) -> bool:
-    """Whether the op's forward collective runs again with the recomputation: all of them
-    under `full`; under `op` those off the save list (all-gathers, all-reduces)."""
+def reruns_forward_collective(op: Op, recompute: str, d: Dims) -> bool:
+    """Whether the op's forward collective runs again with the recomputation: all of a
+    block's under `full`; under `op` those off the save list (all-gathers, all-reduces)."""
+    if op.name in _outside_blocks(d):
+        return False
     return recompute == "full" or (recompute == "op" and op.comm in ("all-gather", "all-reduce"))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from ..schedule.specs import SCHEDULES, megatron_schedule
+from ..schedule.specs import megatron_schedule
 from . import megatron_fsdp
 
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
@@ -98,7 +98,7 @@ IRRELEVANT = {
     "use_mcore_models", "transformer_impl", "rotary_base", "rotary_percent", "use_rotary_position_embeddings",
     "rampup_batch_size", "data_cache_path", "num_workers", "log_throughput", "timing_log_level",
     "log_timers_to_tensorboard", "tensorboard_log_interval", "make_vocab_size_divisible_by",
-    "group_query_attention", "recompute_num_layers",
+    "group_query_attention",
     # NeMo model keys of the same kind (numerics, fusions, checkpointing, data)
     "mcore_gpt", "bias", "layernorm_epsilon", "share_embeddings_and_output_weights", "persist_layer_norm",
     "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_add_fusion", "apply_query_key_layer_scaling",
@@ -108,14 +108,14 @@ IRRELEVANT = {
     "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
     "get_attention_mask_from_fusion", "sync_batch_comm", "use_flash_attention", "deterministic_mode", "cross_entropy_loss_fusion",
     "nsys_profile", "seed", "precision", "num_micro_batches_with_partial_activation_checkpoints",
-    "activations_checkpoint_num_layers", "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval",
+    "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval",
     "fp8_amax_history_len", "fp8_amax_compute_algo", "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg",
     "tp_comm_overlap_ag", "tp_comm_overlap_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
     "batch_p2p_comm",
 }
 # Arguments sim3d reads on the command line (importers) but that a flat argument dict may hold
 # without changing a step: sim3d recomputes every layer of a stage under full recomputation.
-WITHOUT_EFFECT = {"recompute_method", "tokenizer_model", "make_vocab_size_divisible_by"}
+WITHOUT_EFFECT = {"recompute_method", "recompute_num_layers", "tokenizer_model", "make_vocab_size_divisible_by"}
 # Vocabulary of well-known tokenizers, by a name fragment of NeMo's `tokenizer.type` / `.model`:
 # Llama 3 / 3.1: 128,256 (arXiv:2407.21783 sec. 3.1.1 "128K tokens"; the HF config's vocab_size),
 # Llama 2: 32,000 (arXiv:2307.09288), Nemotron-4: 256,000 (arXiv:2402.16819), GPT-2 BPE: 50,257.
@@ -191,6 +191,7 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     switched: dict[str, str] = {}  # scenario path -> the switch that set it
     tokenizer: dict[str, str] = {}  # --tokenizer-model, --make-vocab-size-divisible-by
     fsdp: dict[str, object] = {}  # Megatron-FSDP's flags, read together
+    recompute_how: dict[str, object] = {}  # --recompute-method and --recompute-num-layers, read together
     for flag, value in flags.items():
         option = "--" + flag.replace("_", "-")
         if flag in VALUE_FLAGS or flag == "num_layers_per_virtual_pipeline_stage":
@@ -219,14 +220,14 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             tokenizer[flag] = value
         elif flag in megatron_fsdp.FLAGS:
             fsdp[flag] = value
-        elif flag == "recompute_method":
-            out.assumed.append(f"--recompute-method {value}: every layer of a stage recomputed (sim3d has no "
-                               "per-layer recompute count)")
+        elif flag in ("recompute_method", "recompute_num_layers"):
+            recompute_how[flag] = value
         elif flag not in IRRELEVANT:
             meant = _misspelled(flag)
             if meant:  # read as "not mapped", --tensor-model-paralel-size 8 imported as tp 1
                 raise ValueError(f"{option}: not a Megatron-LM argument; did you mean --{meant.replace('_', '-')}?")
             out.unmapped.append(f"--{flag.replace('_', '-')}" + ("" if value is True else f" {value}"))
+    _read_recompute_method(recompute_how, tree, out)
     settings, assumed, unmapped = megatron_fsdp.read(fsdp)
     if megatron_fsdp.enabled(fsdp):  # it runs the distributed optimizer whatever: the strategy says what it shards
         tree.get("parallel", {}).pop("distributed_optimizer", None)
@@ -235,6 +236,25 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     out.assumed += assumed
     out.unmapped += unmapped
     return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags, tokenizer=tokenizer)
+
+
+def _read_recompute_method(how: dict, tree: dict, out: Imported) -> None:
+    """--recompute-method block --recompute-num-layers N: the first N layers of each stage
+    (model/recompute.py); uniform: every layer, N layers to a checkpoint (the same recomputation,
+    priced with every layer's input kept)."""
+    method, layers = how.get("recompute_method"), how.get("recompute_num_layers")
+    for flag, value in how.items():
+        if value is True or isinstance(value, list):
+            raise ValueError(f"--{flag.replace('_', '-')} needs one value, got {value!r}")
+    if method not in (None, "block", "uniform"):
+        raise ValueError(f"--recompute-method {method!r}: Megatron-LM takes uniform or block")
+    if layers is not None and (value := number_of(layers)) != int(value):
+        raise ValueError(f"--recompute-num-layers {layers!r}: expected a whole number")
+    if method == "block" and layers is not None:
+        _set(tree, "training.recompute_num_layers", int(number_of(layers)))
+    elif method is not None:
+        out.assumed.append(f"--recompute-method {method}" + (f" --recompute-num-layers {layers}" if layers else "")
+                           + ": every layer of a stage recomputed")
 
 
 def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> Imported:
@@ -282,8 +302,8 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
             args.append(f"--{flag}")
         elif value is False or value is None:
             continue
-        elif isinstance(value, (int, float, str)) and (flag in VALUE_FLAGS or flag in ("recompute_granularity",
-                                                                                        "recompute_method")):
+        elif isinstance(value, (int, float, str)) and (flag in VALUE_FLAGS or flag in (
+                "recompute_granularity", "recompute_method", "recompute_num_layers")):
             args += [f"--{flag}", str(value)]
         elif flag not in IRRELEVANT:  # a switch with a value that is not true / false lands here too
             unmapped.append(f"model.{key}: {value}")
@@ -335,9 +355,11 @@ def _tokenizer_vocab(out: Imported, tokenizer: dict, pad: int) -> None:
 
 # NeMo's names of Megatron-LM arguments.
 NEMO_NAMES = {"encoder_seq_length": "seq_length", "activations_checkpoint_granularity": "recompute_granularity",
-              "activations_checkpoint_method": "recompute_method", "ub_tp_comm_overlap": "tp_comm_overlap"}
+              "activations_checkpoint_method": "recompute_method",
+              "activations_checkpoint_num_layers": "recompute_num_layers", "ub_tp_comm_overlap": "tp_comm_overlap"}
 # Model keys from_nemo reads besides the Megatron arguments.
-NEMO_READS = {"activation", "recompute_method", "virtual_pipeline_model_parallel_size", "make_vocab_size_divisible_by",
+NEMO_READS = {"activation", "recompute_method", "recompute_num_layers", "virtual_pipeline_model_parallel_size",
+              "make_vocab_size_divisible_by",
               "fp8", "fp8_hybrid", "fp8_e4m3"}
 
 
@@ -422,75 +444,3 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
     out.scenario = {key: tree[key] for key in ("name", "schedule", "model", "parallel", "training", "cluster")
                     if key in tree}
     return out
-
-
-# Schedules Megatron-LM's own flags cannot ask for, and where they run instead.
-SCHEDULE_ELSEWHERE = {name: spec.megatron_elsewhere for name, spec in SCHEDULES.items() if spec.megatron_elsewhere}
-
-
-def to_megatron_args(s) -> list[str]:
-    """The Megatron-LM arguments of a scenario's model, layout and training settings (the
-    inverse of `from_megatron` for everything a scenario holds; data, optimizer and logging
-    arguments are the user's own)."""
-    m, p, t = s.model, s.parallel, s.training
-    args = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--num-attention-heads", m.heads,
-            "--seq-length", m.seq_len, "--max-position-embeddings", m.seq_len,
-            "--vocab-size", m.vocab, "--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
-    if m.ffn_hidden:
-        args += ["--ffn-hidden-size", m.ffn_hidden]
-    if m.kv_heads and m.kv_heads != m.heads:
-        args += ["--group-query-attention", "--num-query-groups", m.kv_heads]
-    if m.kv_channels:
-        args += ["--kv-channels", m.kv_channels]
-    if m.activation != "gelu":
-        args.append(f"--{m.activation}")
-    if m.moe:
-        args += ["--num-experts", m.moe.experts, "--moe-router-topk", m.moe.top_k]
-        for flag, value in (("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden),
-                            ("--moe-shared-expert-intermediate-size", m.moe.shared_expert_ffn),
-                            ("--moe-expert-capacity-factor", m.moe.capacity_factor),
-                            ("--moe-layer-freq", m.moe.every if m.moe.every != 1 else None)):
-            if value is not None:
-                args += [flag, value]
-    args += ["--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp]
-    if p.order == "tp-cp-ep-pp-dp":
-        args.append("--use-tp-pp-dp-mapping")
-    if s.cp > 1:
-        args += ["--context-parallel-size", s.cp]
-    if s.ep > 1:
-        args += ["--expert-model-parallel-size", s.ep]
-    if p.etp is not None:
-        args += ["--expert-tensor-parallel-size", p.etp]
-    accounted = p.account_for_embedding_in_pipeline_split + p.account_for_loss_in_pipeline_split
-    if s.vpp > 1:
-        args += ["--num-layers-per-virtual-pipeline-stage", (m.layers + accounted) // (s.pp * s.vpp)]
-    for flag, value in (("--decoder-first-pipeline-num-layers", p.decoder_first_pipeline_num_layers),
-                        ("--decoder-last-pipeline-num-layers", p.decoder_last_pipeline_num_layers)):
-        if value:
-            args += [flag, value]
-    args += [flag for flag, on in (("--sequence-parallel", p.sequence_parallel),
-                                   ("--use-distributed-optimizer", p.distributed_optimizer),
-                                   ("--account-for-embedding-in-pipeline-split", p.account_for_embedding_in_pipeline_split),
-                                   ("--account-for-loss-in-pipeline-split", p.account_for_loss_in_pipeline_split)) if on]
-    args += megatron_fsdp.args(s)
-    args += ["--micro-batch-size", t.micro_batch, "--global-batch-size", t.global_batch]
-    args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[t.precision]
-    if t.recompute == "op":
-        raise ValueError("training.recompute op is torchtitan's per-op selective checkpointing, which Megatron-LM "
-                         "cannot run; its nearest is --recompute-granularity selective (training.recompute: selective)")
-    if t.recompute != "none":
-        args += ["--recompute-granularity", t.recompute]
-        if t.recompute == "full":
-            args += ["--recompute-method", "uniform", "--recompute-num-layers", 1]
-    args += ["--attention-backend", "flash" if t.attention_backend == "flash" else "local"]
-    if t.grad_reduce_in_fp32 is not None and t.precision != "fp32":  # else Megatron's default
-        if t.grad_reduce_in_fp32 and t.precision == "fp16":
-            args.append("--accumulate-allreduce-grads-in-fp32")
-        elif not t.grad_reduce_in_fp32 and t.precision != "fp16":
-            args.append("--grad-reduce-in-bf16")
-    args += [flag for flag, on in (("--overlap-grad-reduce", t.overlap_grad_reduce),
-                                   ("--overlap-param-gather", t.overlap_param_gather),
-                                   ("--tp-comm-overlap", t.tp_comm_overlap),
-                                   ("--no-async-tensor-model-parallel-allreduce",
-                                    not t.async_tensor_model_parallel_allreduce)) if on]
-    return [str(a) for a in args]

@@ -181,6 +181,9 @@ class Training(_Strict):
     micro_batch: Batch = Field(1, validation_alias=AliasChoices("micro_batch", "micro_batch_size"))
     global_batch: Batch = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
     recompute: Literal["none", "selective", "op", "full"] = "none"  # model/recompute.py
+    # The first N layers of each pipeline stage (model chunk) recompute, the rest keep everything:
+    # Megatron's --recompute-method block --recompute-num-layers N, torchtitan's every-n-th block.
+    recompute_num_layers: Layers | None = None
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's --attention-backend
     # flash|fused|auto); unfused: scores in HBM (Megatron 2020-22, local|unfused). `use_flash_attn: true` = flash.

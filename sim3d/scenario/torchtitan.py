@@ -201,7 +201,8 @@ def from_torchtitan(config: dict, *, name: str, gpu: str, gpus: int | None = Non
         parallel["vpp"] = vpp
         out.scenario["schedule"] = schedule
     out.scenario["parallel"] = parallel
-    out.scenario["training"] = _training(config, d, dp, sharded, out)
+    stage_layers = f["n_layers"] // (d["pp"] * parallel.get("vpp", 1))
+    out.scenario["training"] = _training(config, d, dp, sharded, out, stage_layers)
     per_node = min(gpus_per_node, world)
     if world % per_node:
         raise ValueError(f"{world} GPUs do not fill nodes of {per_node}")
@@ -210,7 +211,7 @@ def from_torchtitan(config: dict, *, name: str, gpu: str, gpus: int | None = Non
     return out
 
 
-def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported) -> dict:
+def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported, stage_layers: int) -> dict:
     local = _get(config, "training", "local_batch_size", 8)
     global_batch = _get(config, "training", "global_batch_size", -1)
     global_batch = global_batch if global_batch and global_batch > 0 else local * dp
@@ -239,10 +240,17 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported) -> d
         option = str(_get(config, "activation_checkpoint", "selective_ac_option", "2"))
         if option == "op":  # per-op: every second matmul and all but the compute ops run again
             training["recompute"] = "op"
+        elif option.isdigit() and int(option) >= 1:  # every n-th block checkpointed whole
+            training["recompute"] = "full"
+            training["recompute_num_layers"] = stage_layers // int(option)
+            if not training["recompute_num_layers"]:
+                training["recompute"] = "none"
+                del training["recompute_num_layers"]
+            out.assumed.append(f"training.recompute_num_layers: selective_ac_option {option!r} checkpoints every "
+                               f"{option}-th block whole, {stage_layers // int(option)} of a stage's {stage_layers}")
         else:
-            out.assumed.append(f"training.recompute selective: torchtitan's selective_ac_option {option!r} (every "
-                               f"{option}-th block in full) priced as Korthikanti's selective recomputation "
-                               "(attention's core)")
+            raise ValueError(f"activation_checkpoint.selective_ac_option {option!r}: torchtitan takes \"op\" or a "
+                             "whole number n (every n-th block)")
     if "activation_checkpoint" not in config:
         out.assumed.append("activation_checkpoint.mode selective: torchtitan's default")
     return training
@@ -310,9 +318,19 @@ def to_torchtitan_toml(s) -> str:
             lines.append(f"pipeline_parallel_layers_per_stage = {s.model.layers // (s.pp * s.vpp)}")
     if sharded and s.parallel.reshard_after_forward is not None:
         lines.append(f'fsdp_reshard_after_forward = "{"always" if s.parallel.reshard_after_forward else "never"}"')
-    recompute = s.training.recompute
-    lines += ["", "[activation_checkpoint]", f'mode = "{"selective" if recompute in ("op", "selective") else recompute}"']
-    if recompute in ("op", "selective"):  # torchtitan's per-op policy; it has no attention-only one
+    recompute, some = s.training.recompute, s.training.recompute_num_layers
+    if some is not None:  # torchtitan's every-n-th block: the same count on every stage
+        counts = set(s.stage_layers)
+        every = next(iter(counts)) // some if len(counts) == 1 and some else 0
+        if recompute != "full" or not every or next(iter(counts)) // every != some:
+            raise ValueError(f"training.recompute {recompute} on {some} layers of each stage: torchtitan "
+                             "checkpoints every n-th block whole, n dividing the stage's layers (recompute full, "
+                             "recompute_num_layers = layers per stage / n)")
+        lines += ["", "[activation_checkpoint]", 'mode = "selective"', f'selective_ac_option = "{every}"']
+    else:
+        lines += ["", "[activation_checkpoint]",
+                  f'mode = "{"selective" if recompute in ("op", "selective") else recompute}"']
+    if some is None and recompute in ("op", "selective"):  # torchtitan's per-op policy; no attention-only one
         lines.append('selective_ac_option = "op"')
     if s.training.kernels.stack == "compiled":
         lines += ["", "[compile]", "enable = true"]

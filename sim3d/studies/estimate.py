@@ -193,7 +193,8 @@ class Estimator:
         held = np.array([[stage_map.stage(r, c) for c in range(layout.vpp)] for r in range(layout.pp)])
         work = {}
         for kind in KINDS:
-            if costs.sharding.collectives_in_compute:  # the stage's action: its blocks and its units' collectives
+            # the stage's action: its blocks and its units' collectives, or layers under two policies
+            if costs.sharding.collectives_in_compute or s.training.recompute_num_layers is not None:
                 per_stage = np.array([costs.action(stage, kind).seconds for stage in range(len(dense))])
             else:
                 per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)

@@ -338,7 +338,14 @@ class Space:
         gather = self.base.training.overlap_param_gather and layout.zero >= 1
         return sets + (f"parallel.dp_shard={_dp_shard(layout) or 'null'}", "parallel.dp_replicate=null",
                        f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
-                       f"cluster.gpus_per_node={self.gpus_per_node}")
+                       f"cluster.gpus_per_node={self.gpus_per_node}",
+                       f"training.recompute_num_layers={self._recomputed_layers(layout) or 'null'}")
+
+    def _recomputed_layers(self, layout: Layout) -> int | None:
+        """The base's count of recomputed layers per stage, kept for its own policy only: another
+        policy the planner tries applies to every layer."""
+        t = self.base.training
+        return t.recompute_num_layers if layout.recompute == t.recompute else None
 
     def scenario(self, layout: Layout) -> Scenario:
         """The base scenario with this layout, built without re-validating (the space only
@@ -350,6 +357,7 @@ class Space:
             "dp_shard": _dp_shard(layout), "dp_replicate": None})
         training = base.training.model_copy(update={
             "micro_batch": layout.micro_batch, "recompute": layout.recompute, "tp_comm_overlap": layout.tp_comm_overlap,
+            "recompute_num_layers": self._recomputed_layers(layout),
             "overlap_param_gather": base.training.overlap_param_gather and layout.zero >= 1})
         cluster = base.cluster.model_copy(update={"nodes": self.nodes, "gpus_per_node": self.gpus_per_node})
         s = base.model_copy(update={"parallel": parallel, "training": training, "cluster": cluster,

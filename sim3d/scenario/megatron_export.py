@@ -1,0 +1,86 @@
+"""Megatron-LM arguments from a scenario: the inverse of `importers.from_megatron` for
+everything a scenario holds (the model, the layout, the training settings); data, optimizer and
+logging arguments are the user's own. What Megatron-LM cannot run is refused with its nearest."""
+
+from __future__ import annotations
+
+from ..schedule.specs import SCHEDULES
+from . import megatron_fsdp
+
+
+# Schedules Megatron-LM's own flags cannot ask for, and where they run instead.
+SCHEDULE_ELSEWHERE = {name: spec.megatron_elsewhere for name, spec in SCHEDULES.items() if spec.megatron_elsewhere}
+
+
+def to_megatron_args(s) -> list[str]:
+    """The Megatron-LM arguments of a scenario's model, layout and training settings (the
+    inverse of `from_megatron` for everything a scenario holds; data, optimizer and logging
+    arguments are the user's own)."""
+    m, p, t = s.model, s.parallel, s.training
+    args = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--num-attention-heads", m.heads,
+            "--seq-length", m.seq_len, "--max-position-embeddings", m.seq_len,
+            "--vocab-size", m.vocab, "--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
+    if m.ffn_hidden:
+        args += ["--ffn-hidden-size", m.ffn_hidden]
+    if m.kv_heads and m.kv_heads != m.heads:
+        args += ["--group-query-attention", "--num-query-groups", m.kv_heads]
+    if m.kv_channels:
+        args += ["--kv-channels", m.kv_channels]
+    if m.activation != "gelu":
+        args.append(f"--{m.activation}")
+    if m.moe:
+        args += ["--num-experts", m.moe.experts, "--moe-router-topk", m.moe.top_k]
+        for flag, value in (("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden),
+                            ("--moe-shared-expert-intermediate-size", m.moe.shared_expert_ffn),
+                            ("--moe-expert-capacity-factor", m.moe.capacity_factor),
+                            ("--moe-layer-freq", m.moe.every if m.moe.every != 1 else None)):
+            if value is not None:
+                args += [flag, value]
+    args += ["--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp]
+    if p.order == "tp-cp-ep-pp-dp":
+        args.append("--use-tp-pp-dp-mapping")
+    if s.cp > 1:
+        args += ["--context-parallel-size", s.cp]
+    if s.ep > 1:
+        args += ["--expert-model-parallel-size", s.ep]
+    if p.etp is not None:
+        args += ["--expert-tensor-parallel-size", p.etp]
+    accounted = p.account_for_embedding_in_pipeline_split + p.account_for_loss_in_pipeline_split
+    if s.vpp > 1:
+        args += ["--num-layers-per-virtual-pipeline-stage", (m.layers + accounted) // (s.pp * s.vpp)]
+    for flag, value in (("--decoder-first-pipeline-num-layers", p.decoder_first_pipeline_num_layers),
+                        ("--decoder-last-pipeline-num-layers", p.decoder_last_pipeline_num_layers)):
+        if value:
+            args += [flag, value]
+    args += [flag for flag, on in (("--sequence-parallel", p.sequence_parallel),
+                                   ("--use-distributed-optimizer", p.distributed_optimizer),
+                                   ("--account-for-embedding-in-pipeline-split", p.account_for_embedding_in_pipeline_split),
+                                   ("--account-for-loss-in-pipeline-split", p.account_for_loss_in_pipeline_split)) if on]
+    args += megatron_fsdp.args(s)
+    args += ["--micro-batch-size", t.micro_batch, "--global-batch-size", t.global_batch]
+    args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"], "fp32": []}[t.precision]
+    if t.recompute == "op":
+        raise ValueError("training.recompute op is torchtitan's per-op selective checkpointing, which Megatron-LM "
+                         "cannot run; its nearest is --recompute-granularity selective (training.recompute: selective)")
+    if t.recompute_num_layers is not None and t.recompute != "full":
+        raise ValueError(f"training.recompute {t.recompute} on {t.recompute_num_layers} layers of each stage: "
+                         "Megatron-LM recomputes a count of layers only whole (--recompute-granularity full "
+                         "--recompute-method block)")
+    if t.recompute != "none":
+        args += ["--recompute-granularity", t.recompute]
+        if t.recompute_num_layers is not None:
+            args += ["--recompute-method", "block", "--recompute-num-layers", t.recompute_num_layers]
+        elif t.recompute == "full":
+            args += ["--recompute-method", "uniform", "--recompute-num-layers", 1]
+    args += ["--attention-backend", "flash" if t.attention_backend == "flash" else "local"]
+    if t.grad_reduce_in_fp32 is not None and t.precision != "fp32":  # else Megatron's default
+        if t.grad_reduce_in_fp32 and t.precision == "fp16":
+            args.append("--accumulate-allreduce-grads-in-fp32")
+        elif not t.grad_reduce_in_fp32 and t.precision != "fp16":
+            args.append("--grad-reduce-in-bf16")
+    args += [flag for flag, on in (("--overlap-grad-reduce", t.overlap_grad_reduce),
+                                   ("--overlap-param-gather", t.overlap_param_gather),
+                                   ("--tp-comm-overlap", t.tp_comm_overlap),
+                                   ("--no-async-tensor-model-parallel-allreduce",
+                                    not t.async_tensor_model_parallel_allreduce)) if on]
+    return [str(a) for a in args]
