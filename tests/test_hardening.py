@@ -243,13 +243,21 @@ def test_second_pass_yaml_and_flags(tmp_path, text, expected):
     assert expected in result.stderr
 
 
+def test_a_ray_backend_without_ray_is_refused(tmp_path, monkeypatch):
+    """`.[dev]` installs Ray; a machine without it is refused before any work."""
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "ray" else real(name, *rest))
+    result = invoke("sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "training.micro_batch=1,2", "--backend", "ray",
+                    "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "Ray is not installed" in result.stderr, result.output
+
+
 @pytest.mark.parametrize("args, expected", [
     (["execute", ROOT / "scenarios" / "tiny.yaml", "--set", "parallel=5"], "parallel"),
     (["execute", ROOT / "scenarios" / "tiny.yaml", "--steps", 1, "--set", "model.seq_len=16384"],
      "GiB of activations"),
     (["execute", ROOT / "scenarios" / "tiny.yaml", "--steps", 10**9], "SIM3D_MAX_EXECUTOR_STEPS"),
-    (["sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "training.micro_batch=1,2", "--backend", "ray"],
-     "Ray is not installed"),
     (["sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "training.micro_batch=1,2",
       "--grid", "training.micro_batch_size=4"], "training.micro_batch given twice"),
     (["sweep", ROOT / "scenarios" / "tiny.yaml", "--grid", "cluster.inter_node.nic_gbps=" + ",".join(map(str, range(1, 200))),
