@@ -96,6 +96,8 @@ def simulate(scenario: Scenario | dict | str | Path, *, sets: tuple[str, ...] | 
     field takes any integer, numpy's included, a float field any finite real number) applied.
     The scenario's calibration profile is loaded here; stragglers imply full fidelity. Raises
     ScenarioError (bad input, missing profile) and ScheduleError; NonFiniteResult is a bug."""
+    if getattr(getattr(full_fidelity, "dtype", None), "kind", None) == "b" and getattr(full_fidelity, "ndim", 1) == 0:
+        full_fidelity = bool(full_fidelity)  # numpy's True is a truth, "no" is not
     if not isinstance(full_fidelity, bool):  # "no" would be true
         raise TypeError(f"full_fidelity must be True or False, not {full_fidelity!r}")
     s = _scenario(scenario, sets, overrides)

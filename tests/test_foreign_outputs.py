@@ -95,3 +95,43 @@ def test_other_commands_refuse_too(tmp_path, command, name):
     ran = runner.invoke(app, [*command, "--out", str(folder)])
     assert ran.exit_code == 2 and f"{name}: exists and is not a file sim3d wrote" in ran.stderr, ran.output
     assert (folder / name).read_text() == USERS[".csv"]
+
+
+def test_no_output_replaces_an_input_even_forced(tmp_path):
+    """Hostile re-run, defect A: a profile named links.csv, a scenario named summary.json, in the
+    output folder, were replaced with --force."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    profile = folder / "links.csv"
+    shutil.copyfile(ROOT / "calibrate" / "profiles" / "cpu-amd-epyc.csv", profile)
+    before = profile.read_bytes()
+    ran = runner.invoke(app, ["run", TINY, "--set", f"costs.profile={profile}", "--out", str(folder), "--force",
+                              "--no-plots"])
+    assert ran.exit_code == 2 and "is an input of this command" in ran.stderr, ran.output
+    assert profile.read_bytes() == before
+    scenario = folder / "summary.json"
+    shutil.copyfile(TINY, scenario)
+    ran = runner.invoke(app, ["run", str(scenario), "--out", str(folder), "--force", "--no-plots"])
+    assert ran.exit_code == 2 and "is an input of this command" in ran.stderr, ran.output
+
+
+def test_execute_never_rewrites_the_scenario_it_reads(tmp_path):
+    """Defect B: `execute FOLDER/scenario.yaml --out FOLDER` replaced the scenario it ran."""
+    folder = tmp_path / "e"
+    assert runner.invoke(app, ["execute", TINY, "--out", str(folder)]).exit_code == 0
+    scenario = folder / "scenario.yaml"
+    before = scenario.read_bytes()
+    ran = runner.invoke(app, ["execute", str(scenario), "--set", "parallel.dp=2", "--out", str(folder)])
+    assert ran.exit_code == 2 and "is an input of this command" in ran.stderr, ran.output
+    assert scenario.read_bytes() == before
+
+
+def test_a_measured_trace_is_not_replaced_by_a_simulated_one(tmp_path):
+    """Defect C: `run` into an executed run's folder replaced its measured trace.csv silently."""
+    folder = tmp_path / "e"
+    assert runner.invoke(app, ["execute", TINY, "--out", str(folder)]).exit_code == 0
+    measured = (folder / "trace.csv").read_bytes()
+    ran = runner.invoke(app, ["run", TINY, "--out", str(folder), "--no-plots"])
+    assert ran.exit_code == 2 and "was measured by `sim3d execute`" in ran.stderr, ran.output
+    assert (folder / "trace.csv").read_bytes() == measured
+    assert runner.invoke(app, ["execute", TINY, "--out", str(folder)]).exit_code == 0  # its own command may

@@ -236,3 +236,33 @@ def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch)
     with pytest.raises(OSError):
         safe_files.folder_lock(tmp_path, "run")
     assert not (tmp_path / safe_files.LOCK_NAME).exists()
+
+
+@pytest.mark.parametrize("close", [">&-", "2>&-"])
+def test_a_closed_standard_stream_is_not_a_crash(tmp_path, close):
+    """Hostile re-run, defect E: `run ... >&-` died with AttributeError (exit 1, nothing written),
+    `2>&-` exited 1 after writing."""
+    import subprocess
+    import sys
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "-c", f'"{sys.executable}" -m sim3d run "{TINY}" --samples 8 --out "{out}" '
+                           f"--no-plots {close}"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert (out / "summary.json").is_file() and (out / "samples.csv").is_file()
+
+
+def test_numpy_true_is_a_full_fidelity_flag():
+    """Hostile re-run, M8: simulate(..., full_fidelity=np.bool_(True)) raised TypeError."""
+    import numpy as np
+    assert sim3d.simulate(TINY, full_fidelity=np.bool_(True)).full_fidelity is True
+    with pytest.raises(TypeError):
+        sim3d.simulate(TINY, full_fidelity="no")
+
+
+@pytest.mark.parametrize("option, says", [(["--checkpoint-seconds", "1e308"], "--checkpoint-seconds"),
+                                          (["--gpus", "99999999999"], "SIM3D_MAX_GPUS")])
+def test_goodput_refuses_what_no_job_is(tmp_path, option, says):
+    """Hostile re-run, defect F: a 1e308 s checkpoint printed a 300-digit time, exit 0."""
+    ran = runner.invoke(app, ["goodput", str(TINY), *option, "--no-plots", "--out", str(tmp_path / "g")])
+    assert ran.exit_code == 2 and says in ran.output, ran.output

@@ -347,7 +347,8 @@ def test_a_misspelled_megatron_argument_is_refused_with_the_one_meant():
     # three edits on a long argument (issue 49: they imported as tp 1), one on a short one
     for typo, meant in (("--tensr-model-paralel-siz", "tensor-model-parallel-size"),
                         ("--pipline-model-paralel-sze", "pipeline-model-parallel-size"),
-                        ("--global-batch-sise", "global-batch-size"), ("--num-layer", "num-layers")):
+                        ("--global-batch-sise", "global-batch-size"), ("--num-layer", "num-layers"),
+                        ("--tensor-model-parallel", "tensor-model-parallel-size")):
         with pytest.raises(ValueError, match=f"did you mean --{meant}"):
             from_megatron([*base, typo, "8"], name="x", gpu="a100-80gb", gpus=8)
     real = from_megatron([*base, "--tp-comm-overlap-rs-dgrad", "--log-interval", "1"], name="x", gpu="a100-80gb",

@@ -14,9 +14,19 @@ import sys
 
 
 def main() -> None:  # pragma: no cover - console entry point (tests call `plotter_for`)
+    open_closed_streams()
     plotter = plotter_for(sys.argv[1:])
     from .app import main as run_command_line
     run_command_line(plotter)
+
+
+def open_closed_streams() -> None:
+    """A standard stream the caller closed (`>&-`, `2>&-`) is None in Python, and the first
+    print would fail: what would have gone there goes nowhere, as with other Unix tools, and
+    the command still writes its files and exits as it would."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
 
 
 def plotter_for(args: list[str]):

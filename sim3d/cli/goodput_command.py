@@ -28,7 +28,7 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
             restart_minutes: Optional[float] = typer.Option(None, "--restart-minutes", min=0.0, help="Restart "
                                                             "time before the checkpoint is read (default: 10, "
                                                             "assumed)."),
-            checkpoint_seconds: Optional[float] = typer.Option(None, "--checkpoint-seconds", min=0.0,
+            checkpoint_seconds: Optional[float] = typer.Option(None, "--checkpoint-seconds", min=0.0, max=7 * 86400.0,
                                                                help="Time the job stops to checkpoint (default: "
                                                                "the checkpoint's size at the write bandwidth)."),
             out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for goodput.csv and goodput.png "
@@ -59,12 +59,14 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
         raise BadInput("--size, --pdf and --title shape goodput.png, which --no-plots leaves out")
     s = _load(scenario, set_)
     gpus = gpus or s.num_gpus
+    from ..scenario.limits import GPUS
+    GPUS.check(gpus, "--gpus")
     if gpus % s.cluster.gpus_per_node:
         raise BadInput(f"--gpus {gpus}: not a whole number of {s.cluster.gpus_per_node}-GPU servers")
     folder = _writable_folder(out_dir or _default_folder(s.name, "-goodput"))
     figures = [folder / name for name in (FIGURE_NAMES if pdf else FIGURE_NAMES[:1])] if plots else []
     refuse_unsafe([folder / TABLE_NAME, *figures])
-    refuse_foreign([folder / TABLE_NAME, *figures], force)
+    refuse_foreign([folder / TABLE_NAME, *figures], force, inputs=(scenario,))
     failures = llama3_failures()
     restart_s = ASSUMED_RESTART_S if restart_minutes is None else 60.0 * restart_minutes
     options = dict(failures=failures, write_bytes_per_s=write_gb_s * 1e9,

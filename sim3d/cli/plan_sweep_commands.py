@@ -68,7 +68,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     folder = _writable_folder(out_dir or _default_folder(base.name, f"-plan-{gpus}"))
     # before the search; the writes check again
     refuse_unsafe(planned_tables(folder) + ([folder / PLOT_NAME] if plots else []))
-    refuse_foreign(planned_tables(folder) + ([folder / PLOT_NAME] if plots else []), force)
+    refuse_foreign(planned_tables(folder) + ([folder / PLOT_NAME] if plots else []), force,
+                   inputs=(scenario, base.costs.profile))
     with folder_lock(folder, "plan"), progress_bars("plan", err) as progress:
         tasks: dict[str, int] = {}
 
@@ -183,7 +184,9 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     figures = [out_dir / PLOT_NAME] + ([out_dir / PDF_NAME] if pdf else [])
     # checked again under the folder's lock, which run_sweep takes
     refuse_unsafe([*planned_outputs(out_dir), *figures])
-    refuse_foreign(figures, force)  # results.csv and sweep.json: the results log judges them (--resume)
+    # results.csv and sweep.json: the results log judges them (--resume); none may be an input
+    refuse_foreign([*planned_outputs(out_dir), *figures], True, inputs=(scenario, base.costs.profile))
+    refuse_foreign(figures, force)
     try:
         check_backend(backend)
     except ValueError as e:

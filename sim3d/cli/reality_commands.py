@@ -39,7 +39,8 @@ def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a sma
     folder = _writable_folder(out_dir or _default_folder(s.name, "-exec"))
     from ..executor.launch import SCENARIO_NAME
     refuse_unsafe([folder / "trace.csv", folder / SCENARIO_NAME])  # the executor writes them in place, after the run
-    refuse_foreign([folder / "trace.csv", folder / SCENARIO_NAME], force)
+    refuse_foreign([folder / "trace.csv", folder / SCENARIO_NAME], force, inputs=(scenario, s.costs.profile),
+                   writer="sim3d execute")
     try:
         with folder_lock(folder, "execute"):
             with status_messages(f"executing {s.name} on {s.world_size} process(es) ...", err,

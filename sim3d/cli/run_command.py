@@ -106,7 +106,7 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
         outputs = [*planned_outputs(folder, plots, trace, pdf),
                    *(sampling.planned_outputs(folder, plots) if sampling else ())]
         refuse_unsafe([*outputs, folder / MANIFEST_NAME])
-        refuse_foreign(outputs, force)
+        refuse_foreign(outputs, force, inputs=(scenario, s.costs.profile), writer="sim3d run")
         if sampling:  # refused before the run, as every bad input is
             from ..studies.monte_carlo import check_sampled
             check_sampled(s, sampling.samples)

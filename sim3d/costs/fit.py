@@ -369,7 +369,8 @@ def fit_file(path, gpu: str | None = None, name: str | None = None):
               and result.base is not None and c.value > 1.0]
     if beyond:  # faster than the datasheet's peak: the rows or the preset are wrong, not the device
         raise ValueError(f"{path}: fitted {', '.join(f'{c.name} {c.value:.0%}' for c in beyond)} of {result.base}'s "
-                         "peak; a kernel cannot beat its datasheet: is the profile from another device (--gpu)?")
+                         "peak; a kernel cannot beat its datasheet: the rows were timed on another device than "
+                         "the one the profile's provenance (its .json beside it) names, or edited")
     out = Path(path).with_suffix(".fit.json")
     out.write_text(json.dumps({
         "record": result.record, "base_preset": result.base,

@@ -27,6 +27,9 @@ def _misspelled(flag: str) -> str | None:
              "num_layers_per_virtual_pipeline_stage"]
     if flag in known:
         return None
+    cut = [name for name in known if name.startswith(flag)]  # --tensor-model-parallel: an argument cut short
+    if len(cut) == 1 and len(flag) >= 8:
+        return cut[0]
     near = [(_edits(flag, name), name) for name in known if not flag.startswith(name)]
     near = [(d, name) for d, name in near if 1 <= d <= min(3, len(name) // 8)]
     return min(near)[1] if near else None

@@ -7,6 +7,10 @@ PNG/PDF/SVG metadata names matplotlib), a table whose header line is the one sim
 summary, trace or page with sim3d's keys. Committed reports carry no manifest (it is
 machine-local), so the marks are what lets `sim3d run scenarios/gpt3.yaml` on a fresh clone
 replace the report it ships, and what keeps it from replacing a user's own `links.csv`.
+
+Two rules stand above `--force`'s: no output replaces one of the command's inputs (a scenario, a
+profile, whatever its name in the folder), and a file a command measured (`sim3d execute`'s
+trace.csv) is replaced by that command alone unless forced, never silently by a simulation.
 """
 
 from __future__ import annotations
@@ -60,16 +64,33 @@ MARKS: dict[str, Callable[[bytes, bytes, Path], bool]] = {
 }
 
 
-def _listed(path: Path) -> bool:
-    manifest = path.parent / MANIFEST_NAME
+# What a command measured rather than computed: only the command itself replaces it (`sim3d
+# execute`'s trace.csv is a real run's timing; `sim3d run` into its folder would put a
+# simulated trace in its place).
+MEASURED_BY = {"sim3d execute": {"trace.csv"}}
+
+
+def _manifest(folder: Path) -> dict:
+    manifest = folder / MANIFEST_NAME
     try:
         st = os.lstat(manifest)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
-            return False
-        files = json.loads(manifest.read_bytes()).get("files") or []
-    except (OSError, ValueError, AttributeError):
-        return False
-    return any(isinstance(f, dict) and f.get("name") == path.name for f in files)
+            return {}
+        record = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _listed(path: Path) -> bool:
+    files = _manifest(path.parent).get("files")
+    return isinstance(files, list) and any(isinstance(f, dict) and f.get("name") == path.name for f in files)
+
+
+def measured_by(path: Path) -> str | None:
+    """The command whose measurement the file at `path` is, by its folder's manifest, or None."""
+    writer = _manifest(path.parent).get("written_by")
+    return writer if path.name in MEASURED_BY.get(writer, ()) and _listed(path) else None
 
 
 def written_by_sim3d(path: Path) -> bool:
@@ -91,18 +112,37 @@ def written_by_sim3d(path: Path) -> bool:
     return mark is not None and mark(head, tail, path)
 
 
-def refuse_foreign(paths: Iterable[Path], force: bool = False) -> None:
-    """UnsafeOutput naming the first output path that holds a regular file sim3d did not write,
-    unless `force`. Call after safe_files.refuse_unsafe (which refuses what is not a regular
-    file) and before any work, so that nothing is replaced when one output is refused."""
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def refuse_foreign(paths: Iterable[Path], force: bool = False, inputs: Iterable[Path | str | None] = (),
+                   writer: str | None = None) -> None:
+    """UnsafeOutput naming the first output path that is one of the command's `inputs` (a
+    scenario, a profile: always, --force or not), or that holds a regular file sim3d did not
+    write, unless `force`. Call after safe_files.refuse_unsafe (which refuses what is not a
+    regular file) and before any work, so that nothing is replaced when one output is refused."""
+    paths = [Path(p) for p in paths]
+    for given in (Path(i) for i in inputs if i):
+        for path in paths:
+            if path.exists() and _same_file(path, given):
+                alias = "" if str(path) == str(given) else f" (as {given})"
+                raise UnsafeOutput(f"{path}: is an input of this command{alias}; its outputs never replace "
+                                   "their inputs (--force does not change that): choose another output folder")
     if force:
         return
-    for path in map(Path, paths):
+    for path in paths:
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 continue  # refuse_unsafe's to judge
         except FileNotFoundError:
             continue
+        if (measurer := measured_by(path)) and measurer != writer:
+            raise UnsafeOutput(f"{path}: was measured by `{measurer}`, not computed; `{writer}` would replace "
+                               "it with a simulation: choose another output folder, or --force to replace it")
         if not written_by_sim3d(path):
             raise UnsafeOutput(f"{path}: exists and is not a file sim3d wrote (no sim3d manifest lists it and it "
                                "does not start as sim3d's output of that name does); choose another output folder, "
