@@ -266,3 +266,13 @@ def test_goodput_refuses_what_no_job_is(tmp_path, option, says):
     """Hostile re-run, defect F: a 1e308 s checkpoint printed a 300-digit time, exit 0."""
     ran = runner.invoke(app, ["goodput", str(TINY), *option, "--no-plots", "--out", str(tmp_path / "g")])
     assert ran.exit_code == 2 and says in ran.output, ran.output
+
+
+def test_a_fit_says_what_it_is_fitting_before_it_starts(tmp_path):
+    """Item 17: `calibrate --fit` on 669k rows was silent for a minute."""
+    import shutil
+    for suffix in (".csv", ".json"):
+        shutil.copyfile(ROOT / "calibrate" / "profiles" / f"cpu-amd-epyc{suffix}", tmp_path / f"p{suffix}")
+    ran = runner.invoke(app, ["calibrate", "--fit", "--profile", str(tmp_path / "p.csv"), "--json"])
+    rows = len(pd.read_csv(tmp_path / "p.csv"))
+    assert ran.exit_code == 0 and f"fitting the analytical model to {rows:,} profile rows" in ran.stderr, ran.output

@@ -194,7 +194,10 @@ def _fit_profile(path: Path, as_json: bool, measured: dict) -> None:
     fitted on and on rows held out (sim3d/costs/fit.py), written beside it as <profile>.fit.json."""
     from ..costs.fit import describe, fit_file
     try:
-        result, record_path = fit_file(path)
+        rows = max(0, sum(1 for _ in path.open(encoding="utf-8", errors="replace")) - 1)
+        # a minute for 600k rows here (issue 49): said before, not after
+        with status_messages(f"fitting the analytical model to {rows:,} profile rows ...", err, every_message=True):
+            result, record_path = fit_file(path)
     except ValueError as e:
         raise BadInput(f"--fit {path}: {e}") from None
     if as_json:
