@@ -72,7 +72,9 @@ def main() -> None:
     print(f"{'case':<32} {'backend':<8} {'wall s':>8}")
     for case, backend, seconds in rows:
         print(f"{case:<32} {backend:<8} {seconds:>8.1f}")
-    print(f"sweep tables identical: {same_sweep}; samples identical: {same_samples}; workers {args.workers}; "
+    errors = int(tables["local"]["error"].notna().sum())
+    print(f"sweep tables identical: {same_sweep} ({errors} points failed); samples identical: {same_samples}; "
+          f"workers {args.workers}; "
           f"Ray at {os.environ.get('RAY_ADDRESS') or 'a local instance'}")
 
 

@@ -115,3 +115,37 @@ def test_the_measured_steps(priced):
 def test_docs_validation_shows_the_table_of_today(priced):
     assert steps_markdown(priced) in (ROOT / "docs" / "validation.md").read_text(), (
         "docs/validation.md's table of the measured steps is stale: paste steps_markdown(...) of both files")
+
+
+def test_pytorchs_ring_attention_merges_are_counted_kernel_by_kernel():
+    """torch/distributed/tensor/experimental/_attention.py, as torchtitan's context parallelism
+    runs it, cp 2 (one later step), bf16: forward 6Q upcast + a merge of 32.5Q on average (38
+    on a whole-output step, 27 on a half-output step rebuilt by torch.cat) + 12 bytes of lse
+    updates per value + K, V concatenated to send (8 KV) + the 6Q downcast; backward fp32 zero
+    sums (4Q, 8KV), 11.5Q per step of dQ sums, 36 KV for the arriving dK, dV added and sent
+    on, the K, V sent again (8 KV) and the casts back (6Q, 12 KV)."""
+    from sim3d.model.kernel_stack import ring_merge
+    q, kv, lse = 1000.0, 250.0, 10.0
+    fwd, bwd = ring_merge(q, kv, lse, cp=2, ab=2, fused=False)
+    assert sum(fwd) == pytest.approx(44.5 * q + 8 * kv + 12 * lse)
+    assert sum(bwd) == pytest.approx(33 * q + 64 * kv)
+    fused_fwd, fused_bwd = ring_merge(q, kv, lse, cp=2, ab=2, fused=True)  # Inductor: one kernel a step
+    assert sum(fused_fwd) == pytest.approx(22 * q + 8 * kv + 12 * lse)
+    assert sum(fused_bwd) == pytest.approx(30 * q + 48 * kv)
+    assert len(fwd) > len(fused_fwd)
+
+
+def test_ring_merges_slow_the_torch_stacks_and_grow_with_the_ring():
+    """Transformer Engine corrects its ring's output on a second stream: nothing is added there."""
+    def step(stack: str, cp: int) -> float:
+        raw = measured_scenario("eager", 1)
+        raw["model"].update(seq_len=4096 * cp)
+        raw["parallel"] = {"tp": 1, "pp": 1, "dp": 1, "cp": cp}
+        raw["training"]["kernels"] = stack
+        raw["cluster"].update(gpus_per_node=cp)
+        return sim3d.simulate(raw).summary["step_time_s"]
+    from dataclasses import replace
+    names = {stack: {op.name for op in ops_for(replace(dims(stack), cp=2))} for stack in ("te", "compiled", "eager")}
+    assert "cp_ring_merge" not in names["te"] and "cp_ring_merge" in names["compiled"] & names["eager"]
+    for cp in (2, 8):
+        assert step("eager", cp) > step("compiled", cp) > step("te", cp)

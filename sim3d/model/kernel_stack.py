@@ -65,6 +65,12 @@ inputs and writes its outputs once, which is what those counts are.
   shape), one kernel reading it per linear; Transformer Engine takes it from the GEMM's
   epilogue. The forward bias rides in cuBLASLt's epilogue in both (aten/src/ATen/native/cuda/
   Blas.cpp, addmm with a 1-D bias), so it costs no kernel here.
+* context parallelism as PyTorch runs it (torch/distributed/tensor/experimental/_attention.py,
+  which torchtitan's `context_parallel_degree` uses: `_templated_ring_attention`, `_SDPAMerger`,
+  `_templated_ring_attention_backward`, round-robin load balancing, fp32 merges): every ring
+  step's attention output is merged into a running fp32 output in separate kernels after the
+  SDPA call, on the same stream (`ring_merge`). Transformer Engine's ring corrects its output
+  on a second stream beside the next step's attention, so `te` adds nothing here.
 """
 
 from __future__ import annotations
@@ -141,6 +147,57 @@ def _eager_sequence(op, d) -> tuple[tuple[float, ...], tuple[float, ...]] | None
     return None
 
 
+def ring_merge(q: float, kv: float, lse: float, cp: int, ab: int, fused: bool
+               ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Bytes of each kernel PyTorch's ring attention adds around its cp SDPA calls, for Q query
+    (= output) elements, KV elements of each of K and V, and LSE log-sum-exp values per rank.
+
+    Forward: the first step's output upcast (read ab, write 4 bytes per element); every later
+    step upcasts its block (ab -> 4), takes out - block (read 4 + 4, write 4), scales it by
+    sigmoid(block_lse - lse) (read 4, write 4) and subtracts (read 4 + 4, write 4): 38 bytes an
+    element; the steps where a rank's step holds the second half of its queries alone (half of
+    them over the ranks, load balancing) do that on half the output and rebuild it whole with
+    torch.cat (read 4, write 4): 27, so 32.5 on average; each lse update is three small
+    kernels; K and V are concatenated to be sent on (read ab, write ab) before each of cp - 1
+    steps; the merged output is cast back (read 4, write ab). Backward: zero-filled fp32
+    gradients of Q, K and V; each step adds its dQ into the fp32 sum (read 4 + ab, write 4;
+    the half-query steps add into half and rebuild it: 13 bytes, 11.5 on average), and each
+    later step adds the dK, dV that arrive to its own (read 4 + ab, write 4) and concatenates
+    them to send on (read 4, write 4), the K, V sent on as in forward; the sums are cast back.
+    `fused` (Inductor): each step's merge is one kernel reading the running output and the
+    block and writing the output, each dQ / dKV step one kernel likewise."""
+    steps, later = cp, cp - 1
+    up, down = q * (ab + FP32), q * (FP32 + ab)
+    send = 2 * kv * 2 * ab
+    if fused:
+        merge = q * (FP32 + ab + FP32) + 3 * FP32 * lse
+        fwd = (up, *[merge] * later, *[send] * later, down)
+        dq = q * (FP32 + ab + FP32)
+        dkv = 2 * kv * (FP32 + ab + FP32)
+        bwd = (FP32 * (q + 2 * kv), *[dq] * steps, *[dkv] * later, *[send] * later,
+               q * (FP32 + ab) + 2 * kv * (FP32 + ab))
+        return fwd, bwd
+    # a later step on the whole output (half the steps) or on its second half then rebuilt
+    # whole (the other half): each kernel's bytes averaged over the two
+    share = (1.0 + 0.5) / 2
+    rebuild = 0.5 * 2 * FP32 * q
+    merge = (share * q * (ab + FP32), share * q * 3 * FP32, share * q * 2 * FP32, share * q * 3 * FP32, rebuild,
+             FP32 * lse, FP32 * lse, FP32 * lse)
+    dkv = (kv * (FP32 + ab + FP32), kv * (FP32 + ab + FP32), 2 * kv * 2 * FP32)
+    fwd = (up, *[m for _ in range(later) for m in merge], *[send] * later, down)
+    bwd = (FP32 * q, FP32 * kv, FP32 * kv, *[share * q * (FP32 + ab + FP32) + rebuild] * steps,
+           *[c for _ in range(later) for c in dkv], *[send] * later,
+           q * (FP32 + ab), kv * (FP32 + ab), kv * (FP32 + ab))
+    return fwd, bwd
+
+
+def ring_merge_op(d, fused: bool) -> Op:
+    """The merges of PyTorch's ring attention on one rank (`ring_merge`), as one memory-bound op."""
+    q = d.b * d.sl * d.q_dim / d.tp
+    return Op("cp_ring_merge", kernels=("cp_ring_merge",), numel=q,
+              kernel_bytes=ring_merge(q, d.b * d.sl * d.kv_dim / d.tp, d.b * d.heads / d.tp * d.sl, d.cp, d.ab, fused))
+
+
 def _backward_only(name: str, kernels: tuple[float, ...], numel: float):
     return Op(name, kernels=(name,), numel=numel, kernel_bytes=((), kernels))
 
@@ -154,6 +211,8 @@ def eager_ops(ops: list, d) -> list:
         if op.fwd_flops == 0 and op.attention is None and (seq := _eager_sequence(op, d)) is not None:
             op = replace(op, kernel_bytes=seq)
         out.append(op)
+        if op.attention is not None and op.name == "core_attention" and d.cp > 1:
+            out.append(ring_merge_op(d, fused=False))
         if op.attention is not None and op.name == "core_attention":
             qkv = d.b * d.sl * (d.q_dim + 2 * d.kv_dim) / d.tp
             out.append(_backward_only("qkv_split_grad", (2 * qkv * d.ab,), qkv))
@@ -165,11 +224,16 @@ def eager_ops(ops: list, d) -> list:
 
 def compiled_ops(ops: list, d) -> list:
     """The ops as Inductor runs them: ops.py's fused counts, but for the embedding's backward
-    (its decomposition, see above)."""
+    (its decomposition, see above) and the ring attention's merges (fused, `ring_merge`)."""
     table = d.vocab / d.tp * d.h
-    return [replace(op, kernel_bytes=((2 * op.numel * d.ab,),
-                                      (FP32 * table, op.numel * (d.ab + 2 * FP32), table * (FP32 + d.ab))))
-            if op.kernels == ("embedding",) else op for op in ops]
+    out = []
+    for op in ops:
+        out.append(replace(op, kernel_bytes=((2 * op.numel * d.ab,),
+                                             (FP32 * table, op.numel * (d.ab + 2 * FP32), table * (FP32 + d.ab))))
+                   if op.kernels == ("embedding",) else op)
+        if op.attention is not None and op.name == "core_attention" and d.cp > 1:
+            out.append(ring_merge_op(d, fused=True))
+    return out
 
 
 def accumulation_bytes(dense: float, expert: float, sharding: ShardingPlan, microbatches: int) -> float:
