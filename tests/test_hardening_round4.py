@@ -276,3 +276,19 @@ def test_a_fit_says_what_it_is_fitting_before_it_starts(tmp_path):
     ran = runner.invoke(app, ["calibrate", "--fit", "--profile", str(tmp_path / "p.csv"), "--json"])
     rows = len(pd.read_csv(tmp_path / "p.csv"))
     assert ran.exit_code == 0 and f"fitting the analytical model to {rows:,} profile rows" in ran.stderr, ran.output
+
+
+def test_two_overrides_that_shard_differently_are_refused_in_either_order(tmp_path):
+    """Hostile re-run, defect G: --set parallel.zero=3 --set parallel.distributed_optimizer=false
+    ran as ZeRO 0 (the last won), the reverse order as ZeRO 3, with no word."""
+    from sim3d.errors import ScenarioError
+    llama = ROOT / "scenarios" / "llama3.1-8b.yaml"
+    for sets in (["parallel.zero=3", "parallel.distributed_optimizer=false"],
+                 ["parallel.distributed_optimizer=false", "parallel.zero=3"]):
+        with pytest.raises(ScenarioError, match="both set how data parallelism shards"):
+            sim3d.simulate(llama, sets=sets)
+    agreeing = sim3d.simulate(llama, sets=["parallel.distributed_optimizer=true", "parallel.zero=1"])
+    assert agreeing.scenario.parallel.zero == 1
+    ran = runner.invoke(app, ["plan", str(TINY), "--set", "parallel.distributed_optimizer=true", "--gpus", "2",
+                              "--no-plots", "--json", "--out", str(tmp_path / "plan")])
+    assert ran.exit_code == 0, ran.output  # the planner's own parallel.zero replaces the user's spelling

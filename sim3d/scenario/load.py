@@ -17,7 +17,7 @@ from ..cluster.gpus import suggest
 from .safe_yaml import UnboundedYaml, YamlInputError, read_yaml_text
 from .bounds import shown
 from .checks import consistency_problems
-from .schema import SHARDING_SPELLINGS, Scenario
+from .schema import SHARDING_SPELLINGS, Scenario, zero_stages_of
 from ..errors import ScenarioError
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict", "parse_override", "canonical_key",
@@ -125,11 +125,21 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
                             f"(write [{overrides!r}])")
     raw = _canonical(_flat_megatron(_plain(raw)), Scenario, "")
     typed = [(key, _plain(value, key.count(".") + 1)) for key, value in (values or {}).items()]
+    sharding_set: dict[str, object] = {}  # spelling -> value, of the overrides that set the sharding
     for key, value in [parse_override(text) for text in overrides] + typed:
         if key.startswith(STRAGGLER):
             _set_straggler(raw, key, value)
             continue
         key = canonical_key(key)
+        if key.startswith("parallel.") and key.partition(".")[2] in SHARDING_SPELLINGS:
+            sharding_set[key] = value
+            stages = set(range(4))
+            for spelled, given in sharding_set.items():
+                stages &= zero_stages_of(spelled.partition(".")[2], given) or set()
+            if not stages:  # the last would silently win (issue 49): say both
+                said = " and ".join(f"{k}={v!r}" for k, v in sharding_set.items())
+                raise ScenarioError(f"overrides: {said} both set how data parallelism shards the model "
+                                    "states; give one (parallel.zero 0-3)")
         _replace_sharding(raw, key)
         _set_path(raw, key, value)
     try:

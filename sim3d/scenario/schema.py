@@ -101,7 +101,7 @@ SHARDING_SPELLINGS = {
 MEGATRON_FSDP_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
 
-def _zero_stages_of(key: str, value) -> set[int]:
+def zero_stages_of(key: str, value) -> set[int]:
     """The ZeRO stages a sharding spelling allows (empty: not a valid value)."""
     if key in ("zero", "zero_stage"):
         return {value} if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3 else set()
@@ -110,7 +110,7 @@ def _zero_stages_of(key: str, value) -> set[int]:
     if key == "data_parallel_sharding_strategy":
         return {MEGATRON_FSDP_STRATEGY[value]} if value in MEGATRON_FSDP_STRATEGY else set()
     stage = value.get("stage") if isinstance(value, dict) and set(value) <= {"stage"} else None
-    return _zero_stages_of("zero", stage)
+    return zero_stages_of("zero", stage)
 
 
 class Parallel(_Strict):
@@ -165,7 +165,7 @@ class Parallel(_Strict):
         given = {key: raw.pop(key) for key in SHARDING_SPELLINGS if key in raw}
         stages = set(range(4))
         for key, value in given.items():
-            allowed = _zero_stages_of(key, value)
+            allowed = zero_stages_of(key, value)
             if not allowed:
                 raise ValueError(f"{key}: {shown(value)} is not a sharding setting ({SHARDING_SPELLINGS[key]})")
             stages &= allowed

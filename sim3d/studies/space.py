@@ -42,7 +42,8 @@ from ..scenario.limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded
 from ..scenario.pipeline_split import megatron_stage_layers
 from ..errors import ScenarioError
 from ..scenario.checks import AXES
-from ..scenario.schema import Scenario
+from ..scenario.load import canonical_key
+from ..scenario.schema import SHARDING_SPELLINGS, Scenario
 from ..cluster.placement import Placement
 from ..schedule.specs import SCHEDULES, planned_schedules
 
@@ -333,8 +334,11 @@ class Space:
     # ---- a layout as a scenario ---------------------------------------------------------
     def overrides(self, layout: Layout) -> tuple[str, ...]:
         """The `--set` texts that make `layout` of the base scenario's file (as `scenario` does)."""
-        sets = self.sets + tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items()
-                                 if name != "dp_shard")
+        # the layout's parallel.zero replaces any spelling of the sharding the user's --set gave
+        given = tuple(t for t in self.sets if canonical_key(t.partition("=")[0]).partition(".")[2]
+                      not in SHARDING_SPELLINGS)
+        sets = given + tuple(f"{key}={str(getattr(layout, name)).lower()}" for name, key in KEYS.items()
+                             if name != "dp_shard")
         gather = self.base.training.overlap_param_gather and layout.zero >= 1
         return sets + (f"parallel.dp_shard={_dp_shard(layout) or 'null'}", "parallel.dp_replicate=null",
                        f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
