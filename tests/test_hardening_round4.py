@@ -292,3 +292,12 @@ def test_two_overrides_that_shard_differently_are_refused_in_either_order(tmp_pa
     ran = runner.invoke(app, ["plan", str(TINY), "--set", "parallel.distributed_optimizer=true", "--gpus", "2",
                               "--no-plots", "--json", "--out", str(tmp_path / "plan")])
     assert ran.exit_code == 0, ran.output  # the planner's own parallel.zero replaces the user's spelling
+
+
+def test_a_fit_of_fp8_rows_without_provenance_says_what_is_missing(tmp_path):
+    """Hostile re-run, defect H: a profile copied without its .json failed with "x-fitted has no
+    fp8 tensor cores"."""
+    import shutil
+    shutil.copyfile(H100, tmp_path / "x.csv")
+    ran = runner.invoke(app, ["calibrate", "--fit", "--profile", str(tmp_path / "x.csv")])
+    assert ran.exit_code == 2 and "keep x.json" in ran.stderr and "tensor cores" not in ran.stderr, ran.output

@@ -358,6 +358,11 @@ def fit_file(path, gpu: str | None = None, name: str | None = None):
         gpu = preset_named_in(str(provenance.get("device_name", "")))
     spec = gpu_preset(gpu) if gpu else None
     slug = Path(path).stem
+    if spec is None and "fp8" in set(profile.table.get("dtype", ())):
+        # FP8 rows need the GPU's FP8 peak, which only its preset holds (issue 49: "x-fitted has
+        # no fp8 tensor cores" for a profile copied without its provenance)
+        raise ValueError(f"its FP8 rows need to know which GPU timed them, and no provenance says so: keep "
+                         f"{Path(path).with_suffix('.json').name} (written beside it by calibrate) next to it")
     result = fit_profile(profile.table, spec, name or f"{slug}-fitted", provenance)
     if not all(math.isfinite(c.value) for c in result.constants):
         raise ValueError(f"{path}: the fit did not converge (a constant is not finite)")
