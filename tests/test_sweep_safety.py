@@ -338,3 +338,27 @@ def test_sweep_chooses_its_folder_as_the_other_commands_do(tmp_path, monkeypatch
     done = cli.invoke(app, ["sweep", str(TINY), "--grid", "training.micro_batch=1,2", "--workers", "1"])
     assert done.exit_code == 0, done.output
     assert (tmp_path / "reports" / "tiny-sweep" / "results.csv").is_file()
+
+
+def test_a_stopped_worker_is_killed_not_waited_for(monkeypatch):
+    """Issue 49 re-run, defect D: a sweep whose pool worker was stopped with SIGSTOP waited for
+    it forever. The worker is killed, which breaks its pool: its point runs again (or becomes
+    an error row), as after any other death of a worker."""
+    import os
+    import signal
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from sim3d.studies import runner
+    monkeypatch.setattr(runner, "STOPPED_POLL_S", 0.2)
+    pool = ProcessPoolExecutor(max_workers=1)
+    try:
+        future = pool.submit(time.sleep, 60)
+        deadline = time.monotonic() + 30
+        while not pool._processes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(next(iter(pool._processes)), signal.SIGSTOP)
+        assert list(runner._outcomes({future: ("point",)}, [pool])) == [(("point",), None)]
+        from concurrent.futures.process import BrokenProcessPool
+        assert isinstance(future.exception(), BrokenProcessPool)  # killed, not waited out for 60 s
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -15,11 +15,14 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..util.lifetime import die_with_parent
+from ..util.lifetime import die_with_parent, is_stopped
 
 
 # Not a property of the point (another job's memory, a signal): `--resume` runs such rows again.
 WORKER_DIED = "internal error: the worker process died simulating this point"
+# How often a pool waiting for its points looks for a stopped worker (SIGSTOP): one never
+# finishes and never dies, so it would hold the sweep forever
+STOPPED_POLL_S = 5.0
 
 
 def simulate_job(job: tuple[str, str, tuple[str, ...]]) -> tuple[str, dict]:
@@ -93,7 +96,7 @@ def _pool_round(batch, workers: int) -> Iterator[tuple[tuple, tuple[str, dict] |
                 futures[pool.submit(simulate_job, job)] = job
             except BrokenProcessPool:  # a job already submitted killed its worker
                 yield job, None
-        yield from _outcomes(futures)
+        yield from _outcomes(futures, [pool])
         finished = True
     finally:
         _close(pool, finished)
@@ -105,20 +108,30 @@ def _isolated(jobs, workers: int) -> Iterator[tuple[tuple, tuple[str, dict] | No
         pools = [ProcessPoolExecutor(max_workers=1, initializer=die_with_parent) for _ in group]
         finished = False
         try:
-            yield from _outcomes({pool.submit(simulate_job, job): job for pool, job in zip(pools, group)})
+            yield from _outcomes({pool.submit(simulate_job, job): job for pool, job in zip(pools, group)}, pools)
             finished = True
         finally:
             for pool in pools:
                 _close(pool, finished)
 
 
-def _outcomes(futures: dict) -> Iterator[tuple[tuple, tuple[str, dict] | None]]:
-    """(job, result) as futures complete; None for a job whose pool broke under it."""
-    for future in as_completed(futures):
+def _outcomes(futures: dict, pools: list) -> Iterator[tuple[tuple, tuple[str, dict] | None]]:
+    """(job, result) as futures complete; None for a job whose pool broke under it. A worker
+    found stopped is killed, which breaks its pool like any other death of a worker."""
+    pending = set(futures)
+    while pending:
         try:
-            yield futures[future], future.result()
-        except BrokenProcessPool:
-            yield futures[future], None
+            for future in as_completed(pending, timeout=STOPPED_POLL_S):
+                pending.discard(future)
+                try:
+                    yield futures[future], future.result()
+                except BrokenProcessPool:
+                    yield futures[future], None
+        except TimeoutError:
+            for pool in pools:
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    if is_stopped(process.pid):
+                        process.kill()
 
 
 def _close(pool: ProcessPoolExecutor, finished: bool) -> None:

@@ -71,3 +71,14 @@ def die_with(pid: int, poll_s: float = 0.5) -> None:
         select.select([fd], [], [])  # readable once the process has exited
         os._exit(1)
     threading.Thread(target=wait, name="die-with", daemon=True).start()
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP, a debugger): state T or t in /proc/PID/stat.
+    A stopped process is not dead, so nothing that waits for its exit ever returns."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
