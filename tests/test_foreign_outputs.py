@@ -29,7 +29,18 @@ USERS = {".json": '{"step": 1.5, "note": "my own"}\n', ".csv": "step,seconds\n1,
 
 
 def test_every_marked_name_has_a_committed_example():
-    assert set(MARKS) - {"samples.csv", "scenario.yaml"} == set(COMMITTED)
+    assert set(MARKS) - {"samples.csv", "scenario.yaml", "trace.json.gz"} == set(COMMITTED)
+
+
+def test_a_gzipped_trace_is_known_without_a_manifest(tmp_path):
+    """The review's find: a --trace json.gz folder whose manifest was lost refused its own trace."""
+    folder = tmp_path / "gz"
+    assert runner.invoke(app, ["run", TINY, "--no-plots", "--trace", "json.gz", "--out", str(folder)]).exit_code == 0
+    (folder / "manifest.json").unlink()
+    assert written_by_sim3d(folder / "trace.json.gz")
+    import gzip
+    (folder / "trace.json.gz").write_bytes(gzip.compress(b'{"mine": 1}'))
+    assert not written_by_sim3d(folder / "trace.json.gz")
 
 
 def test_the_executors_scenario_is_known_by_its_comment(tmp_path):

@@ -287,8 +287,11 @@ def test_two_overrides_that_shard_differently_are_refused_in_either_order(tmp_pa
                  ["parallel.distributed_optimizer=false", "parallel.zero=3"]):
         with pytest.raises(ScenarioError, match="both set how data parallelism shards"):
             sim3d.simulate(llama, sets=sets)
-    agreeing = sim3d.simulate(llama, sets=["parallel.distributed_optimizer=true", "parallel.zero=1"])
-    assert agreeing.scenario.parallel.zero == 1
+    with pytest.raises(ScenarioError, match="both set how data parallelism shards"):  # zero 1 or 2, by order
+        sim3d.simulate(llama, sets=["parallel.zero=2", "parallel.distributed_optimizer=true"])
+    with pytest.raises(ScenarioError, match="not a sharding setting"):  # the value's own message
+        sim3d.simulate(llama, sets=["parallel.zero=5"])
+    assert sim3d.simulate(llama, sets=["parallel.zero=1", "parallel.zero=2"]).scenario.parallel.zero == 2
     ran = runner.invoke(app, ["plan", str(TINY), "--set", "parallel.distributed_optimizer=true", "--gpus", "2",
                               "--no-plots", "--json", "--out", str(tmp_path / "plan")])
     assert ran.exit_code == 0, ran.output  # the planner's own parallel.zero replaces the user's spelling

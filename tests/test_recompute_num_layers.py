@@ -77,8 +77,9 @@ def test_no_policy_recomputes_the_embedding_or_the_head():
 
 
 def test_a_count_without_a_policy_is_refused():
-    with pytest.raises(ScenarioError, match="training.recompute_num_layers: 2 layers .* which is none"):
-        scenario_from_dict(gpt("none", 2))
+    for policy in ("none", "selective"):
+        with pytest.raises(ScenarioError, match=f"training.recompute_num_layers: 2 layers .* is {policy}: set it"):
+            scenario_from_dict(gpt(policy, 2))
 
 
 def test_megatron_block_recomputation_imports_and_exports():
@@ -92,8 +93,12 @@ def test_megatron_block_recomputation_imports_and_exports():
     uniform = from_megatron(args[:-4] + ["--recompute-method", "uniform", "--recompute-num-layers", "1"],
                             name="x", gpu="a100-80gb", gpus=2)
     assert "recompute_num_layers" not in uniform.scenario["training"]
-    with pytest.raises(ValueError, match="only whole"):
-        to_megatron_args(scenario_from_dict(gpt("selective", 3)))
+    no_granularity = from_megatron([a for a in args if a not in ("--recompute-granularity", "full")],
+                                   name="x", gpu="a100-80gb", gpus=2)
+    assert "recompute_num_layers" not in no_granularity.scenario.get("training", {})
+    assert any("ignored" in note for note in no_granularity.assumed)
+    none_at_all = from_megatron(args[:-1] + ["0"], name="x", gpu="a100-80gb", gpus=2)
+    assert none_at_all.scenario["training"]["recompute"] == "none"
 
 
 def test_torchtitans_every_nth_block_imports_as_a_count_and_exports_back(tmp_path):

@@ -273,7 +273,7 @@ class CostModel:
         sms = self.s.gpu.sms
         d = Dims.of(self.s)
         times, traced = self.compute_model.block_times(ops, TRACED_BLOCKS.get(block))
-        plan = overlap_plan(self.s.training, self.s.tp, ops)
+        plan = overlap_plan(self.s.training, self.s.tp, ops, recompute)
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it
         hidden: dict[tuple[int, str], tuple[float, Overlap]] = {}
         for i, op in enumerate(ops):

@@ -34,7 +34,8 @@ def overlapped_seconds(gemm: float, comm: float, overlap: Overlap, sms: int) -> 
     return max(slowed, comm) + tail
 
 
-def overlap_plan(training, tp: int, ops) -> dict[tuple[int, str], tuple[int, str, Overlap]]:
+def overlap_plan(training, tp: int, ops,
+                 recompute: str | None = None) -> dict[tuple[int, str], tuple[int, str, Overlap]]:
     """(collective's op index, "fwd" | "bwd") -> (GEMM op index, GEMM part, overlap).
 
     `training.tp_comm_overlap` (Megatron --tp-comm-overlap, Transformer Engine userbuffers,
@@ -46,7 +47,9 @@ def overlap_plan(training, tp: int, ops) -> dict[tuple[int, str], tuple[int, str
     `training.async_tensor_model_parallel_allreduce` (Megatron's default): the backward
     input-gradient all-reduce (reduce-scatter with SP) of a column-parallel linear runs on
     its own stream beside the weight-gradient GEMM (megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication)."""
+    LinearWithGradAccumulationAndAsyncCommunication). `recompute`: the policy the layer runs
+    under (model/recompute.py; default the scenario's): a layer recomputed whole gathers its
+    input again with the recomputation, not for the wgrad."""
     tr = training
     plan = {}
     if tp < 2:
@@ -68,7 +71,7 @@ def overlap_plan(training, tp: int, ops) -> dict[tuple[int, str], tuple[int, str
                 plan[(i, "fwd")] = (i + 1, "fwd", ring)
             if op.bwd_comm and (tr.tp_comm_overlap or tr.async_tensor_model_parallel_allreduce):
                 plan[(i, "bwd")] = (i + 1, "bwd_weight", bulk)
-            if op.comm == "all-gather" and tr.recompute != "full" and (
+            if op.comm == "all-gather" and (recompute or tr.recompute) != "full" and (
                     tr.tp_comm_overlap or tr.async_tensor_model_parallel_allreduce):
                 # sequence parallelism keeps only the input shard: backward all-gathers it
                 # again for the wgrad, beside the dgrad GEMM (Megatron layers.py; TE bulk).

@@ -161,7 +161,8 @@ def ring_merge(q: float, kv: float, lse: float, cp: int, ab: int, fused: bool
     kernels; K and V are concatenated to be sent on (read ab, write ab) before each of cp - 1
     steps; the merged output is cast back (read 4, write ab). Backward: zero-filled fp32
     gradients of Q, K and V; each step adds its dQ into the fp32 sum (read 4 + ab, write 4;
-    the half-query steps add into half and rebuild it: 13 bytes, 11.5 on average), and each
+    the later steps that hold half the queries add into half and rebuild it: 13 bytes, so 11.5
+    on average over the later steps), and each
     later step adds the dK, dV that arrive to its own (read 4 + ab, write 4) and concatenates
     them to send on (read 4, write 4), the K, V sent on as in forward; the sums are cast back.
     `fused` (Inductor): each step's merge is one kernel reading the running output and the
@@ -185,7 +186,7 @@ def ring_merge(q: float, kv: float, lse: float, cp: int, ab: int, fused: bool
              FP32 * lse, FP32 * lse, FP32 * lse)
     dkv = (kv * (FP32 + ab + FP32), kv * (FP32 + ab + FP32), 2 * kv * 2 * FP32)
     fwd = (up, *[m for _ in range(later) for m in merge], *[send] * later, down)
-    bwd = (FP32 * q, FP32 * kv, FP32 * kv, *[share * q * (FP32 + ab + FP32) + rebuild] * steps,
+    bwd = (FP32 * q, FP32 * kv, FP32 * kv, q * (FP32 + ab + FP32), *[share * q * (FP32 + ab + FP32) + rebuild] * later,
            *[c for _ in range(later) for c in dkv], *[send] * later,
            q * (FP32 + ab), kv * (FP32 + ab), kv * (FP32 + ab))
     return fwd, bwd

@@ -107,9 +107,10 @@ def consistency_problems(s) -> list[str]:
     elif kernel not in known:
         p.append(f"training.kernels.attention: {kernel} has no figures for {s.cluster.gpu} (there: "
                  f"{', '.join(known)}; the preset's attention_kernels_with_figures, cluster/gpus.py)")
-    if tr.recompute_num_layers is not None and tr.recompute == "none":
-        p.append(f"training.recompute_num_layers: {tr.recompute_num_layers} layers of each stage recompute under "
-                 "training.recompute, which is none; name the policy (full, as Megatron's --recompute-method block)")
+    if tr.recompute_num_layers is not None and tr.recompute != "full":
+        p.append(f"training.recompute_num_layers: {tr.recompute_num_layers} layers of each stage recompute whole, as "
+                 f"Megatron's --recompute-method block and torchtitan's every n-th block do; training.recompute is "
+                 f"{tr.recompute}: set it to full, or drop the count")
     if tr.tp_comm_overlap and tr.kernels.stack != "te":
         p.append(f"training.tp_comm_overlap: Transformer Engine's userbuffer overlap runs under kernels.stack te, "
                  f"not {tr.kernels.stack} (torchtitan's async TP is priced as synchronous TP)")

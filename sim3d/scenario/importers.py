@@ -253,11 +253,18 @@ def _read_recompute_method(how: dict, tree: dict, out: Imported) -> None:
         raise ValueError(f"--recompute-method {method!r}: Megatron-LM takes uniform or block")
     if layers is not None and (value := number_of(layers)) != int(value):
         raise ValueError(f"--recompute-num-layers {layers!r}: expected a whole number")
-    if method == "block" and layers is not None:
-        _set(tree, "training.recompute_num_layers", int(number_of(layers)))
+    full = _get(tree, "training.recompute") == "full"
+    said = f"--recompute-method {method}" + (f" --recompute-num-layers {layers}" if layers is not None else "")
+    if method is not None and not full:  # Megatron reads the method under full granularity alone
+        out.assumed.append(f"{said}: without --recompute-granularity full it recomputes nothing more; ignored")
+    elif method == "block" and layers is not None:
+        if int(number_of(layers)) >= 1:
+            _set(tree, "training.recompute_num_layers", int(number_of(layers)))
+        else:  # block over no layer: nothing recomputed
+            _set(tree, "training.recompute", "none")
+            out.assumed.append(f"{said}: no layer recomputed (training.recompute none)")
     elif method is not None:
-        out.assumed.append(f"--recompute-method {method}" + (f" --recompute-num-layers {layers}" if layers else "")
-                           + ": every layer of a stage recomputed")
+        out.assumed.append(f"{said}: every layer of a stage recomputed")
 
 
 def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> Imported:

@@ -131,12 +131,10 @@ def scenario_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = (),
             _set_straggler(raw, key, value)
             continue
         key = canonical_key(key)
-        if key.startswith("parallel.") and key.partition(".")[2] in SHARDING_SPELLINGS:
+        spelling = key.partition(".")[2]
+        if key.startswith("parallel.") and spelling in SHARDING_SPELLINGS and zero_stages_of(spelling, value):
             sharding_set[key] = value
-            stages = set(range(4))
-            for spelled, given in sharding_set.items():
-                stages &= zero_stages_of(spelled.partition(".")[2], given) or set()
-            if not stages:  # the last would silently win (issue 49): say both
+            if len(sharding_set) > 1:  # the last would silently win, by order (issue 49): say both
                 said = " and ".join(f"{k}={v!r}" for k, v in sharding_set.items())
                 raise ScenarioError(f"overrides: {said} both set how data parallelism shards the model "
                                     "states; give one (parallel.zero 0-3)")

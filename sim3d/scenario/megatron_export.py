@@ -62,10 +62,6 @@ def to_megatron_args(s) -> list[str]:
     if t.recompute == "op":
         raise ValueError("training.recompute op is torchtitan's per-op selective checkpointing, which Megatron-LM "
                          "cannot run; its nearest is --recompute-granularity selective (training.recompute: selective)")
-    if t.recompute_num_layers is not None and t.recompute != "full":
-        raise ValueError(f"training.recompute {t.recompute} on {t.recompute_num_layers} layers of each stage: "
-                         "Megatron-LM recomputes a count of layers only whole (--recompute-granularity full "
-                         "--recompute-method block)")
     if t.recompute != "none":
         args += ["--recompute-granularity", t.recompute]
         if t.recompute_num_layers is not None:

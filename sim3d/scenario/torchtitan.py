@@ -240,6 +240,8 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported, stag
         option = str(_get(config, "activation_checkpoint", "selective_ac_option", "2"))
         if option == "op":  # per-op: every second matmul and all but the compute ops run again
             training["recompute"] = "op"
+        elif option == "0":  # torchtitan: `if not ac_freq or ...`, every block checkpointed whole
+            training["recompute"] = "full"
         elif option.isdigit() and int(option) >= 1:  # every n-th block checkpointed whole
             training["recompute"] = "full"
             training["recompute_num_layers"] = stage_layers // int(option)

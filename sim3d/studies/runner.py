@@ -11,6 +11,7 @@ import importlib.util
 import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as WaitedTooLong  # the builtin only from Python 3.11
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -127,7 +128,7 @@ def _outcomes(futures: dict, pools: list) -> Iterator[tuple[tuple, tuple[str, di
                     yield futures[future], future.result()
                 except BrokenProcessPool:
                     yield futures[future], None
-        except TimeoutError:
+        except WaitedTooLong:
             for pool in pools:
                 for process in list((getattr(pool, "_processes", None) or {}).values()):
                     if is_stopped(process.pid):

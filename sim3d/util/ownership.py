@@ -15,6 +15,7 @@ trace.csv) is replaced by that command alone unless forced, never silently by a 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
@@ -31,6 +32,14 @@ MAX_JSON_BYTES = 16 << 20  # a summary or a page; larger JSON is judged by its f
 def _header(*columns: str) -> Callable[[bytes, bytes, Path], bool]:
     start = ",".join(columns).encode()
     return lambda head, tail, path: head.split(b"\n", 1)[0].rstrip(b"\r").startswith(start)
+
+
+def _gzipped_trace(head: bytes, tail: bytes, path: Path) -> bool:
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read(32).startswith(b'{"traceEvents":')
+    except (OSError, EOFError):
+        return False
 
 
 def _json_with(key: str) -> Callable[[bytes, bytes, Path], bool]:
@@ -51,6 +60,7 @@ MARKS: dict[str, Callable[[bytes, bytes, Path], bool]] = {
     "summary.json": _json_with("step_time_s"),
     "trace.csv": _header("rank", "stage", "chunk", "microbatch", "kind", "stream", "start_s", "end_s"),
     "trace.json": lambda head, tail, path: head.startswith(b'{"traceEvents":'),
+    "trace.json.gz": _gzipped_trace,
     "trace.parquet": lambda head, tail, path: head.startswith(b"PAR1") and b"microbatch" in tail,
     "links.csv": _header("src", "dst", "kind", "bandwidth_Bps"),
     "schedule.csv": lambda head, tail, path: head.startswith(b"# schedule="),
