@@ -304,3 +304,9 @@ def test_a_fit_of_fp8_rows_without_provenance_says_what_is_missing(tmp_path):
     shutil.copyfile(H100, tmp_path / "x.csv")
     ran = runner.invoke(app, ["calibrate", "--fit", "--profile", str(tmp_path / "x.csv")])
     assert ran.exit_code == 2 and "keep x.json" in ran.stderr and "tensor cores" not in ran.stderr, ran.output
+
+
+def test_a_huge_byte_count_is_echoed_as_its_magnitude():
+    """Hostile re-run, cosmetic: nbytes=1e300 was echoed as a 300-digit number."""
+    ran = runner.invoke(app, ["kernel", "all_reduce", "nbytes=1e300", "group=8", "nodes=1"])
+    assert ran.exit_code == 2 and "nbytes=1e+300 exceeds" in ran.stderr, ran.output

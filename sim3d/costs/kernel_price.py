@@ -86,7 +86,8 @@ def _take(op: str, shape: dict, required: tuple[str, ...], optional: dict) -> di
         value = args[key]
         if key == "nbytes" and not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < float("inf"):
             if value > MAX_BYTES:
-                shown = f"{value:,}" if isinstance(value, numbers.Integral) else f"{value:,.0f}"  # a float would round it
+                # an integer in full (as a float it would round), a float as its magnitude
+                shown = f"{value:,}" if isinstance(value, numbers.Integral) else f"{value:.4g}"
                 raise ScenarioError(f"kernel {op}: nbytes={shown} exceeds {MAX_BYTES:,} (a TiB in one collective)")
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < (2 if key == "group" else 1):
