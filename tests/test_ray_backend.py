@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from sim3d.cli.app import app
 
-ray = pytest.importorskip("ray", reason="Ray is installed by .[dev]; without it the ray backend is refused")
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "scenarios" / "tiny.yaml")
@@ -22,6 +21,10 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_instance():
+    """Imported here, not at collection: a process that has imported Ray no longer forks its
+    plotting process (report/beside.can_fork), and the tests before these need it to."""
+    global ray
+    ray = pytest.importorskip("ray", reason="Ray is installed by .[dev]; without it the ray backend is refused")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()

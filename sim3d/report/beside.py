@@ -32,13 +32,16 @@ from typing import Callable, Sequence
 from ..util.lifetime import die_with_parent
 
 _SERIAL = os.environ.get("SIM3D_SERIAL_OUTPUTS", "") not in ("", "0")
+STOP_GRACE_S = 10.0  # what a stopped process has to unwind (an import halfway releases its locks)
 
 
 def can_fork() -> bool:
     """Fork only a single-threaded caller (the CLI is; a notebook is not): a lock another
-    Python thread holds at the fork would stay locked in the child forever."""
+    Python thread holds at the fork would stay locked in the child forever. Ray's own threads
+    (gRPC, its event loops: native, so `threading` does not count them) are such threads once
+    it is imported; the CLI never imports Ray before it plots."""
     return (sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods() and not _SERIAL
-            and threading.active_count() == 1)
+            and threading.active_count() == 1 and "ray" not in sys.modules)
 
 
 class Beside:
@@ -164,7 +167,12 @@ class Beside:
             return
         if process.exitcode is None:
             process.terminate()
-        process.join()
+        # SIGTERM unwinds the process between bytecodes; one stuck inside C (a lock inherited
+        # locked through the fork) never gets there: it is killed, never waited for forever
+        process.join(STOP_GRACE_S)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
         self._close_pipes()
         for path in self._spilled:  # read and removed by the process, unless it stopped first
             _remove(path)
