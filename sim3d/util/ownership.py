@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .safe_files import MANIFEST_NAME, MAX_MANIFEST_BYTES, UnsafeOutput
+from .safe_files import UnsafeOutput, read_manifest
 
 PEEK_BYTES = 4096
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -80,26 +80,14 @@ MARKS: dict[str, Callable[[bytes, bytes, Path], bool]] = {
 MEASURED_BY = {"sim3d execute": {"trace.csv"}}
 
 
-def _manifest(folder: Path) -> dict:
-    manifest = folder / MANIFEST_NAME
-    try:
-        st = os.lstat(manifest)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
-            return {}
-        record = json.loads(manifest.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
 def _listed(path: Path) -> bool:
-    files = _manifest(path.parent).get("files")
+    files = read_manifest(path.parent).get("files")
     return isinstance(files, list) and any(isinstance(f, dict) and f.get("name") == path.name for f in files)
 
 
 def measured_by(path: Path) -> str | None:
     """The command whose measurement the file at `path` is, by its folder's manifest, or None."""
-    writer = _manifest(path.parent).get("written_by")
+    writer = read_manifest(path.parent).get("written_by")
     return writer if path.name in MEASURED_BY.get(writer, ()) and _listed(path) else None
 
 

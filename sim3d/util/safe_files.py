@@ -294,14 +294,22 @@ def _plain(name: str) -> bool:
             and name != LOCK_NAME and Path(name).name == name)
 
 
-def _earlier_files(manifest: Path) -> list[dict]:
-    """The earlier manifest's file entries; none when it is missing or unreadable (in doubt,
-    nothing is removed)."""
+def read_manifest(folder: Path) -> dict:
+    """The folder's manifest as written; {} when it is missing, not a regular file, too large
+    or unreadable (in doubt, nothing in the folder counts as sim3d's)."""
+    manifest = Path(folder) / MANIFEST_NAME
     try:
         st = os.lstat(manifest)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
-            return []
-        files = json.loads(manifest.read_bytes()).get("files")
-    except (OSError, ValueError, AttributeError):
-        return []
+            return {}
+        record = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _earlier_files(manifest: Path) -> list[dict]:
+    """The earlier manifest's file entries; none when it is missing or unreadable (in doubt,
+    nothing is removed)."""
+    files = read_manifest(manifest.parent).get("files")
     return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
