@@ -101,14 +101,15 @@ def priced():
 
 
 def test_the_measured_steps(priced):
-    """All eight predictions beside the measurements (printed). Eager is within 5% on both
-    GPUs; compiled within 8%: 4.9-6.5% fast on the H100 file's Hugging Face model, 6.4-7.2% slow
-    on the H200's own (docs/validation.md says what the traces show)."""
+    """All eight predictions beside the measurements (printed). The H100 file's four (Hugging
+    Face's model; compiled with the mask transformers materializes under dynamo) and the H200's
+    eager steps are within 5%; the H200's compiled steps within 8% (6.4-7.2% slow:
+    docs/validation.md says what its traces show)."""
     print("\n" + steps_markdown(priced))
     assert [(s.gpu, s.mode, s.micro_batch) for s in priced] == [
         (gpu, mode, mbs) for gpu in ("h100-sxm", "h200") for mode in ("eager", "compiled") for mbs in (1, 2)]
     for s in priced:
-        assert abs(s.error) <= (0.05 if s.mode == "eager" else 0.08), s
+        assert abs(s.error) <= (0.08 if (s.gpu, s.mode) == ("h200", "compiled") else 0.05), s
         assert s.te_s < s.predicted_s
 
 

@@ -191,9 +191,20 @@ class ComputeModel:
         profile path prices it."""
         bh, sq, sk, head_dim = op.attention
         steps = sk / sq
-        fwd, bwd = (attention_seconds(self.gpu, bh, sq, head_dim, direction, nbytes=op.fwd_bytes / steps,
-                                      family=self.attention_family) for direction in ("fwd", "bwd"))
+        fwd, bwd = (attention_seconds(self.gpu, bh, sq, head_dim, direction, causal=op.causal,
+                                      nbytes=op.fwd_bytes / steps, family=self.attention_family)
+                    for direction in ("fwd", "bwd"))
         return OpTime(fwd * steps, bwd * steps, 0.0, "analytical")
+
+    def _unmasked_over_causal(self, op, direction: str) -> float:
+        """How much longer the kernel runs without its causal flag (a materialized mask) than
+        with it: profiles time causal calls, so their rows are scaled by the analytical ratio."""
+        if op.causal:
+            return 1.0
+        bh, sq, _, head_dim = op.attention
+        causal, unmasked = (attention_seconds(self.gpu, bh, sq, head_dim, direction, causal=c,
+                                              family=self.attention_family) for c in (True, False))
+        return unmasked / causal
 
     def _from_profile(self, op) -> OpTime | None:
         """The op's time from the measured profile, or None when the profile lacks any part
@@ -209,6 +220,7 @@ class ComputeModel:
             if fwd is None or bwd is None:
                 return None
             steps = sk / sq  # context parallelism: one causal sq x sq block per ring step on average
+            fwd, bwd = fwd * self._unmasked_over_causal(op, "fwd"), bwd * self._unmasked_over_causal(op, "bwd")
             return OpTime(fwd * steps, bwd * steps, 0.0, "profile")
         if op.gemm is not None and op.fwd_flops > 0:
             if op.gemm_groups > 1:

@@ -48,6 +48,7 @@ class Op:
     fp8: bool = False  # a Transformer Engine linear whose GEMMs run on FP8 tensor cores
     fp8_cast_bytes: float = 0.0  # bytes its FP8 casts move in forward (the same again in backward)
     attention: tuple[int, int, int, int] | None = None  # fused attention kernel: (batch*heads, s_q, s_k, head_dim)
+    causal: bool = True  # the attention kernel skips the key blocks a causal mask hides (training.kernels.mask)
     # (forward, backward) bytes of each kernel the op launches, when the kernel stack prices it
     # kernel by kernel (model/kernel_stack.py: eager PyTorch); None: one kernel each way, the
     # backward moving twice the forward's bytes

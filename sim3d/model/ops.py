@@ -78,6 +78,7 @@ class Dims:
     attention_dropout: bool = True  # dropout on the attention probabilities (unfused: an s^2 mask)
     stack: str = "te"  # training.kernels.stack: te | compiled | eager (model/kernel_stack.py)
     norm: str = "fused"  # training.kernels.norm: fused | composite (an eager RMSNorm's chain of ops)
+    mask: str = "causal"  # training.kernels.mask: causal | materialized (a 4-D mask tensor handed to SDPA)
 
     @classmethod
     def of(cls, s, capacity: float | None = None) -> "Dims":
@@ -91,7 +92,8 @@ class Dims:
                    expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0,
                    shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
-                   attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels)
+                   attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels,
+                   mask=tr.kernels.mask)
 
     def unsharded(self) -> "Dims":
         return replace(self, tp=1, cp=1, ep=1, etp=1, sp=False)
@@ -247,14 +249,37 @@ def _flash_core(d: Dims) -> list[Op]:
     forward, twice that backward), but scores live only in on-chip memory: HBM traffic is
     Q, K, V, O and one fp32 log-sum-exp per query and head, nothing of size s^2 is kept,
     dropout is fused (regenerated from the RNG state, no mask), and the backward recomputes
-    the scores (2.5x the forward's matmul work; FA2 benchmarks/benchmark_flash_attention.py)."""
+    the scores (2.5x the forward's matmul work; FA2 benchmarks/benchmark_flash_attention.py).
+
+    With a materialized mask (`training.kernels.mask`, scenario/kernels.py) the kernel runs
+    without its causal flag, so it visits every key block (costs/attention.py), reads the
+    mask, broadcast over the heads, as an additive 16-bit bias, and is handed K and V repeated
+    to every query head (`_repeat_kv`). The mask itself is built once per forward of the model
+    (b x s^2 bytes, then cast to the bias), which is left out."""
     b, sl, ab = d.b, d.sl, d.ab
     q_dim, kv_dim, heads = d.q_dim / d.tp, d.kv_dim / d.tp, d.heads / d.tp
     scores = heads * b * sl * d.s
     lse = LSE_BYTES * heads * b * sl
-    io = ab * b * sl * (2 * q_dim + 2 * kv_dim) + lse  # read Q, K, V; write O and the LSE
-    return [Op("core_attention", 4.0 * scores * d.head_dim, 8.0 * scores * d.head_dim, 0.0, io, lse,
-               recompute_selective=True, attention=(round(b * heads), sl, d.s, d.head_dim))]
+    materialized = d.mask == "materialized"
+    kv_width = q_dim if materialized else kv_dim
+    io = ab * b * sl * (2 * q_dim + 2 * kv_width) + lse  # read Q, K, V; write O and the LSE
+    if materialized:
+        io += ab * b * sl * d.s  # the bias
+    core = Op("core_attention", 4.0 * scores * d.head_dim, 8.0 * scores * d.head_dim, 0.0, io, lse,
+              recompute_selective=True, attention=(round(b * heads), sl, d.s, d.head_dim), causal=not materialized)
+    return ([_repeat_kv(d)] if materialized and d.kv_heads < d.heads else []) + [core]
+
+
+def _repeat_kv(d: Dims) -> Op:
+    """Hugging Face transformers' `repeat_kv` (integrations/sdpa_attention.py), run when a mask
+    is handed to SDPA: K and V expanded from the key-value heads to every query head and made
+    contiguous, one copy each (read the grouped tensor, write the repeated one); the backward
+    sums each group's gradients back (the same bytes). SDPA keeps the repeated K and V for its
+    backward in place of the grouped ones."""
+    grouped, repeated = d.b * d.sl * d.kv_dim / d.tp, d.b * d.sl * d.q_dim / d.tp
+    copy = d.ab * (grouped + repeated)
+    return Op("repeat_kv", fwd_bytes=2 * copy, act_bytes=2 * d.ab * (repeated - grouped), recompute_selective=True,
+              kernels=("repeat_kv",), numel=2 * repeated, kernel_bytes=((copy, copy), (copy, copy)))
 
 
 def _cp_ring(d: Dims) -> dict:

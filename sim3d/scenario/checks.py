@@ -107,6 +107,12 @@ def consistency_problems(s) -> list[str]:
     elif kernel not in known:
         p.append(f"training.kernels.attention: {kernel} has no figures for {s.cluster.gpu} (there: "
                  f"{', '.join(known)}; the preset's attention_kernels_with_figures, cluster/gpus.py)")
+    # PyTorch's ring attention refuses a mask (torch/distributed/tensor/experimental/_attention.py:
+    # "attn_bias is not supported yet")
+    if tr.kernels.mask == "materialized" and (s.cp > 1 or tr.attention_backend == "unfused"):
+        p.append("training.kernels.mask: materialized describes a mask handed to the fused SDPA kernel; "
+                 + ("PyTorch's context parallelism runs causal attention only (no mask)" if s.cp > 1 else
+                    "the unfused attention computes every score whatever the mask"))
     if tr.recompute_num_layers is not None and tr.recompute != "full":
         p.append(f"training.recompute_num_layers: {tr.recompute_num_layers} layers of each stage recompute whole, as "
                  f"Megatron's --recompute-method block and torchtitan's every n-th block do; training.recompute is "

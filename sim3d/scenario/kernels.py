@@ -22,6 +22,14 @@ them, and the flash-attention kernel:
   pointwise and reduction ops Hugging Face's LlamaRMSNorm writes (four over fp32 copies).
   Unset: composite under `eager` (plain PyTorch model code, as transformers' Llama), fused
   otherwise. LayerNorm is one ATen kernel in every stack.
+* `mask` -- what the model code hands the attention kernel: `causal` (`is_causal=True`, TE's
+  causal mask type), so the kernel skips the key blocks above the diagonal; or `materialized`,
+  a 4-D mask tensor, as Hugging Face transformers' models pass one under torch.compile (its
+  masking_utils.py `_ignore_causal_mask_sdpa` keeps the mask whenever dynamo is tracing) or for
+  a padded batch: SDPA then runs the kernel without its causal flag, every key block of every
+  query block computed under the mask, and with a mask transformers repeats the grouped K and V
+  to every query head before the call (integrations/sdpa_attention.py `use_gqa_in_sdpa`,
+  `repeat_kv`). Only the PyTorch stacks take it (Transformer Engine passes its mask type).
 
 A scenario may write the stack alone (`kernels: eager`), as docs/contracts.md#scenario-file
 gives it, or both (`kernels: {stack: eager, attention: triton}`).
@@ -38,6 +46,7 @@ STACKS = ("te", "compiled", "eager")
 # and torch.distributed.pipelining runs their pipelines
 TORCH_STACKS = ("eager", "compiled")
 ATTENTION_KERNELS = ("default", "cudnn", "fa2", "fa3", "triton")
+MASKS = ("causal", "materialized")
 
 
 class Kernels(BaseModel):
@@ -45,6 +54,7 @@ class Kernels(BaseModel):
     stack: Literal["te", "compiled", "eager"] = "te"
     attention: Literal["default", "cudnn", "fa2", "fa3", "triton"] = "default"
     norm: Literal["fused", "composite"] | None = None
+    mask: Literal["causal", "materialized"] = "causal"
 
     @property
     def norm_kernels(self) -> str:
@@ -56,3 +66,11 @@ class Kernels(BaseModel):
     def _stack_alone(cls, raw):
         # `kernels: eager` (docs/contracts.md#scenario-file) names the stack with the default attention
         return {"stack": raw} if isinstance(raw, str) else raw
+
+    @model_validator(mode="after")
+    def _mask_of_a_torch_stack(self):
+        if self.mask == "materialized" and self.stack not in TORCH_STACKS:
+            raise ValueError("mask: materialized is how PyTorch model code (Hugging Face transformers under "
+                             "torch.compile, or a padded batch) calls SDPA; Transformer Engine passes its causal "
+                             "mask type: use stack eager or compiled, or mask: causal")
+        return self

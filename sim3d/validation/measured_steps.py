@@ -25,23 +25,35 @@ class MeasuredStep:
         return self.predicted_s / self.measured_s - 1
 
 
-def step_scenario(record: dict, mode: str, micro_batch: int) -> dict:
+# What each file's model code hands SDPA under each mode (`training.kernels.mask`), as its
+# "what" describes the code that ran. Hugging Face transformers' LlamaForCausalLM: no mask and
+# is_causal in eager, but under torch.compile a materialized 4-D mask (masking_utils.py
+# `_ignore_causal_mask_sdpa` is False while dynamo traces) and K, V repeated to every head
+# (integrations/sdpa_attention.py `use_gqa_in_sdpa` is False with a mask). This project's
+# plain-PyTorch block (benchmarks/gpu/llama_steps.py) passes is_causal in both modes.
+MODEL_CODE_MASKS = {"h100_llama_steps.json": {"eager": "causal", "compiled": "materialized"},
+                    "h200_llama_steps.json": {"eager": "causal", "compiled": "causal"}}
+
+
+def step_scenario(record: dict, mode: str, micro_batch: int, mask: str = "causal") -> dict:
     """The file's scenario equivalent at one micro-batch size and stack. The run kept its
     parameters, gradients and AdamW state in bf16 (its note), so gradients are not reduced in
     fp32 and the optimizer's state is bf16."""
     eq = record["scenario_equivalent"]
     return {"name": "measured-step", "model": dict(eq["model"]), "parallel": {"tp": 1, "pp": 1, "dp": 1},
-            "training": {**eq["training"], "micro_batch": micro_batch, "kernels": mode,
+            "training": {**eq["training"], "micro_batch": micro_batch, "kernels": {"stack": mode, "mask": mask},
                          "optimizer_dtype": "bf16", "grad_reduce_in_fp32": False},
             "cluster": dict(eq["cluster"])}
 
 
 def measured_steps(path: Path) -> list[MeasuredStep]:
     record = json.loads(Path(path).read_text())
+    masks = MODEL_CODE_MASKS.get(Path(path).name, {})
     out = []
     for step in record["steps"]:
         def price(mode: str) -> float:
-            return simulate(step_scenario(record, mode, step["mbs"])).summary["step_time_s"]
+            mask = masks.get(mode, "causal")
+            return simulate(step_scenario(record, mode, step["mbs"], mask)).summary["step_time_s"]
         out.append(MeasuredStep(record["scenario_equivalent"]["cluster"]["gpu"], step["mode"], step["mbs"],
                                 step["median_s"], price(step["mode"]), price("te")))
     return out
