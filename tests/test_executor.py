@@ -34,6 +34,7 @@ CASES = {
     "tp2-pp2-dp2-1f1b": layout(2, 2, 2, "1f1b"),
     "pp2-interleaved-vpp2": layout(pp=2, schedule="interleaved-1f1b", vpp=2),
     "zbv-split-backward": layout(pp=2, schedule="zbv", vpp=2),
+    "zb-h2": layout(pp=2, schedule="zb-h2"),
     "dualpipev": layout(pp=2, schedule="dualpipev", vpp=2),
     "tp2-dp2-sp-distopt-swiglu-gqa": layout(2, 1, 2, "1f1b", 1, "parallel.sequence_parallel=true",
                                             "parallel.distributed_optimizer=true", "model.activation=swiglu",

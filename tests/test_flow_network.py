@@ -187,9 +187,12 @@ def test_a_failed_nic_reroutes_its_gpu_through_a_neighbour_and_they_share_its_po
     assert sends_from(broken, 2) == pytest.approx(alone)  # its own NIC, untouched
     assert broken.step_time > ok.step_time
     # folded: one bundle stands for the 8 TP ranks' messages, at the slowest one's latency
-    # and pace, so it sees the fault too, a little pessimistically
+    # and pace, so it sees the fault too, a little pessimistically: 1F1B's sends hold the
+    # compute stream, so by no more than its transfers took longer
     folded = sim3d.simulate(failed)
-    assert broken.step_time <= folded.step_time <= broken.step_time * 1.001
+    slower_sends = folded.breakdown["pipeline_p2p"] - broken.breakdown["pipeline_p2p"]
+    assert broken.step_time <= folded.step_time <= broken.step_time + slower_sends * (1 + 1e-9)
+    assert folded.step_time <= broken.step_time * 1.002
 
 
 def test_a_degraded_uplink_slows_what_crosses_it_in_both_network_models():

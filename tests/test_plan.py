@@ -56,7 +56,7 @@ def test_the_space_is_the_product_of_its_dimensions_less_the_documented_exclusio
         if pp == 1:
             ok = schedule == "1f1b" and vpp == 1
         else:
-            ok = {"1f1b": vpp == 1, "zb-h1": vpp == 1, "interleaved-1f1b": vpp >= 2 and micro % pp == 0,
+            ok = {"1f1b": vpp == 1, "zb-h1": vpp == 1, "zb-h2": vpp == 1, "interleaved-1f1b": vpp >= 2 and micro % pp == 0,
                   "zbv": vpp == 2, "dualpipev": vpp == 2 and micro >= 2 * pp}[schedule]
         same_run = (sp and tp == 1) or (overlap and not sp) or (dist and dp * cp == 1) or \
             (order != "tp-cp-ep-dp-pp" and (pp == 1 or dp == 1))

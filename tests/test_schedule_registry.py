@@ -34,7 +34,7 @@ def toy_generator(pp: int, m: int, vpp: int = 1):
 @pytest.fixture
 def toy():
     spec = register_spec(ScheduleSpec(TOY, toy_generator, "loop", "one", split_backward=False, steady_inflight=True,
-                                      bubble_rule="fill-drain", p2p_per_chunk=False))
+                                      bubble_rule="fill-drain", p2p_per_chunk=False, blocking_sends=True))
     yield spec
     unregister_spec(TOY)
     assert TOY not in SCHEDULES and TOY not in GENERATORS

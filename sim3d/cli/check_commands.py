@@ -50,7 +50,7 @@ def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
         say("warning:", w, "yellow")
 
 
-def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | "
+def schedule(name: Optional[str] = typer.Argument(None, help="gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zbv | "
                                                  "dualpipev (or --compare several)."),
              pp: int = typer.Option(..., "--pp", min=1, help="Pipeline ranks."),
              microbatches: int = typer.Option(..., "--microbatches", "-m", min=1, help="Micro-batches per step."),

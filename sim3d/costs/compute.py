@@ -107,6 +107,7 @@ class ComputeModel:
         self.attention_rows = PROFILE_ATTENTION_ROWS.get(kernel)
         # profile rows: FP8 only for Transformer Engine's linears, 16-bit for everything else
         self.dtype = self.precision16
+        self.mask = scenario.training.kernels.mask
 
     def memory_time(self, nbytes: float) -> float:
         return nbytes / (self.hbm * MEMORY_EFFICIENCY) + KERNEL_OVERHEAD_S if nbytes > 0 else 0.0
@@ -257,8 +258,10 @@ class ComputeModel:
         memory = f"memory-bound: {self.hbm / 1e12:.2f} TB/s x {MEMORY_EFFICIENCY:.2f} + {KERNEL_OVERHEAD_S * 1e6:.0f} us"
         if "flash" in kind:
             family = self.attention_family
-            return (f"fused causal attention: {self.gpu.sms} SMs run one CTA per 128-query (forward) or 128-key "
-                    f"(backward) block, masked blocks skipped; {family.fwd_efficiency:.3f} / "
+            masked = ("masked blocks skipped" if self.mask == "causal" else
+                      "every block computed (a materialized mask: no causal flag), K and V repeated to every head")
+            return (f"fused {'causal ' if self.mask == 'causal' else ''}attention: {self.gpu.sms} SMs run one CTA per "
+                    f"128-query (forward) or 128-key (backward) block, {masked}; {family.fwd_efficiency:.3f} / "
                     f"{family.bwd_efficiency:.3f} of the peak inside a CTA (forward / backward, head dim 128), "
                     f"+ {family.fwd_cta_blocks:.1f} / {family.bwd_cta_blocks:.1f} blocks per CTA ({family.source})"
                     f" x {self.gpu.sustained_clock('bf16'):.3f} sustained clock{self._power_note()}")

@@ -33,6 +33,7 @@ import simpy
 
 from ..costs.interface import RankCosts
 from ..schedule.ir import Kind, Schedule
+from ..schedule.specs import sends_overlap
 from ..trace import TraceRow
 from ..util.gc_control import gc_paused
 from ..cluster.placement import GRADIENT_AXIS
@@ -104,7 +105,7 @@ class SimResult:
 @dataclass(frozen=True)
 class ReplayOptions:
     """How the step overlaps its communication (Megatron's switches; defaults as in the
-    scenario format). overlap_param_gather (Megatron --overlap-param-gather): the all-gather
+    scenario format; pipeline sends as the schedule allows, schedule/specs.py `sends_overlap`). overlap_param_gather (Megatron --overlap-param-gather): the all-gather
     of the updated parameters runs under the next step's forwards, bucket by bucket as they
     are needed, so this step ends with the optimizer; the gathers still occupy the
     data-parallel stream."""
@@ -118,7 +119,8 @@ class ReplayOptions:
     @classmethod
     def of(cls, scenario) -> "ReplayOptions":
         t = scenario.training
-        return cls(t.overlap_grad_reduce, t.overlap_p2p, t.overlap_param_gather, scenario.costs.network == "flow")
+        return cls(t.overlap_grad_reduce, sends_overlap(scenario.schedule, t.overlap_p2p), t.overlap_param_gather,
+                   scenario.costs.network == "flow")
 
 
 class Engine:

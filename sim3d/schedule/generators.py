@@ -127,6 +127,56 @@ def zb_h1(pp: int, m: int, vpp: int = 1) -> Schedule:
     return _schedule("zb-h1", m, StageMap(pp), ranks)
 
 
+@register("zb-h2")
+def zb_h2(pp: int, m: int, vpp: int = 1) -> Schedule:
+    """ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241, section 3.1
+    and its Figure 3): the split backward of ZB-H1 with more warm-up forwards, so that no stage
+    waits for its first BI, and the BW's moved to the tail. The layout becomes a parallelogram:
+    with equal F, BI and BW each stage is busy without a gap from its first action to its last,
+    at the price of up to 2 pp - 1 micro-batches in flight (twice 1F1B's).
+
+    Built by list scheduling at unit costs: every stage runs, whenever it is free, the first
+    startable of BI, F and BW in that order, a forward only while fewer than 2 pp - 1
+    micro-batches are in flight on it (freed by their BW). Startable: F in micro-batch order
+    after the previous stage's F; BI after its own F and the next stage's BI; BW after its own
+    BI."""
+    _check(pp, m, vpp, "zb-h2", want_vpp=1)
+    cap = 2 * pp - 1
+    done: dict[tuple[Kind, int, int], int] = {}  # (kind, rank, mb) -> the unit it ends at
+    nxt = [{F: 0, BI: 0, BW: 0} for _ in range(pp)]
+    ranks: list[list[Action]] = [[] for _ in range(pp)]
+
+    def ready_at(kind: Kind, r: int, mb: int) -> int | None:
+        """The unit from which the action may start, or None while a dependency is unfinished."""
+        deps = {F: [(F, r - 1, mb)] if r > 0 else [],
+                BI: [(F, r, mb)] + ([(BI, r + 1, mb)] if r < pp - 1 else []),
+                BW: [(BI, r, mb)]}[kind]
+        ends = [done.get(dep) for dep in deps]
+        return None if None in ends else max(ends, default=0)
+
+    now, left = 0, 3 * m * pp
+    while left:
+        started = []
+        for r in range(pp):
+            if ranks[r] and done.get((ranks[r][-1].kind, r, ranks[r][-1].mb), now + 1) > now:
+                continue  # still running its last action
+            in_flight = nxt[r][F] - nxt[r][BW]
+            for kind in (BI, F, BW):
+                mb = nxt[r][kind]
+                if mb >= m or (kind is F and in_flight >= cap):
+                    continue
+                if (at := ready_at(kind, r, mb)) is not None and at <= now:
+                    started.append((kind, r, mb))
+                    break
+        for kind, r, mb in started:
+            ranks[r].append(Action(kind, mb))
+            nxt[r][kind] += 1
+            done[(kind, r, mb)] = now + 1
+            left -= 1
+        now += 1
+    return _schedule("zb-h2", m, StageMap(pp), ranks)
+
+
 @register("zbv")
 def zbv(pp: int, m: int, vpp: int = 2) -> Schedule:
     """ZB-V (Qi et al. 2024, arXiv:2401.10241 section 6): two chunks per rank in V placement

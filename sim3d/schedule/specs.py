@@ -33,6 +33,13 @@ class ScheduleSpec:
     # torch.distributed.pipelining's class, less its "Schedule" prefix (torchtitan's
     # pipeline_parallel_schedule spelling), where PyTorch has one
     pytorch_name: str | None = None
+    # a send holds the compute stream until delivered, whatever `training.overlap_p2p` says:
+    # Megatron-LM overlaps pipeline transfers under the interleaved schedule alone (arguments.py
+    # turns overlap_p2p_comm off without a virtual pipeline; schedules.py
+    # forward_backward_pipelining_without_interleaving raises on it), and torch.distributed.
+    # pipelining's Schedule1F1B waits on each fused send/receive batch of its steady state
+    # (schedules.py `_wait_batch_p2p`, "fwd_send_bwd_recv") before the next compute
+    blocking_sends: bool = False
 
     def __post_init__(self):
         for field, value, known in (("placement", self.placement, PLACEMENTS), ("chunks", self.chunks, CHUNKS),
@@ -91,6 +98,12 @@ def schedule_spec(name: str) -> ScheduleSpec:
     return SCHEDULES[name]
 
 
+def sends_overlap(schedule: str, asked: bool) -> bool:
+    """Pipeline sends run beside the compute: asked (`training.overlap_p2p`) and allowed by the
+    schedule (`ScheduleSpec.blocking_sends`)."""
+    return asked and not SCHEDULES[schedule].blocking_sends
+
+
 def planned_schedules() -> tuple[str, ...]:
     return tuple(name for name, spec in SCHEDULES.items() if spec.planned)
 
@@ -107,12 +120,16 @@ for _spec in (
                  pytorch_name="GPipe",
                  megatron_elsewhere="GPipe is not a Megatron-LM schedule (all forwards, then all backwards)"),
     ScheduleSpec("1f1b", GENERATORS["1f1b"], "loop", "one", split_backward=False, steady_inflight=True,
-                 bubble_rule="fill-drain", p2p_per_chunk=False, pytorch_name="1F1B"),
+                 bubble_rule="fill-drain", p2p_per_chunk=False, pytorch_name="1F1B", blocking_sends=True),
     ScheduleSpec("interleaved-1f1b", GENERATORS["interleaved-1f1b"], "loop", "many", split_backward=False,
                  steady_inflight=True, bubble_rule="interleaved", p2p_per_chunk=True,
                  microbatches_multiple_of_pp=True, pytorch_name="Interleaved1F1B"),
     ScheduleSpec("zb-h1", GENERATORS["zb-h1"], "loop", "one", split_backward=True, steady_inflight=True,
                  bubble_rule="zb-h1", p2p_per_chunk=False, megatron_elsewhere="ZB-H1 " + _SAIL_FORK),
+    # twice 1F1B's activations (2 pp - 1 micro-batches in flight on every rank) for no bubble
+    # inside a rank's span; the unit-cost timeline prices its fill, which is not zero
+    ScheduleSpec("zb-h2", GENERATORS["zb-h2"], "loop", "one", split_backward=True, steady_inflight=True,
+                 bubble_rule="unit-timeline", p2p_per_chunk=False, megatron_elsewhere="ZB-H2 " + _SAIL_FORK),
     ScheduleSpec("zbv", GENERATORS["zbv"], "v", "two", split_backward=True, steady_inflight=True,
                  bubble_rule="unit-timeline", p2p_per_chunk=False, megatron_elsewhere="ZB-V " + _SAIL_FORK,
                  pytorch_name="ZBVZeroBubble"),

@@ -26,7 +26,7 @@ from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
 from ..scenario.sharding import ShardingPlan
-from ..schedule.specs import SCHEDULES
+from ..schedule.specs import SCHEDULES, sends_overlap
 from ..step import gathers_after_step, dp_buckets_per_chunk
 from ..cluster.topology import Topology
 from .space import Layout, Space
@@ -45,13 +45,15 @@ class Estimate:
 
 @lru_cache(maxsize=4096)
 def unit_timeline(schedule: str, pp: int, m: int) -> tuple[float, tuple[tuple[float, ...], ...]]:
-    """A V schedule replayed with every F, BI and BW costing 1 (read at `steady_microbatches`:
-    the steady state repeats): the busiest rank's idle time, and per rank and chunk how long
-    before the end its last weight gradient is computed, in those units."""
+    """A schedule replayed with every F, BI and BW costing 1 (read at `steady_microbatches`:
+    the steady state repeats), at the chunks it runs (a V's two, ZB-H2's one): the busiest
+    rank's idle time, and per rank and chunk how long before the end its last weight gradient
+    is computed, in those units."""
     m = steady_microbatches(schedule, pp, m)
-    sched = build(schedule, pp, m, 2)
+    vpp = SCHEDULES[schedule].default_vpp
+    sched = build(schedule, pp, m, vpp)
     timeline = evaluate(sched, uniform_costs(1.0, 2.0, 1.0, 1.0))
-    ready = [[0.0, 0.0] for _ in range(pp)]
+    ready = [[0.0] * vpp for _ in range(pp)]
     for (rank, index), (_, end) in timeline.spans.items():
         action = sched.ranks[rank][index]
         if action.kind.value in ("B", "BW"):
@@ -96,7 +98,7 @@ def _zb_h1(p: Pipeline) -> float:
 
 
 def _unit_timeline(p: Pipeline) -> float:
-    """V schedules: the unit-cost bubble, a unit being a third of one chunk's F + BI + BW."""
+    """The unit-cost bubble (V schedules, ZB-H2), a unit being a third of one chunk's F + BI + BW."""
     return p.m * max(p.work) + unit_timeline(p.schedule, p.pp, p.m)[0] * sum(p.work) / p.pp / (3 * p.vpp)
 
 
@@ -176,6 +178,9 @@ class Estimator:
         # vpp times); where its messages take longer than the compute, it sets the pace
         carried = scenario.num_microbatches * (layout.vpp if spec.p2p_per_chunk else 1)
         pipeline = max(self._pipeline(layout, scenario.num_microbatches, per_rank), carried * max(transfers, default=0.0))
+        if not sends_overlap(layout.schedule, scenario.training.overlap_p2p):
+            # a middle stage's compute stream waits out each micro-batch's two sends
+            pipeline += 2 * scenario.num_microbatches * max(transfers, default=0.0)
         states_key = (layout.tp, layout.pp, layout.vpp, v_shape, layout.dp, layout.cp, layout.ep,
                       layout.zero, layout.dp_shard)
         dp = self._memo(("dp",) + states_key + (layout.order,), lambda: self._dp(layout, scenario, cost_model()))
