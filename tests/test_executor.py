@@ -35,6 +35,14 @@ CASES = {
     "pp2-interleaved-vpp2": layout(pp=2, schedule="interleaved-1f1b", vpp=2),
     "zbv-split-backward": layout(pp=2, schedule="zbv", vpp=2),
     "zb-h2": layout(pp=2, schedule="zb-h2"),
+    # the embedding and the loss counted as a layer each: the first stage holds the embedding
+    # alone, the last the loss alone (no transformer layer)
+    "embedding-and-loss-stages": layout(1, 4, 1, "1f1b", 1, "model.layers=2",
+                                        "parallel.account_for_embedding_in_pipeline_split=true",
+                                        "parallel.account_for_loss_in_pipeline_split=true"),
+    "zbv-embedding-and-loss-chunks": layout(1, 2, 1, "zbv", 2, "model.layers=2",
+                                            "parallel.account_for_embedding_in_pipeline_split=true",
+                                            "parallel.account_for_loss_in_pipeline_split=true"),
     "dualpipev": layout(pp=2, schedule="dualpipev", vpp=2),
     "tp2-dp2-sp-distopt-swiglu-gqa": layout(2, 1, 2, "1f1b", 1, "parallel.sequence_parallel=true",
                                             "parallel.distributed_optimizer=true", "model.activation=swiglu",

@@ -45,11 +45,15 @@ def consistency_problems(s) -> list[str]:
         p.append(f"parallel.tp: ffn_hidden={m.ffn} is not divisible by tp={par.tp}")
     if m.vocab % par.tp:
         p.append(f"parallel.tp: model.vocab={m.vocab} is not divisible by tp={par.tp} (pad the vocabulary)")
-    if s.num_stages > m.layers:
-        p.append(f"parallel.pp: pp={par.pp} * vpp={par.vpp} = {s.num_stages} stages exceeds {m.layers} layers")
+    # Megatron may count the embedding and the loss as a layer each: a stage may then hold one alone
+    counted = m.layers + par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
+    if s.num_stages > counted:
+        p.append(f"parallel.pp: pp={par.pp} * vpp={par.vpp} = {s.num_stages} stages exceeds {m.layers} layers"
+                 + (f" (+ {counted - m.layers} counted for the embedding / loss)" if counted > m.layers else ""))
     elif s.megatron_split:
-        if s.schedule in SCHEDULES and SCHEDULES[s.schedule].placement == "v":
-            p.append(f"parallel: Megatron's first/last-stage layer options describe the loop placement; "
+        if (s.schedule in SCHEDULES and SCHEDULES[s.schedule].placement == "v"
+                and (par.decoder_first_pipeline_num_layers is not None or par.decoder_last_pipeline_num_layers is not None)):
+            p.append(f"parallel: Megatron's first/last pipeline rank layer counts describe the loop placement; "
                      f"schedule {s.schedule} places stages in a V")
         else:
             problem = megatron_stage_layers(s)[1]

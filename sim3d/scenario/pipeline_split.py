@@ -54,7 +54,10 @@ def megatron_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
     layers = [per] * (pp * vpp)
     layers[0] -= account[0]
     layers[-1] -= account[1]
-    if min(layers) < 1:
+    # one counted layer per stage leaves the first stage the embedding alone and the last the
+    # loss alone (zero transformer layers), as Megatron-Core builds them
+    # (transformer_block.py get_num_layers_to_build); a middle stage needs a layer
+    if min(layers[1:-1], default=1) < 1 or min(layers) < 0 or (len(layers) == 1 and layers[0] < 1):
         return (), (f"parallel.account_for_*_in_pipeline_split: a stage would get {min(layers)} layers "
                     f"({counted} counted layers over {pp * vpp} stages)")
     return tuple(layers), None
