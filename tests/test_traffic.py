@@ -180,3 +180,32 @@ def test_links_csv_is_what_pandas_writes(label):
              "kind": np.array(["nvlink", "uplink"], dtype=object), "bandwidth_Bps": np.array([3e11, 5e10]),
              "bytes": np.array([6.426341e11, 0.0]), "busy_fraction": np.array([0.0770837123, 1 / 3])}
     assert links_csv(links).decode() == pd.DataFrame(links).to_csv(index=False, float_format="%.6g")
+
+
+@pytest.mark.parametrize("sets", [
+    [],
+    ["cluster.inter_node.fabric=fat-tree", "cluster.inter_node.oversubscription=4"],
+    ["cluster.inter_node.fabric=fat-tree", "cluster.inter_node.routing=ecmp"],
+    ["faults=[{nic: {node: 1, nic: 3, gbps: 0}}]"],
+])
+def test_paths_laid_piece_by_piece_are_the_paths_laid_whole(sets):
+    """PathLoads sums bytes per sending GPU, leaf pair and receiving GPU (or per path under
+    ECMP): the same bytes on every edge as laying each routed path."""
+    from collections import defaultdict
+    import random
+    from sim3d.cluster.topology import Topology
+    from sim3d.scenario.load import load_scenario
+    topology = Topology(load_scenario("scenarios/gpt3.yaml", sets))
+    rng = random.Random(7)
+    pairs = [(rng.randrange(1024), rng.randrange(1024), rng.uniform(1, 1e6)) for _ in range(3000)]
+    pairs += [(8 * n + 3, 8 * n + 5, 10.0) for n in range(4)]  # inside a node
+    whole: dict = defaultdict(float)
+    pieces = topology.path_loads()
+    for a, b, nbytes in pairs:
+        for e in topology.path(a, b):
+            whole[e] += nbytes
+        pieces.add(a, b, nbytes)
+    laid = pieces.edges()
+    assert set(e for e, v in laid.items() if v) == set(e for e, v in whole.items() if v)
+    for e, nbytes in whole.items():
+        assert laid[e] == pytest.approx(nbytes, rel=1e-12)

@@ -36,8 +36,7 @@ LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")
 
 def twin_pair(placement, twin: int, peer: int) -> int:
     """The rank `twin` (a TP peer of `peer`'s sender) sends to: `peer`'s stage on its own pipeline."""
-    c = placement.coords(twin)
-    return placement.rank(tp=c["tp"], pp=placement.coord(peer, "pp"), dp=c["dp"], cp=c["cp"])
+    return twin + (placement.coord(peer, "pp") - placement.coord(twin, "pp")) * placement.stride("pp")
 
 
 def gradient_split(costs):
@@ -106,6 +105,7 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
                 for b, n in by_src.get(replayed, ()):
                     p2p[(twin, twin_pair(placement, twin, b))] += n
     load: dict[tuple, float] = defaultdict(float)  # directed edge -> bytes
+    paths = topology.path_loads()  # ring hops and sends, laid piece by piece (cluster/topology.py)
     for axis in sorted({axis for _, axis in sent}):
         for group in placement.groups(axis):
             if len(group) < 2:
@@ -118,12 +118,19 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
                 continue
             for rank in group:
                 nbytes = bytes_of(rank, axis)
-                if nbytes:
+                if not nbytes:
+                    continue
+                if axis == "ep":
                     for edge, share in topology.member_hops(axis, rank):
                         load[edge] += nbytes * share
+                else:
+                    shared, i = placement.shared_group(axis, rank)
+                    for a, b, share in topology.ring_hop_pairs(shared, i):
+                        paths.add(a, b, nbytes * share)
     for (a, b), nbytes in p2p.items():
-        for edge in topology.path(a, b):
-            load[edge] += nbytes
+        paths.add(a, b, nbytes)
+    for edge, nbytes in paths.edges().items():
+        load[edge] += nbytes
     ends, kinds, bandwidths = [], [], []
     for u, v, data in topology.graph.edges(data=True):
         ends += [(u, v), (v, u)]

@@ -135,6 +135,10 @@ class GroupLoads:
     def _nic_members(self, group: list[int]) -> dict[int, dict[int, int]]:
         """node -> the NICs the group's members there send through -> the first such member
         (kept per group: each member's ring hop asks for its group's)."""
+        if isinstance(group, tuple):  # a placement's shared group: known by identity, not hashed whole
+            held = self._members_by_id.get(id(group))
+            if held is not None and held[0] is group:
+                return held[1]
         key = tuple(group)
         if key not in self._members_by_nic:
             out: dict[int, dict[int, int]] = {}
@@ -142,6 +146,8 @@ class GroupLoads:
                 node, local = self.gpu_of(rank)
                 out.setdefault(node, {}).setdefault(self.nic_of(node, local), rank)
             self._members_by_nic[key] = out
+        if isinstance(group, tuple):  # held here, so its id cannot be another object's while cached
+            self._members_by_id[id(group)] = (group, self._members_by_nic[key])
         return self._members_by_nic[key]
 
     @staticmethod
@@ -168,14 +174,18 @@ class GroupLoads:
         """(directed edge, share) of what member i sends to member i+1 in a ring over `group`:
         its path inside a node; across nodes, spread over the NICs the group drives on the
         sending node, each share staying on its rail (the crossing model of `_crossings`)."""
+        return [(edge, share) for a, b, share in self.ring_hop_pairs(group, i) for edge in self.path(a, b)]
+
+    def ring_hop_pairs(self, group, i: int) -> list[tuple[int, int, float]]:
+        """`ring_hop_edges` as the (sender, receiver, share) whose paths carry it."""
         a, b = group[i], group[(i + 1) % len(group)]
-        node_a, node_b = self.gpu_of(a)[0], self.gpu_of(b)[0]
+        node_a, node_b = a // self.gpus_per_node, b // self.gpus_per_node
         if node_a == node_b:
-            return [(edge, 1.0) for edge in self.path(a, b)]
+            return [(a, b, 1.0)]
         nics = self._nic_members(group)
         senders, receivers = nics[node_a], nics[node_b]
-        return [(edge, 1 / len(senders)) for nic, src in senders.items()
-                for edge in self.path(src, receivers[self._rail_peer(nic, receivers)])]
+        share = 1 / len(senders)
+        return [(src, receivers[self._rail_peer(nic, receivers)], share) for nic, src in senders.items()]
 
     def member_hops(self, axis: str, rank: int) -> tuple[tuple[tuple, float], ...]:
         """(directed edge, share of the rank's bytes) of one collective row of `rank` along
@@ -184,8 +194,7 @@ class GroupLoads:
         key = (axis, rank)
         hops = self._member_hops.get(key)
         if hops is None:
-            group = self.placement.group(axis, rank)
-            i = group.index(rank)
+            group, i = self.placement.shared_group(axis, rank)
             hops = () if len(group) < 2 else tuple(
                 self.all_to_all_edges(group, i) if axis == "ep" else self.ring_hop_edges(group, i))
             self._member_hops[key] = hops

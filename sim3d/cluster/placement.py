@@ -142,19 +142,25 @@ class Placement:
         return out
 
     @cached_property
-    def _groups(self) -> dict[tuple[str, int], tuple[int, ...]]:
+    def _groups(self) -> dict[tuple[str, int], tuple[tuple[int, ...], int]]:
         return {}
 
     def group(self, axis: str, rank: int) -> list[int]:
         """Ranks of `rank`'s process group along `axis` (tp, cp, dp, pp, ep, dp-cp or edp), in group order."""
+        return list(self.shared_group(axis, rank)[0])
+
+    def shared_group(self, axis: str, rank: int) -> tuple[tuple[int, ...], int]:
+        """(the group of `group`, as one tuple every member shares: not to be changed, and the
+        same object on every call; `rank`'s position in it), without copying the group: link
+        tables ask it for each of 100,000 ranks."""
         key = (axis, rank)
         if key not in self._groups:
             if not 0 <= rank < self.world_size:
                 raise ValueError(f"rank {rank} outside 0..{self.world_size - 1}")
             members = tuple(self._list_group(axis, rank))
-            for member in members:  # every member lists the same group
-                self._groups[(axis, member)] = members
-        return list(self._groups[key])
+            for i, member in enumerate(members):  # every member lists the same group
+                self._groups[(axis, member)] = (members, i)
+        return self._groups[key]
 
     def _list_group(self, axis: str, rank: int) -> list[int]:
         if axis in DENSE_AXES:  # the ranks that differ from `rank` in that coordinate alone

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import networkx as nx
@@ -91,6 +91,7 @@ class Topology(GroupLoads):
         self._paths: dict[tuple[int, int], tuple] = {}
         self._gpu_routes: dict[tuple, tuple] = {}  # shared with for_layout's copies
         self._members_by_nic: dict[tuple, dict] = {}
+        self._members_by_id: dict[int, tuple] = {}  # id of a shared group tuple -> (it, its NIC members)
         self._leaves: dict[tuple[int, int], tuple] = {}  # (node, NIC) -> its leaf; asked per route
         self._member_hops: dict[tuple[str, int], tuple] = {}  # link_table and link_timelines both lay them
         self.graph = self._build()
@@ -103,14 +104,14 @@ class Topology(GroupLoads):
             raise ValueError("for_layout: a different cluster or faults need a topology of their own")
         other = copy.copy(self)
         other.scenario, other.placement, other._link_load, other._paths = scenario, Placement.of(scenario), {}, {}
-        other._members_by_nic, other._member_hops = {}, {}
+        other._members_by_nic, other._member_hops, other._members_by_id = {}, {}, {}
         return other
 
     def release_loads(self) -> None:
         """Forget the per-axis load tables (asked again, they are recomputed): a layout search
         keeps a topology per placement, and at thousands of GPUs each all-to-all table holds
         an entry per link."""
-        self._link_load, self._members_by_nic, self._member_hops = {}, {}, {}
+        self._link_load, self._members_by_nic, self._member_hops, self._members_by_id = {}, {}, {}, {}
 
     # ---- graph ---------------------------------------------------------------------------
     def _nic_rates(self) -> dict[tuple[int, int], float]:
@@ -251,6 +252,10 @@ class Topology(GroupLoads):
         edges = self._to_nic(na, la) + [(nic_a, leaf_a)] + self.fabric.climb(leaf_a[1], leaf_b[1], (a, b))
         return edges + [(leaf_b, nic_b)] + [(v, u) for u, v in reversed(self._to_nic(nb, lb))]
 
+    def path_loads(self) -> "PathLoads":
+        """A sum of bytes over many paths, laid piece by piece (`PathLoads`)."""
+        return PathLoads(self)
+
     def pxn_path(self, a: int, b: int) -> tuple:
         """Edges a share of an all-to-all takes from rank a to rank b. Across nodes NCCL's PXN
         (NCCL 2.12 release notes; NCCL_PXN_DISABLE) first moves it over NVLink to the GPU of a's
@@ -333,3 +338,63 @@ class Topology(GroupLoads):
                 f"{s.nvlink_gbps:g} Gb/s per GPU, {s.cluster.inter_node.fabric} {self.nics} x {s.nic_gbps:g} Gb/s "
                 f"per node, {self.fabric.leaf_count} leaves of {self.fabric.nodes_per_leaf} servers, "
                 f"oversubscription {s.cluster.inter_node.oversubscription:g}{pods}")
+
+
+class PathLoads:
+    """Bytes sent over many GPU-to-GPU paths, summed per directed edge without routing each
+    path: a fixed route between two nodes is the sender's way out to its leaf, the two leaves'
+    climb and the receiver's way in (`Topology._route`), so bytes are summed per sending GPU,
+    per leaf pair and per receiving GPU, and each piece is laid on its edges once. Under ECMP a
+    route depends on its two ranks, and each path is laid whole. 131,072 GPUs' ring hops then
+    cost a dictionary update each instead of a route each."""
+
+    def __init__(self, topology: "Topology"):
+        self.topology = topology
+        self.out: dict[tuple[int, int], float] = defaultdict(float)  # (node, local) -> bytes leaving its node
+        self.into: dict[tuple[int, int], float] = defaultdict(float)  # (node, local) -> bytes arriving from another
+        self.climbs: dict[tuple[int, int], float] = defaultdict(float)  # (leaf, leaf) -> bytes
+        self.inside: dict[tuple, float] = defaultdict(float)  # edges inside a node -> bytes
+        self.whole: dict[tuple, float] = defaultdict(float)  # edges of paths laid whole (ECMP)
+        self._leaf_of: dict[tuple[int, int], int] = {}  # (node, local) -> the leaf its NIC hangs off
+
+    def _leaf_id(self, node: int, local: int) -> int:
+        leaf = self._leaf_of.get((node, local))
+        if leaf is None:
+            topo = self.topology
+            leaf = self._leaf_of[(node, local)] = topo._leaf(node, topo.nic_of(node, local))[1]
+        return leaf
+
+    def add(self, a: int, b: int, nbytes: float) -> None:
+        topo = self.topology
+        na, la = divmod(a, topo.gpus_per_node)
+        nb, lb = divmod(b, topo.gpus_per_node)
+        if na == nb:
+            if la != lb:
+                self.inside[(("gpu", na, la), ("switch", na))] += nbytes
+                self.inside[(("switch", nb), ("gpu", nb, lb))] += nbytes
+        elif topo.fabric.ecmp:
+            for edge in topo.path(a, b):
+                self.whole[edge] += nbytes
+        else:
+            self.out[(na, la)] += nbytes
+            self.into[(nb, lb)] += nbytes
+            self.climbs[(self._leaf_id(na, la), self._leaf_id(nb, lb))] += nbytes
+
+    def edges(self) -> dict[tuple, float]:
+        """Directed edge -> bytes, as laying every path added on `Topology.path` would give."""
+        topo = self.topology
+        load: dict[tuple, float] = defaultdict(float, self.inside)
+        for edge, nbytes in self.whole.items():
+            load[edge] += nbytes
+        for (node, local), nbytes in self.out.items():
+            nic = ("nic", node, topo.nic_of(node, local))
+            for edge in topo._to_nic(node, local) + [(nic, topo._leaf(*nic[1:]))]:
+                load[edge] += nbytes
+        for (node, local), nbytes in self.into.items():
+            nic = ("nic", node, topo.nic_of(node, local))
+            for edge in [(topo._leaf(*nic[1:]), nic)] + [(v, u) for u, v in reversed(topo._to_nic(node, local))]:
+                load[edge] += nbytes
+        for (leaf_a, leaf_b), nbytes in self.climbs.items():
+            for edge in topo.fabric.climb(leaf_a, leaf_b):
+                load[edge] += nbytes
+        return load
