@@ -161,6 +161,9 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     from .runtime import RunSpec, make_schedule
 
     _refuse_experts(scenario, routing, check)
+    if scenario.model.mla is not None:
+        raise ExecutorRefusal("model.mla: the executor's attention is standard multi-head attention; multi-head "
+                              "latent attention runs in the simulator only")
     from .precision import resolve_precision
     try:
         resolve_precision(scenario.training, check)

@@ -79,6 +79,9 @@ class Dims:
     stack: str = "te"  # training.kernels.stack: te | compiled | eager (model/kernel_stack.py)
     norm: str = "fused"  # training.kernels.norm: fused | composite (an eager RMSNorm's chain of ops)
     mask: str = "causal"  # training.kernels.mask: causal | materialized (a 4-D mask tensor handed to SDPA)
+    # multi-head latent attention (model.mla): (q_lora_rank or 0, kv_lora_rank, qk_nope_head_dim,
+    # qk_rope_head_dim, v_head_dim); None: standard attention
+    mla: tuple[int, int, int, int, int] | None = None
 
     @classmethod
     def of(cls, s, capacity: float | None = None) -> "Dims":
@@ -93,7 +96,9 @@ class Dims:
                    shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels,
-                   mask=tr.kernels.mask)
+                   mask=tr.kernels.mask,
+                   mla=None if m.mla is None else (m.mla.q_lora_rank or 0, m.mla.kv_lora_rank, m.mla.qk_nope_head_dim,
+                                                   m.mla.qk_rope_head_dim, m.mla.v_head_dim))
 
     def unsharded(self) -> "Dims":
         return replace(self, tp=1, cp=1, ep=1, etp=1, sp=False)
@@ -123,6 +128,15 @@ class Dims:
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
+
+    @property
+    def kv_widths(self) -> tuple[int, int]:
+        """(key, value) width per token over all heads: the grouped heads', or under latent
+        attention every head's key (nope and rotary parts) and value."""
+        if self.mla is None:
+            return self.kv_dim, self.kv_dim
+        _, _, nope, rope, v = self.mla
+        return self.heads * (nope + rope), self.heads * v
 
 
 def _gemm(name: str, d: Dims, tokens: float, k: float, n: float, *, act: float = 0.0, te_linear: bool = True,
@@ -191,6 +205,8 @@ def _linear_input_bytes(d: Dims) -> int:
 
 
 def _attention(d: Dims) -> list[Op]:
+    if d.mla is not None:
+        return _latent_attention(d)
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     rep = b * sl * h / (t if d.sp else 1)  # elements of a replicated (or SP-sharded) activation
     q_dim, kv_dim = d.q_dim / t, d.kv_dim / t  # local query / key-value widths
@@ -214,6 +230,59 @@ def _attention(d: Dims) -> list[Op]:
         _gemm("out_proj", d, b * sl, q_dim, h, act=(ab + (FP8_BYTES if d.precision == "fp8" else 0)) * b * sl * q_dim,
               **_tp_boundary(d, False)),
         _residual("attn_residual", d, rep),
+    ]
+    return ops
+
+
+def _latent_attention(d: Dims) -> list[Op]:
+    """Multi-head latent attention (scenario/latent_attention.py): the duplicated down
+    projections run on the rank's own tokens (its sequence shard under SP), and the tensor-
+    parallel boundary moves to their output, the latent, which SP all-gathers (and reduce-
+    scatters back) and which without SP is all-reduced backward; the latents are normalised and
+    expanded per head (column-parallel), the rotary part applied to the queries' and the shared
+    key's, and the fused kernel attends with keys of nope + rope and values of v per head (its
+    FLOPs 2 s_q s_k (qk + v) per head, priced at their mean head size)."""
+    q_lora, kv_lora, nope, rope, v = d.mla
+    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
+    heads, tokens = d.heads / t, b * sl
+    own = tokens / (t if d.sp else 1)  # tokens the duplicated down projections see
+    latent = q_lora + kv_lora + rope
+    rep = own * h
+    boundary = {} if t == 1 else dict(
+        comm="all-gather" if d.sp else None, bwd_comm="reduce-scatter" if d.sp else "all-reduce",
+        comm_bytes=tokens * latent * ab, group="tp")
+    q_width, k_width, v_width = heads * (nope + rope), heads * (nope + rope), heads * v
+    ops = [
+        _elementwise("input_norm", d, rep, act=ab * rep, kernels=_norm(d)),
+        # query and key-value down projections, one GEMM of their widths side by side; keeps its
+        # input; its output, the latents, is what crosses the TP boundary
+        _gemm("mla_down", d, own, h, latent, act=_linear_input_bytes(d) * rep, **boundary),
+        # the two latents' RMSNorms (keep their inputs)
+        _elementwise("mla_latent_norm", d, tokens * (q_lora + kv_lora), act=ab * tokens * (q_lora + kv_lora),
+                     kernels=("rmsnorm",)),
+    ]
+    if q_lora:
+        ops.append(_gemm("mla_q_up", d, tokens, q_lora, q_width, act=_linear_input_bytes(d) * tokens * q_lora))
+    else:  # queries projected from the layer's input (which the down projection keeps)
+        ops.append(_gemm("mla_q", d, tokens, h, q_width))
+    ops += [
+        _gemm("mla_kv_up", d, tokens, kv_lora, heads * nope + v_width, act=_linear_input_bytes(d) * tokens * kv_lora,
+              **(_cp_ring(d) if d.cp > 1 else {})),
+        # rotary positions on the queries' and the shared key's rope parts; the key's copied to
+        # every head (Q, K and V kept for the kernel's backward, as for standard attention)
+        _elementwise("rope", d, tokens * (heads * rope + rope), kernels=("rope",),
+                     act=ab * tokens * (q_width + k_width + v_width)),
+    ]
+    scores = heads * b * sl * d.s
+    mean_head = (nope + rope + v) / 2
+    lse = LSE_BYTES * heads * b * sl
+    io = ab * tokens * (q_width + k_width + v_width + v_width) + lse  # read Q, K, V; write O and the LSE
+    ops += [
+        Op("core_attention", 4.0 * scores * mean_head, 8.0 * scores * mean_head, 0.0, io, lse,
+           recompute_selective=True, attention=(round(b * heads), sl, d.s, round(mean_head))),
+        _gemm("out_proj", d, tokens, v_width, h, act=(ab + (FP8_BYTES if d.precision == "fp8" else 0)) * tokens * v_width,
+              **_tp_boundary(d, False)),
+        _residual("attn_residual", d, b * sl * h / (t if d.sp else 1)),
     ]
     return ops
 
@@ -285,7 +354,7 @@ def _repeat_kv(d: Dims) -> Op:
 def _cp_ring(d: Dims) -> dict:
     """Ring attention (Megatron/TE context parallelism): each of the cp-1 steps passes the
     local K and V chunk to the next rank; backward passes K, V and their gradients (2x)."""
-    kv = 2 * d.b * d.sl * d.kv_dim / d.tp * d.ab * (d.cp - 1)
+    kv = d.b * d.sl * sum(d.kv_widths) / d.tp * d.ab * (d.cp - 1)
     return dict(comm="ring", comm_bytes=kv, group="cp", bwd_comm="ring", bwd_comm_bytes=2 * kv)
 
 

@@ -35,8 +35,11 @@ def layer_params(d: Dims, moe_layer: bool) -> Params:
     LLaMA style (swiglu) neither. Column-parallel weights and biases are split by tp;
     row-parallel biases and norms are replicated (Shoeybi et al. 2019, section 3)."""
     h, t, bias = d.h, d.tp, d.gpt_style
-    qkv_out = d.q_dim + 2 * d.kv_dim
-    attn = (h * qkv_out + bias * qkv_out + d.q_dim * h) / t + bias * h + 2 * _norm_params(d)
+    if d.mla is not None:
+        attn = _latent_attention_params(d) + 2 * _norm_params(d)
+    else:
+        qkv_out = d.q_dim + 2 * d.kv_dim
+        attn = (h * qkv_out + bias * qkv_out + d.q_dim * h) / t + bias * h + 2 * _norm_params(d)
 
     def mlp(ffn: int, t: int = t) -> float:
         if d.gated:
@@ -49,6 +52,17 @@ def layer_params(d: Dims, moe_layer: bool) -> Params:
         shared = (3 if d.gated else 2) * h * d.shared_ffn / t
         return Params(attn + router + shared, d.experts / d.ep * mlp(d.expert_ffn, d.etp))
     return Params(attn + mlp(d.ffn))
+
+
+def _latent_attention_params(d: Dims) -> float:
+    """Multi-head latent attention's weights on one rank (scenario/latent_attention.py): the
+    down projections and the latents' norms on every rank, the up projections and the output
+    projection split over tp."""
+    q_lora, kv_lora, nope, rope, v = d.mla
+    duplicated = d.h * (q_lora + kv_lora + rope) + q_lora + kv_lora
+    queries = q_lora * d.heads * (nope + rope) if q_lora else d.h * d.heads * (nope + rope)
+    split = queries + kv_lora * d.heads * (nope + v) + d.heads * v * d.h
+    return duplicated + split / d.tp
 
 
 def tied_embedding(d: Dims) -> bool:

@@ -17,6 +17,7 @@ from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib
                      Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, Watts, shown)
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
 from .kernels import Kernels
+from .latent_attention import LatentAttention
 from .variability import Variability
 
 
@@ -58,6 +59,7 @@ class Model(_Strict):
     hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     attention_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     moe: MoE | None = None
+    mla: LatentAttention | None = None  # multi-head latent attention (scenario/latent_attention.py)
 
     @model_validator(mode="before")
     @classmethod
