@@ -90,3 +90,24 @@ def test_a_missing_rank_is_refused():
     del raw["model"]["mla"]["kv_lora_rank"]
     with pytest.raises(ScenarioError, match="kv_lora_rank"):
         scenario_from_dict(raw)
+
+
+def test_the_first_layers_stay_dense():
+    """model.moe.first_dense_layers (DeepSeek-V3's first_k_dense_replace: 3): those layers are
+    dense MLPs, the rest MoE; the model's parameters are each kind's per-layer count times its
+    layers, and the stage that holds the dense ones is lighter in expert parameters."""
+    from sim3d.model.ops import is_moe_layer
+    from sim3d.model.params import embedding_params, head_params, model_params, stage_params
+    raw = scenario()
+    raw["model"].update(layers=8, moe={"experts": 8, "top_k": 2, "expert_ffn_hidden": 2048, "first_dense_layers": 3})
+    raw["parallel"]["pp"], raw["cluster"]["gpus_per_node"] = 2, 2
+    s = scenario_from_dict(raw)
+    assert [is_moe_layer(s, i) for i in range(8)] == [False] * 3 + [True] * 5
+    d = Dims.of(s)
+    dense, moe = (layer_params(d, m).total for m in (False, True))
+    total = model_params(s)
+    assert total == pytest.approx(3 * dense + 5 * moe + embedding_params(d) + head_params(d, True), rel=1e-9)
+    assert stage_params(s, (0,)).expert < stage_params(s, (1,)).expert
+    raw["model"]["moe"]["first_dense_layers"] = 8
+    with pytest.raises(ScenarioError, match="leaves no MoE layer"):
+        scenario_from_dict(raw)

@@ -28,7 +28,7 @@ from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
 from ..scenario.sharding import ShardingPlan
-from .ops import Dims, embedding_dims_ops, head_dims_ops, ops_for
+from .ops import Dims, embedding_dims_ops, head_dims_ops, moe_at, ops_for
 from .recompute import kept_bytes, layer_policy
 from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
 
@@ -76,14 +76,14 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
 
 def _policy_counts(split: tuple, recompute: str, recompute_layers: int | None) -> dict:
     """policy -> (dense, MoE) layers of each global stage under it (model/recompute.py)."""
-    layers, every = split
+    layers, every, first_dense = split
     counts: dict[str, np.ndarray] = {}
     start = 0
     for stage, n in enumerate(layers):
         for i in range(n):
             policy = layer_policy(recompute, recompute_layers, i)
             row = counts.setdefault(policy, np.zeros((len(layers), 2)))
-            row[stage, 1 if every and (start + i) % every == 0 else 0] += 1
+            row[stage, 1 if moe_at(start + i, every, first_dense) else 0] += 1
         start += n
     return {policy: (c[:, 0], c[:, 1]) for policy, c in counts.items()}
 

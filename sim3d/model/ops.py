@@ -530,11 +530,17 @@ def head_ops(s) -> list[Op]:
     return head_dims_ops(Dims.of(s))
 
 
-def is_moe_layer(s, layer: int) -> bool:
+def moe_at(layer: int, every: int, first_dense: int) -> bool:
     """Megatron `moe_layer_freq=N`: layer i (0-based) is MoE when i % N == 0
-    (megatron/core/transformer/moe: `[1 if i % freq == 0 else 0 for i in range(num_layers)]`)."""
+    (megatron/core/transformer/moe: `[1 if i % freq == 0 else 0 for i in range(num_layers)]`),
+    after the first `first_dense` layers, which stay dense (DeepSeek-V3's first_k_dense_replace,
+    Megatron's list form `[0]*k + [1]*(L-k)`); every = 0: no MoE layer."""
+    return every > 0 and layer >= first_dense and layer % every == 0
+
+
+def is_moe_layer(s, layer: int) -> bool:
     moe = s.model.moe
-    return moe is not None and layer % moe.every == 0
+    return moe is not None and moe_at(layer, moe.every, moe.first_dense_layers)
 
 
 def stage_layer_range(s, stage: int) -> range:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ops import Dims, is_moe_layer
+from .ops import Dims, is_moe_layer, moe_at
 
 
 @dataclass(frozen=True)
@@ -83,17 +83,19 @@ def head_params(d: Dims, with_embedding: bool) -> float:
 
 
 def layer_split(s) -> tuple:
-    """(transformer layers of each global stage, MoE every): what layer counts depend on."""
-    return s.stage_layers, (s.model.moe.every if s.model.moe else 0)
+    """(transformer layers of each global stage, MoE every, dense layers first): what layer
+    counts depend on (ops.moe_at)."""
+    moe = s.model.moe
+    return s.stage_layers, (moe.every if moe else 0), (moe.first_dense_layers if moe else 0)
 
 
 def layer_counts(split: tuple, stages: tuple[int, ...]) -> tuple[int, int]:
     """(dense, MoE) layers of the given global stages."""
-    layers, every = split
+    layers, every, first_dense = split
     dense = moe = 0
     for stage in stages:
         start = sum(layers[:stage])
-        n_moe = sum(1 for i in range(start, start + layers[stage]) if i % every == 0) if every else 0
+        n_moe = sum(1 for i in range(start, start + layers[stage]) if moe_at(i, every, first_dense))
         dense += layers[stage] - n_moe
         moe += n_moe
     return dense, moe

@@ -68,6 +68,9 @@ def consistency_problems(s) -> list[str]:
             p.append(f"parallel.ep: model.moe.experts={m.moe.experts} is not divisible by ep={par.ep}")
         if m.moe.top_k > m.moe.experts:
             p.append(f"model.moe.top_k: {m.moe.top_k} exceeds {m.moe.experts} experts")
+        if m.moe.first_dense_layers >= m.layers:
+            p.append(f"model.moe.first_dense_layers: {m.moe.first_dense_layers} of {m.layers} layers leaves no MoE "
+                     "layer (set model.moe to null for a dense model)")
         expert_ffn = m.moe.expert_ffn_hidden or m.ffn
         if s.etp in (1, s.tp) and expert_ffn % s.etp:
             p.append(f"parallel.etp: the experts' ffn hidden size {expert_ffn} is not divisible by etp={s.etp} "

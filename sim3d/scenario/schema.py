@@ -39,6 +39,8 @@ class MoE(_Strict):
     # --moe-shared-expert-intermediate-size; DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2: 2048); None: none
     shared_expert_ffn: Ffn | None = _alias("shared_expert_ffn", "moe_shared_expert_intermediate_size", default=None)
     every: Layers = 1  # an MoE layer every `every` layers (1 = all layers)
+    # the first layers stay dense (DeepSeek-V3 config first_k_dense_replace: 3; model/ops.py moe_at)
+    first_dense_layers: int = _alias("first_dense_layers", "first_k_dense_replace", default=0, ge=0, le=1 << 20)
     capacity_factor: Factor | None = _alias("capacity_factor", "moe_expert_capacity_factor", default=None)
 
 
