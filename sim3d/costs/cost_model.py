@@ -257,7 +257,8 @@ class CostModel:
             return ActionCost(bwd * (1 - share))
         redo = fwd if recompute == "full" and block == "block" else 0.0  # embedding and head: never again
         if recompute == "selective":
-            redo = self.ops_cost([op for op in ops if op.recompute_selective], "F", links).seconds
+            d = Dims.of(self.s)
+            redo = self.ops_cost([op for op in ops if redo_fraction(op, recompute, d)], "F", links).seconds
         elif recompute == "op":
             d = Dims.of(self.s)
             redo = sum(self.compute_model.op_time(op).fwd * redo_fraction(op, recompute, d) for op in ops)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..scenario.recompute_modules import DEFAULT_MODULES
 from .op import Op
 
 # Bytes per stored activation element: Korthikanti section 4.1 assumes 16-bit activations.
@@ -82,6 +83,8 @@ class Dims:
     # multi-head latent attention (model.mla): (q_lora_rank or 0, kv_lora_rank, qk_nope_head_dim,
     # qk_rope_head_dim, v_head_dim); None: standard attention
     mla: tuple[int, int, int, int, int] | None = None
+    # what selective recomputation runs again (training.recompute_modules; model/recompute.py)
+    recompute_modules: tuple[str, ...] = ("core_attn",)
 
     @classmethod
     def of(cls, s, capacity: float | None = None) -> "Dims":
@@ -97,6 +100,7 @@ class Dims:
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels,
                    mask=tr.kernels.mask,
+                   recompute_modules=tuple(tr.recompute_modules or DEFAULT_MODULES),
                    mla=None if m.mla is None else (m.mla.q_lora_rank or 0, m.mla.kv_lora_rank, m.mla.qk_nope_head_dim,
                                                    m.mla.qk_rope_head_dim, m.mla.v_head_dim))
 

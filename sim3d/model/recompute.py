@@ -3,8 +3,13 @@ and what a layer keeps from its forward: the one owner of that rule, read by the
 (flops.py), the memory model (memory.py) and the cost model (costs/cost_model.py).
 
 * `none`: nothing runs again; every op keeps what its backward reads (`Op.act_bytes`).
-* `selective`: Korthikanti et al. 2022, section 5: the core attention (the ops marked
-  `recompute_selective`) runs again and keeps nothing.
+* `selective`: the modules of `training.recompute_modules` (scenario/recompute_modules.py) run
+  again; by default `core_attn`, Korthikanti et al. 2022, section 5: the core attention (the
+  ops marked `recompute_selective`) runs again and keeps nothing. A module checkpointed whole
+  (`mlp`, `moe`, `shared_experts`) keeps its input and runs again with its collectives; one
+  run again for its output (`layernorm`, `moe_act`, `mla_up_proj`: Megatron-Core's
+  CheckpointWithoutOutput) frees the output its consumer kept, as large as what the norms keep
+  for `layernorm`, the experts' second GEMM's input for `moe_act`, Q, K and V for `mla_up_proj`.
 * `full`: Megatron's `--recompute-granularity full`: the whole layer runs again; it keeps only
   its input.
 * `op`: torchtitan's per-op selective checkpointing (torchtitan/distributed/activation_checkpoint.py
@@ -39,6 +44,24 @@ from .op import Op
 from .ops import Dims, embedding_dims_ops, head_dims_ops
 
 POLICIES = ("none", "selective", "op", "full")
+
+# the ops of each recompute module (ops.py names); core_attn is the ops marked recompute_selective
+_MOE_OPS = frozenset({"router", "moe_dispatch", "moe_tp_gather", "moe_sort_by_expert", "expert_up", "expert_act",
+                      "expert_down", "moe_unsort_by_expert", "moe_tp_scatter", "moe_tp_reduce", "moe_combine",
+                      "shared_expert_add"})
+_SHARED_OPS = frozenset({"shared_expert_gather", "shared_up", "shared_act", "shared_down"})
+MODULE_OPS = {"mlp": frozenset({"mlp_up", "mlp_act", "mlp_down"}), "moe": _MOE_OPS | _SHARED_OPS,
+              "shared_experts": _SHARED_OPS, "layernorm": frozenset({"input_norm", "post_norm"}),
+              "moe_act": frozenset({"expert_act"}), "mla_up_proj": frozenset({"mla_q_up", "mla_kv_up", "rope"})}
+# checkpointed whole: the op whose kept bytes are the module's input
+MODULE_INPUT = {"mlp": "mlp_up", "moe": "router", "shared_experts": "shared_up"}
+# run again for their output: the op whose kept bytes stand for that output
+MODULE_OUTPUT = {"layernorm": ("input_norm", "post_norm"), "moe_act": ("expert_down",), "mla_up_proj": ("rope",)}
+
+
+def _in_modules(op: Op, modules: tuple[str, ...]) -> bool:
+    return (op.recompute_selective and "core_attn" in modules) or any(
+        op.name in MODULE_OPS[m] for m in modules if m != "core_attn")
 
 
 def layer_policy(recompute: str, recompute_num_layers: int | None, position: int) -> str:
@@ -93,7 +116,7 @@ def redo_fraction(op: Op, recompute: str, d: Dims) -> float:
     if recompute == "full":
         return 1.0
     if recompute == "selective":
-        return 1.0 if op.recompute_selective else 0.0
+        return 1.0 if _in_modules(op, d.recompute_modules) else 0.0
     if op.attention is not None or op.name in ("attn_qk", "attn_av"):
         return 0.0  # SDPA and batched matmuls are saved
     if op.fwd_flops > 0 and op.gemm is not None:
@@ -107,6 +130,8 @@ def reruns_forward_collective(op: Op, recompute: str, d: Dims) -> bool:
     block's under `full`; under `op` those off the save list (all-gathers, all-reduces)."""
     if op.name in _outside_blocks(d):
         return False
+    if recompute == "selective":  # a module checkpointed whole runs its collectives again
+        return any(op.name in MODULE_OPS[m] for m in d.recompute_modules if m in MODULE_INPUT)
     return recompute == "full" or (recompute == "op" and op.comm in ("all-gather", "all-reduce"))
 
 
@@ -120,10 +145,33 @@ def kept_bytes(ops: list[Op], recompute: str, d: Dims) -> float:
     if recompute == "full":
         return ops[0].act_bytes  # the input norm keeps exactly the layer input
     if recompute == "selective":
-        return sum(op.act_bytes for op in ops if not op.recompute_selective)
+        return _selective_kept_bytes(ops, d)
     if recompute == "op":
         return _op_kept_bytes(ops, d)
     return sum(op.act_bytes for op in ops)
+
+
+def _selective_kept_bytes(ops: list[Op], d: Dims) -> float:
+    """What a layer keeps under selective recomputation of `d.recompute_modules` (module
+    docstring): the ops outside the modules checkpointed whole and their inputs; of a module run
+    again for its output, everything but that output."""
+    modules = d.recompute_modules
+
+    def freed(op: Op) -> bool:  # inside the attention core or a module checkpointed whole
+        return (op.recompute_selective and "core_attn" in modules) or any(
+            op.name in MODULE_OPS[m] for m in modules if m in MODULE_INPUT)
+
+    kept = sum(op.act_bytes for op in ops if not freed(op))
+    by_name = {op.name: op for op in ops}
+    for module in modules:
+        if (first := MODULE_INPUT.get(module)) in by_name and not (module == "shared_experts" and "moe" in modules):
+            op = by_name[first]
+            # the router keeps its input and its logits: the MoE layer's input is the first part
+            kept += op.act_bytes if first != "router" else d.ab * op.gemm[0] * d.h
+        for name in MODULE_OUTPUT.get(module, ()):
+            if name in by_name and not freed(by_name[name]):
+                kept -= by_name[name].act_bytes
+    return kept
 
 
 def _op_kept_bytes(ops: list[Op], d: Dims) -> float:

@@ -120,6 +120,17 @@ def consistency_problems(s) -> list[str]:
         p.append("training.kernels.mask: materialized describes a mask handed to the fused SDPA kernel; "
                  + ("PyTorch's context parallelism runs causal attention only (no mask)" if s.cp > 1 else
                     "the unfused attention computes every score whatever the mask"))
+    if tr.recompute_modules is not None:
+        needs = {"mla_up_proj": (m.mla is not None, "model.mla (multi-head latent attention)"),
+                 "moe": (m.moe is not None, "model.moe"), "moe_act": (m.moe is not None, "model.moe"),
+                 "shared_experts": (m.moe is not None and bool(m.moe.shared_expert_ffn), "model.moe.shared_expert_ffn")}
+        if tr.recompute != "selective":
+            p.append(f"training.recompute_modules: names what selective recomputation runs again; training.recompute "
+                     f"is {tr.recompute} (Megatron-Core reads --recompute-modules under --recompute-granularity "
+                     "selective only)")
+        for module in tr.recompute_modules:
+            if module in needs and not needs[module][0]:
+                p.append(f"training.recompute_modules: {module} needs {needs[module][1]}, which this model lacks")
     if tr.recompute_num_layers is not None and tr.recompute != "full":
         p.append(f"training.recompute_num_layers: {tr.recompute_num_layers} layers of each stage recompute whole, as "
                  f"Megatron's --recompute-method block and torchtitan's every n-th block do; training.recompute is "

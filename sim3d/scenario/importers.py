@@ -67,6 +67,7 @@ VALUE_FLAGS = {
     # the vocabulary Megatron really builds (its args namespace: vocab_size padded for tp)
     "padded_vocab_size": "model.vocab",
     "attention_backend": "training.attention_backend", "recompute_granularity": "training.recompute",
+    "recompute_modules": "training.recompute_modules",  # a list (NeMo) or Megatron's several values
 }
 SWITCH_FLAGS = {  # flags without a value
     "sequence_parallel": ("parallel.sequence_parallel", True),
@@ -197,6 +198,11 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     recompute_how: dict[str, object] = {}  # --recompute-method and --recompute-num-layers, read together
     for flag, value in flags.items():
         option = "--" + flag.replace("_", "-")
+        if flag == "recompute_modules":  # Megatron's nargs='*': one name or several
+            if value is True:
+                raise ValueError(f"{option} needs at least one module name")
+            _set(tree, "training.recompute_modules", value if isinstance(value, list) else [value])
+            continue
         if flag in VALUE_FLAGS or flag == "num_layers_per_virtual_pipeline_stage":
             if value is True or isinstance(value, list):
                 raise ValueError(f"{option} needs one value, got {value!r}")
@@ -307,6 +313,9 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
         if key in ("fp8", "fp8_hybrid", "fp8_e4m3"):
             if value is True:
                 args.append("--fp8-format=hybrid")
+            continue
+        if key == "recompute_modules" and isinstance(value, list) and value:  # Megatron-Core's list of names
+            args += ["--recompute-modules", *map(str, value)]
             continue
         if value is True:
             args.append(f"--{flag}")

@@ -64,6 +64,8 @@ def to_megatron_args(s) -> list[str]:
                          "cannot run; its nearest is --recompute-granularity selective (training.recompute: selective)")
     if t.recompute != "none":
         args += ["--recompute-granularity", t.recompute]
+        if t.recompute_modules is not None:
+            args += ["--recompute-modules", *t.recompute_modules]
         if t.recompute_num_layers is not None:
             args += ["--recompute-method", "block", "--recompute-num-layers", t.recompute_num_layers]
         elif t.recompute == "full":

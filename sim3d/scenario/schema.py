@@ -18,6 +18,7 @@ from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib
 from .pipeline_split import megatron_stage_layers, middle_heavy_layers
 from .kernels import Kernels
 from .latent_attention import LatentAttention
+from .recompute_modules import RecomputeModules
 from .variability import Variability
 
 
@@ -188,6 +189,8 @@ class Training(_Strict):
     # The first N layers of each pipeline stage (model chunk) recompute, the rest keep everything:
     # Megatron's --recompute-method block --recompute-num-layers N, torchtitan's every-n-th block.
     recompute_num_layers: Layers | None = None
+    # under selective: the parts recomputed (Megatron-Core --recompute-modules; model/recompute.py)
+    recompute_modules: RecomputeModules | None = None
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     # flash: FlashAttention-2/3, cuDNN or Transformer Engine fused attention (Megatron-Core's --attention-backend
     # flash|fused|auto); unfused: scores in HBM (Megatron 2020-22, local|unfused). `use_flash_attn: true` = flash.

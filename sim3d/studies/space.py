@@ -343,13 +343,23 @@ class Space:
         return sets + (f"parallel.dp_shard={_dp_shard(layout) or 'null'}", "parallel.dp_replicate=null",
                        f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
                        f"cluster.gpus_per_node={self.gpus_per_node}",
-                       f"training.recompute_num_layers={self._recomputed_layers(layout) or 'null'}")
+                       f"training.recompute_num_layers={self._recomputed_layers(layout) or 'null'}",
+                       f"training.recompute_modules={self._recomputed_modules_text(layout)}")
 
     def _recomputed_layers(self, layout: Layout) -> int | None:
         """The base's count of recomputed layers per stage, kept for its own policy only: another
         policy the planner tries applies to every layer."""
         t = self.base.training
         return t.recompute_num_layers if layout.recompute == t.recompute else None
+
+    def _recomputed_modules(self, layout: Layout) -> tuple[str, ...] | None:
+        """The base's recompute modules, for the selective layouts alone (they name what
+        selective recomputation runs again; null there is the attention core)."""
+        return self.base.training.recompute_modules if layout.recompute == "selective" else None
+
+    def _recomputed_modules_text(self, layout: Layout) -> str:
+        modules = self._recomputed_modules(layout)
+        return "null" if modules is None else f"[{','.join(modules)}]"
 
     def scenario(self, layout: Layout) -> Scenario:
         """The base scenario with this layout, built without re-validating (the space only
@@ -362,6 +372,7 @@ class Space:
         training = base.training.model_copy(update={
             "micro_batch": layout.micro_batch, "recompute": layout.recompute, "tp_comm_overlap": layout.tp_comm_overlap,
             "recompute_num_layers": self._recomputed_layers(layout),
+            "recompute_modules": self._recomputed_modules(layout),
             "overlap_param_gather": base.training.overlap_param_gather and layout.zero >= 1})
         cluster = base.cluster.model_copy(update={"nodes": self.nodes, "gpus_per_node": self.gpus_per_node})
         s = base.model_copy(update={"parallel": parallel, "training": training, "cluster": cluster,
