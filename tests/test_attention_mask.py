@@ -136,3 +136,10 @@ def test_the_h100_files_four_steps_within_five_percent():
     for mbs in (1, 2):
         eager, compiled = (next(s for s in steps if s.mode == m and s.micro_batch == mbs) for m in ("eager", "compiled"))
         assert eager.predicted_s > compiled.predicted_s > compiled.te_s
+
+
+def test_a_masked_call_cannot_name_a_kernel_sdpa_does_not_dispatch_it_to():
+    raw = step_scenario(STEPS, "compiled", 1, "materialized")
+    raw["training"]["kernels"]["attention"] = "fa2"
+    with pytest.raises(sim3d.ScenarioError, match="does not take"):
+        scenario_from_dict(raw)

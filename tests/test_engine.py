@@ -314,3 +314,22 @@ def test_full_fidelity_folded_equals_every_rank_replayed(data):
     critical = folded.critical_rank
     assert folded.breakdown() == pytest.approx(every.breakdown(critical), rel=1e-12, abs=1e-15)
     assert every.finish[critical] == pytest.approx(every.step_time, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_the_planners_estimate_prices_blocking_sends_as_the_engine_does(pp):
+    """One-chunk 1F1B on a slow network: each send holds the compute stream, one per
+    micro-batch on a two-stage pipeline's ranks, two on a middle stage's."""
+    from sim3d.studies.estimate import Estimator
+    from sim3d.studies.space import Layout, Space
+    base = scenario_from_dict({
+        "name": "slow-network", "schedule": "1f1b",
+        "model": {"layers": 16, "hidden": 1024, "heads": 8, "vocab": 1024, "seq_len": 512},
+        "training": {"micro_batch": 1, "global_batch": 128},
+        "cluster": {"gpu": "a100-80gb", "nodes": 4, "gpus_per_node": 8, "inter_node": {"nic_gbps": 10}}})
+    space = Space(base, 32, {})
+    dp = 32 // (2 * pp)
+    layout = Layout(tp=2, pp=pp, dp=dp, cp=1, ep=1, vpp=1, micro_batch=1, schedule="1f1b", recompute="none",
+                    sequence_parallel=False, zero=0, tp_comm_overlap=False, order="tp-cp-ep-dp-pp", dp_shard=dp)
+    s = space.scenario(layout)
+    assert Estimator(space).estimate(layout, s).step_s == pytest.approx(simulate(s).result.step_time, rel=0.06)

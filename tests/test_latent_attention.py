@@ -111,3 +111,66 @@ def test_the_first_layers_stay_dense():
     raw["model"]["moe"]["first_dense_layers"] = 8
     with pytest.raises(ScenarioError, match="leaves no MoE layer"):
         scenario_from_dict(raw)
+
+
+@pytest.mark.parametrize("training, message", [
+    ({"attention_backend": "unfused"}, "fused kernel and a causal mask"),
+    ({"kernels": {"stack": "compiled", "mask": "materialized"}}, "fused kernel and a causal mask"),
+    ({"kernels": "eager"}, "as Megatron-Core runs it"),
+    ({"recompute": "op"}, "as Megatron-Core runs it"),
+])
+def test_latent_attention_outside_what_it_is_priced_for_is_refused(training, message):
+    raw = scenario()
+    raw["training"].update(training)
+    with pytest.raises(ScenarioError, match=message):
+        scenario_from_dict(raw)
+    raw = scenario()
+    raw["model"]["kv_heads"] = 8
+    with pytest.raises(ScenarioError, match="kv_heads and model.kv_channels do not apply"):
+        scenario_from_dict(raw)
+
+
+def test_without_query_compression_tp_gathers_the_layer_input():
+    """q_lora_rank null: the queries are a column-parallel projection of the layer's input, so
+    under SP the 7168-wide input is all-gathered (not the latent) and the down projection runs
+    on every token."""
+    ops = {op.name: op for op in ops_for(Dims.of(scenario_from_dict(scenario(tp=8, sp=True, q_lora_rank=None))))}
+    assert ops["input_norm"].comm == "all-gather" and ops["input_norm"].comm_bytes == S * H * 2
+    assert ops["mla_down"].comm is None and ops["mla_down"].gemm == (S, KV_LORA + ROPE, H)
+
+
+def test_megatron_arguments_carry_latent_attention_and_dense_first_layers_both_ways():
+    from sim3d.scenario.importers import from_megatron
+    from sim3d.scenario.megatron_export import to_megatron_args
+    raw = scenario()
+    raw["model"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn_hidden": 2048, "first_dense_layers": 2}
+    raw["parallel"].update(dp=8, ep=8)
+    raw["cluster"]["gpus_per_node"] = 8
+    raw["training"]["global_batch"] = 8
+    s = scenario_from_dict(raw)
+    args = [str(a) for a in to_megatron_args(s)]
+    assert "--multi-latent-attention" in args and args[args.index("--moe-layer-freq") + 1] == "[0,0,1,1]"
+    back = scenario_from_dict(from_megatron(args, name="back", gpu="h800", gpus=8).scenario)
+    assert back.model.mla == s.model.mla and back.model.moe.first_dense_layers == 2
+    model = ["--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048", "--micro-batch-size", "1",
+             "--global-batch-size", "8"]
+    deepseek = from_megatron(model + ["--num-layers", "61", "--num-experts", "256", "--moe-layer-freq", "([0]*3+[1]*58)"],
+                             name="d", gpu="h800", gpus=8).scenario["model"]["moe"]
+    assert deepseek["first_dense_layers"] == 3 and deepseek["every"] == 1
+    with pytest.raises(ValueError, match="moe-layer-freq"):  # not dense-first-then-every-N
+        from_megatron(model + ["--num-layers", "4", "--num-experts", "8", "--moe-layer-freq", "[1,1,0,1]"],
+                      name="bad", gpu="h800", gpus=8)
+
+
+def test_dense_first_layers_that_leave_no_moe_layer_or_reach_the_executor_are_refused():
+    raw = scenario()
+    raw["model"].update(layers=8, moe={"experts": 8, "top_k": 2, "every": 4, "first_dense_layers": 5})
+    with pytest.raises(ScenarioError, match="leaves no MoE layer"):
+        scenario_from_dict(raw)
+    from sim3d.executor.launch import ExecutorRefusal, make_spec
+    tiny = {"name": "t", "model": {"layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32,
+                                   "moe": {"experts": 2, "top_k": 1, "first_dense_layers": 2}},
+            "training": {"micro_batch": 2, "global_batch": 4, "precision": "fp32"},
+            "cluster": {"gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 1}}
+    with pytest.raises(ExecutorRefusal, match="first_dense_layers"):
+        make_spec(scenario_from_dict(tiny))

@@ -201,6 +201,9 @@ def _refuse_experts(scenario, routing: str, check: bool) -> None:
         return
     if moe.shared_expert_ffn:
         raise ExecutorRefusal("model.moe.shared_expert_ffn: the executor's MoE layers have routed experts only")
+    if moe.first_dense_layers:
+        raise ExecutorRefusal("model.moe.first_dense_layers: the executor places MoE layers by model.moe.every alone; "
+                              "dense first layers run in the simulator only")
     if scenario.tp > 1 and not p.sequence_parallel:
         raise ExecutorRefusal("experts under tensor parallelism route each rank's sequence shard: set "
                               "parallel.sequence_parallel true (Megatron asserts it for MoE with tp > 1)")

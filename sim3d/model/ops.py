@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..scenario.moe_layers import moe_at
 from ..scenario.recompute_modules import DEFAULT_MODULES
 from .op import Op
 
@@ -249,18 +250,22 @@ def _latent_attention(d: Dims) -> list[Op]:
     q_lora, kv_lora, nope, rope, v = d.mla
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     heads, tokens = d.heads / t, b * sl
-    own = tokens / (t if d.sp else 1)  # tokens the duplicated down projections see
     latent = q_lora + kv_lora + rope
-    rep = own * h
-    boundary = {} if t == 1 else dict(
-        comm="all-gather" if d.sp else None, bwd_comm="reduce-scatter" if d.sp else "all-reduce",
-        comm_bytes=tokens * latent * ab, group="tp")
+    rep = tokens * h / (t if d.sp else 1)
+    if q_lora or t == 1:
+        own = tokens / (t if d.sp else 1)  # tokens the duplicated down projections see
+        entry, boundary = {}, ({} if t == 1 else dict(
+            comm="all-gather" if d.sp else None, bwd_comm="reduce-scatter" if d.sp else "all-reduce",
+            comm_bytes=tokens * latent * ab, group="tp"))
+    else:  # queries projected column-parallel from the layer's input: that input enters the TP region
+        own, entry, boundary = tokens, _tp_boundary(d, True), {}
     q_width, k_width, v_width = heads * (nope + rope), heads * (nope + rope), heads * v
     ops = [
-        _elementwise("input_norm", d, rep, act=ab * rep, kernels=_norm(d)),
+        _elementwise("input_norm", d, rep, act=ab * rep, kernels=_norm(d), **entry),
         # query and key-value down projections, one GEMM of their widths side by side; keeps its
         # input; its output, the latents, is what crosses the TP boundary
-        _gemm("mla_down", d, own, h, latent, act=_linear_input_bytes(d) * rep, **boundary),
+        _gemm("mla_down", d, own, h, latent, act=_linear_input_bytes(d) * own * h / (t if d.sp and not q_lora else 1),
+              **boundary),
         # the two latents' RMSNorms (keep their inputs)
         _elementwise("mla_latent_norm", d, tokens * (q_lora + kv_lora), act=ab * tokens * (q_lora + kv_lora),
                      kernels=("rmsnorm",)),
@@ -532,14 +537,6 @@ def embedding_ops(s) -> list[Op]:
 def head_ops(s) -> list[Op]:
     """Ops of the last pipeline stage after its last layer: final norm, LM head, loss."""
     return head_dims_ops(Dims.of(s))
-
-
-def moe_at(layer: int, every: int, first_dense: int) -> bool:
-    """Megatron `moe_layer_freq=N`: layer i (0-based) is MoE when i % N == 0
-    (megatron/core/transformer/moe: `[1 if i % freq == 0 else 0 for i in range(num_layers)]`),
-    after the first `first_dense` layers, which stay dense (DeepSeek-V3's first_k_dense_replace,
-    Megatron's list form `[0]*k + [1]*(L-k)`); every = 0: no MoE layer."""
-    return every > 0 and layer >= first_dense and layer % every == 0
 
 
 def is_moe_layer(s, layer: int) -> bool:

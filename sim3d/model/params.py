@@ -84,7 +84,7 @@ def head_params(d: Dims, with_embedding: bool) -> float:
 
 def layer_split(s) -> tuple:
     """(transformer layers of each global stage, MoE every, dense layers first): what layer
-    counts depend on (ops.moe_at)."""
+    counts depend on (scenario/moe_layers.py moe_at)."""
     moe = s.model.moe
     return s.stage_layers, (moe.every if moe else 0), (moe.first_dense_layers if moe else 0)
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from ..cluster.gpus import PRESETS, attention_kernels, power_limit_problem, suggest
 from .bounds import NICS_PER_GPU, SERVER_NICS
 from .limits import FLOW_GPUS, GPUS, LAYERS, WorkLimitExceeded, check_schedule_size
+from .moe_layers import moe_at
 from .pipeline_split import megatron_stage_layers
 from .sharding import ShardingPlan
 from ..cluster.placement import Placement
@@ -68,9 +69,9 @@ def consistency_problems(s) -> list[str]:
             p.append(f"parallel.ep: model.moe.experts={m.moe.experts} is not divisible by ep={par.ep}")
         if m.moe.top_k > m.moe.experts:
             p.append(f"model.moe.top_k: {m.moe.top_k} exceeds {m.moe.experts} experts")
-        if m.moe.first_dense_layers >= m.layers:
-            p.append(f"model.moe.first_dense_layers: {m.moe.first_dense_layers} of {m.layers} layers leaves no MoE "
-                     "layer (set model.moe to null for a dense model)")
+        if not any(moe_at(i, m.moe.every, m.moe.first_dense_layers) for i in range(m.layers)):
+            p.append(f"model.moe.first_dense_layers: {m.moe.first_dense_layers} of {m.layers} layers, with an MoE "
+                     f"layer every {m.moe.every}, leaves no MoE layer (set model.moe to null for a dense model)")
         expert_ffn = m.moe.expert_ffn_hidden or m.ffn
         if s.etp in (1, s.tp) and expert_ffn % s.etp:
             p.append(f"parallel.etp: the experts' ffn hidden size {expert_ffn} is not divisible by etp={s.etp} "
@@ -114,6 +115,21 @@ def consistency_problems(s) -> list[str]:
     elif kernel not in known:
         p.append(f"training.kernels.attention: {kernel} has no figures for {s.cluster.gpu} (there: "
                  f"{', '.join(known)}; the preset's attention_kernels_with_figures, cluster/gpus.py)")
+    if m.mla is not None:
+        # priced as Megatron-Core's MLASelfAttention runs it (scenario/latent_attention.py)
+        if tr.attention_backend == "unfused" or tr.kernels.mask == "materialized":
+            p.append("model.mla: latent attention is priced with the fused kernel and a causal mask "
+                     "(training.attention_backend: flash, training.kernels.mask: causal)")
+        if tr.kernels.stack != "te" or tr.recompute == "op":
+            p.append("model.mla: latent attention is priced as Megatron-Core runs it (training.kernels.stack: te; "
+                     "torchtitan's per-op recomputation and the eager / compiled kernel counts are not modelled for it)")
+        if m.kv_heads is not None and m.kv_heads != m.heads or m.kv_channels is not None:
+            p.append("model.mla: every head has its own keys and values of the latent attention's head dims; "
+                     "model.kv_heads and model.kv_channels do not apply (leave them out)")
+    if tr.kernels.mask == "materialized" and tr.kernels.attention in ("fa2", "fa3", "triton"):
+        p.append(f"training.kernels.mask: materialized runs SDPA with a mask, which {tr.kernels.attention} does not "
+                 "take (torch dispatches a masked call to cuDNN's or the memory-efficient kernel): use attention "
+                 "default or cudnn")
     # PyTorch's ring attention refuses a mask (torch/distributed/tensor/experimental/_attention.py:
     # "attn_bias is not supported yet")
     if tr.kernels.mask == "materialized" and (s.cp > 1 or tr.attention_backend == "unfused"):

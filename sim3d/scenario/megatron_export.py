@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..schedule.specs import SCHEDULES
 from . import megatron_fsdp
+from .moe_layers import moe_at
 
 
 # Schedules Megatron-LM's own flags cannot ask for, and where they run instead.
@@ -28,12 +29,19 @@ def to_megatron_args(s) -> list[str]:
         args += ["--kv-channels", m.kv_channels]
     if m.activation != "gelu":
         args.append(f"--{m.activation}")
+    if m.mla:  # Megatron-Core's names (arguments.py _add_mla_args)
+        args += ["--multi-latent-attention", "--kv-lora-rank", m.mla.kv_lora_rank, "--qk-head-dim",
+                 m.mla.qk_nope_head_dim, "--qk-pos-emb-head-dim", m.mla.qk_rope_head_dim, "--v-head-dim",
+                 m.mla.v_head_dim] + (["--q-lora-rank", m.mla.q_lora_rank] if m.mla.q_lora_rank else [])
     if m.moe:
         args += ["--num-experts", m.moe.experts, "--moe-router-topk", m.moe.top_k]
+        # dense first layers: the layer pattern as the Python list Megatron evaluates (moe_freq_type)
+        pattern = (f"[{','.join('1' if moe_at(i, m.moe.every, m.moe.first_dense_layers) else '0' for i in range(m.layers))}]"
+                   if m.moe.first_dense_layers else m.moe.every if m.moe.every != 1 else None)
         for flag, value in (("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden),
                             ("--moe-shared-expert-intermediate-size", m.moe.shared_expert_ffn),
                             ("--moe-expert-capacity-factor", m.moe.capacity_factor),
-                            ("--moe-layer-freq", m.moe.every if m.moe.every != 1 else None)):
+                            ("--moe-layer-freq", pattern)):
             if value is not None:
                 args += [flag, value]
     args += ["--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp]

@@ -179,8 +179,11 @@ class Estimator:
         carried = scenario.num_microbatches * (layout.vpp if spec.p2p_per_chunk else 1)
         pipeline = max(self._pipeline(layout, scenario.num_microbatches, per_rank), carried * max(transfers, default=0.0))
         if not sends_overlap(layout.schedule, scenario.training.overlap_p2p):
-            # a middle stage's compute stream waits out each micro-batch's two sends
-            pipeline += 2 * scenario.num_microbatches * max(transfers, default=0.0)
+            # the compute stream waits out each send a rank makes: a forward's and a backward's per
+            # micro-batch and chunk (the engine sends them apart), but one per micro-batch on a
+            # two-stage pipeline of one chunk, whose ranks each send one way
+            sends = 1 if layout.pp == 2 and layout.vpp == 1 else 2
+            pipeline += sends * carried * max(transfers, default=0.0)
         states_key = (layout.tp, layout.pp, layout.vpp, v_shape, layout.dp, layout.cp, layout.ep,
                       layout.zero, layout.dp_shard)
         dp = self._memo(("dp",) + states_key + (layout.order,), lambda: self._dp(layout, scenario, cost_model()))
