@@ -143,3 +143,14 @@ def test_a_masked_call_cannot_name_a_kernel_sdpa_does_not_dispatch_it_to():
     raw["training"]["kernels"]["attention"] = "fa2"
     with pytest.raises(sim3d.ScenarioError, match="does not take"):
         scenario_from_dict(raw)
+
+
+def test_explain_prices_the_largest_attention_kernel_with_its_mask(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+    from sim3d.cli.app import app
+    path = tmp_path / "masked.yaml"
+    path.write_text(yaml.safe_dump(step_scenario(STEPS, "compiled", 1, "materialized")))
+    result = CliRunner().invoke(app, ["run", str(path), "--explain", "--no-plots", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "every key block (a materialized mask)" in " ".join(result.output.split())

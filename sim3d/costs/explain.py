@@ -48,8 +48,10 @@ def _largest_kernel(costs, kind: str) -> str | None:
     gpu, profile = s.gpu, costs.profile
     if op.attention is not None:
         bh, sq, sk, head_dim = op.attention
-        price = kernel_seconds(gpu, "attention", profile=profile, batch=1, heads=bh, seq=sq, head_dim=head_dim)
-        what = f"{op.name} {bh} heads x {sq} queries, head dim {head_dim}" + (" (per ring step)" if sk != sq else "")
+        price = kernel_seconds(gpu, "attention", profile=profile, batch=1, heads=bh, seq=sq, head_dim=head_dim,
+                               causal=op.causal)
+        what = (f"{op.name} {bh} heads x {sq} queries, head dim {head_dim}" + (" (per ring step)" if sk != sq else "")
+                + ("" if op.causal else ", every key block (a materialized mask)"))
     elif op.gemm is not None:
         m, n, k = op.gemm
         precision = "fp8" if op.fp8 else costs.compute_model.precision16
