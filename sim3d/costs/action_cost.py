@@ -23,6 +23,22 @@ class ActionCost:
         return ActionCost(self.seconds + other.seconds, _sum(self.comm, other.comm), self.recompute + other.recompute,
                           _sum(self.exposed, other.exposed), _sum(self.wire, other.wire))
 
+    @staticmethod
+    def total(costs) -> "ActionCost":
+        """`costs[0] + costs[1] + ...` without the intermediate records: the same additions in
+        the same order (so the same floats), for a stage's many alike layers."""
+        seconds, recompute = 0.0, 0.0
+        comm: dict[str, float] = {}
+        exposed: dict[str, float] = {}
+        wire: dict[str, float] = {}
+        for cost in costs:
+            seconds += cost.seconds
+            recompute += cost.recompute
+            for into, parts in ((comm, cost.comm), (exposed, cost.exposed), (wire, cost.wire)):
+                for key, value in parts.items():
+                    into[key] = into.get(key, 0.0) + value
+        return ActionCost(seconds, comm, recompute, exposed, wire)
+
     def slowed(self, factor: float) -> "ActionCost":
         """On a straggler: its own work and the collective time on its path stretch; the
         collectives' own durations (`comm`) and bytes are the network's."""

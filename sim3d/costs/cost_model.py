@@ -66,6 +66,7 @@ class CostModel:
         self._link_cache: dict[tuple[str, int], object] = {}
         self._rank_links: dict[int, tuple] = {}
         self._rank_cache: dict[tuple[int, int, str], ActionCost] = {}
+        self._layer_runs: dict[int, list[tuple[str, str, int]]] = {}
         self._block_shape = block_shape(scenario)
         self._slowdown = {f.straggler.rank: f.straggler.slowdown for f in scenario.faults if f.straggler}
 
@@ -160,10 +161,14 @@ class CostModel:
         shard = self._link(SHARD_AXIS, rank) if self.sharding.collectives_in_compute else None
         key = (stage, kind, links, shard)
         if key not in self._stage_cache:
-            cost = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
-            if shard is not None and shard.size > 1:
-                cost = cost + self._unit_collectives(stage, kind, shard, dict(zip(("tp", "cp", "ep"), links)))
-            self._stage_cache[key] = cost
+            # stages of the same layers (the middle ones, mostly) cost the same
+            alike = (tuple(self.layer_runs(stage)), stage == 0, stage == self.s.num_stages - 1, kind, links, shard)
+            if alike not in self._stage_cache:
+                cost = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
+                if shard is not None and shard.size > 1:
+                    cost = cost + self._unit_collectives(stage, kind, shard, dict(zip(("tp", "cp", "ep"), links)))
+                self._stage_cache[alike] = cost
+            self._stage_cache[key] = self._stage_cache[alike]
         return self._stage_cache[key]
 
     def _unit_collectives(self, stage: int, kind: str, shard, links: dict) -> ActionCost:
@@ -171,11 +176,10 @@ class CostModel:
         parameter gathers (ZeRO-3: forward, and backward after resharding) and gradient reduce-
         scatters (backward), pipelined with the units' compute (sharded_dp.unit_pipeline), on
         the rank's shard group. Exposed: what the action lasts beyond its units' compute."""
-        s, d = self.s, Dims.of(self.s)
+        s, d = self.s, self._dims
         units = [(self.block("embedding", kind, links), embedding_params(d))] if stage == 0 else []
-        for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
-            moe = is_moe_layer(s, layer)
-            units.append((self.block("moe_layer" if moe else "layer", kind, links, policy), layer_params(d, moe).total))
+        for name, policy, count in self.layer_runs(stage):
+            units += [(self.block(name, kind, links, policy), layer_params(d, name == "moe_layer").total)] * count
         if stage == s.num_stages - 1:
             units.append((self.block("head", kind, links), head_params(d, stage == 0)))
         if kind != "F":
@@ -184,13 +188,19 @@ class CostModel:
         gathers_params = (plan.gathers_in_compute and kind == "F") or (plan.regathers_in_backward and kind in ("B", "BI"))
         reduces_grads = plan.reduces_in_compute and kind in ("B", "BW")
         gathers, reduces, wire = [], [], 0.0
+        priced: dict[float, tuple[float, float, float]] = {}  # a unit's parameters -> its collectives, once
         for _, params in units:
-            g = params * plan.gather_bytes if gathers_params else 0.0
-            r = params * plan.grad_bytes if reduces_grads else 0.0
-            gathers.append(self._collective("all-gather", g, "dp", {"dp": shard}) if g else 0.0)
-            reduces.append(self._collective("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0)
-            wire += (self._wire("all-gather", g, "dp", {"dp": shard}) if g else 0.0) + (
-                self._wire("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0)
+            if params not in priced:
+                g = params * plan.gather_bytes if gathers_params else 0.0
+                r = params * plan.grad_bytes if reduces_grads else 0.0
+                priced[params] = (self._collective("all-gather", g, "dp", {"dp": shard}) if g else 0.0,
+                                  self._collective("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0,
+                                  (self._wire("all-gather", g, "dp", {"dp": shard}) if g else 0.0) + (
+                                      self._wire("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0))
+            gather, reduce, bytes_ = priced[params]
+            gathers.append(gather)
+            reduces.append(reduce)
+            wire += bytes_
         compute = [cost.seconds for cost, _ in units]
         together = unit_pipeline(compute, gathers, reduces, self.s.gpu.sms)
         exposed = max(0.0, together - sum(compute))
@@ -198,12 +208,30 @@ class CostModel:
 
     def _action(self, stage: int, kind: str, links: dict) -> ActionCost:
         s = self.s
-        total = self.block("embedding", kind, links) if stage == 0 else ActionCost(0.0)
-        for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
-            total = total + self.block("moe_layer" if is_moe_layer(s, layer) else "layer", kind, links, policy)
+        parts = [self.block("embedding", kind, links) if stage == 0 else ActionCost(0.0)]
+        for name, policy, count in self.layer_runs(stage):
+            parts += [self.block(name, kind, links, policy)] * count
         if stage == s.num_stages - 1:
-            total = total + self.block("head", kind, links)
-        return total
+            parts.append(self.block("head", kind, links))
+        return ActionCost.total(parts)
+
+    @cached_property
+    def _dims(self) -> Dims:
+        return Dims.of(self.s)
+
+    def layer_runs(self, stage: int) -> list[tuple[str, str, int]]:
+        """A global stage's transformer layers as runs of alike ones, in order: (block name,
+        recomputation policy, how many), each run priced once."""
+        if stage not in self._layer_runs:
+            s, runs = self.s, []
+            for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
+                name = "moe_layer" if is_moe_layer(s, layer) else "layer"
+                if runs and runs[-1][:2] == [name, policy]:
+                    runs[-1][2] += 1
+                else:
+                    runs.append([name, policy, 1])
+            self._layer_runs[stage] = [tuple(run) for run in runs]
+        return self._layer_runs[stage]
 
     def block(self, name: str, kind: str, links: dict, recompute: str | None = None) -> ActionCost:
         """F, B, BI or BW of one micro-batch through the embedding, one dense or MoE layer, or
