@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from sim3d import ScenarioError, simulate
 from sim3d.cli.app import app
 from sim3d.model.memory import memory_report
-from sim3d.scenario.load import scenario_from_dict
+from sim3d.scenario.load import load_scenario, scenario_from_dict
 from sim3d.schedule.specs import planned_schedules
 from sim3d.studies.plan import plan
 from sim3d.studies.space import Layout, Space, parse_choices
@@ -355,3 +355,22 @@ def test_the_pilot_samples_the_whole_search_not_its_first_layouts():
     assert where[0] == 0 and where[-1] > 0.9 * (len(order) - len(order) // pilot.PILOT_PLACES)
     touched = {(x.tp, x.cp, x.ep, x.pp) for x in sample}
     assert len(touched) >= min(pilot.PILOT_PLACES, len(plan._groups(layouts))) // 2
+
+
+def test_an_estimate_under_a_pytorch_stack_does_not_depend_on_what_was_estimated_before():
+    """A block's backward under eager PyTorch carries AccumulateGrad's adds, which depend on
+    the micro-batches and the sharding: a layout of one micro-batch (no accumulation) priced
+    first gave its blocks to a layout of two with the same compute key (0.1% short)."""
+    from sim3d.studies.estimate import Estimator
+    from sim3d.studies.space import Layout, Space
+    base = load_scenario(ROOT / "scenarios" / "llama3.1-8b.yaml", ["training.kernels=eager"])
+    space = Space(base, 16, {})
+
+    def layout(pp, dp, zero):
+        return Layout(tp=2, pp=pp, dp=dp, cp=1, ep=1, vpp=1, micro_batch=16, schedule="1f1b", recompute="full",
+                      sequence_parallel=True, zero=zero, tp_comm_overlap=False, order="tp-cp-ep-dp-pp", dp_shard=dp)
+    target, first = layout(2, 4, 1), layout(1, 8, 0)
+    alone = Estimator(space).estimate(target, space.scenario(target)).step_s
+    after = Estimator(space)
+    after.estimate(first, space.scenario(first))
+    assert after.estimate(target, space.scenario(target)).step_s == alone

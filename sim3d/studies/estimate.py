@@ -25,6 +25,7 @@ from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXI
 from ..schedule import build
 from ..schedule.evaluate import evaluate, uniform_costs
 from ..schedule.ir import StageMap
+from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan
 from ..schedule.specs import SCHEDULES, sends_overlap
 from ..step import gathers_after_step, dp_buckets_per_chunk
@@ -154,16 +155,26 @@ class Estimator:
     def estimate(self, layout: Layout, scenario) -> Estimate:
         costs = None
 
-        def cost_model() -> CostModel:  # built only when a cache below misses
-            nonlocal costs
-            costs = costs or self.cost_model(layout, scenario)
-            return costs
-
         spec = SCHEDULES[layout.schedule]
         v_shape = spec.placement == "v"
         links = self._placed(layout, scenario)[1]
         compute_key = (layout.tp, layout.cp, layout.ep, layout.micro_batch, layout.recompute,
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
+        # under a PyTorch stack a block's backward also carries AccumulateGrad's adds, which depend
+        # on the sharding, the pipeline it runs under and the micro-batches (kernel_stack.py
+        # accumulation_bytes), and the head's on whether it is the only stage
+        if scenario.training.kernels.stack in TORCH_STACKS:
+            compute_key += (layout.zero, layout.dp_shard, layout.dp, layout.pp, layout.vpp, layout.schedule,
+                            scenario.num_microbatches)
+
+        def cost_model() -> CostModel:  # built only when a cache below misses
+            nonlocal costs
+            if costs is None:
+                costs = self.cost_model(layout, scenario)
+                # a layer's price depends on the compute key alone: layouts that share it share
+                # the priced layers
+                costs._layer_cache = self._memo(("layers", compute_key), dict)
+            return costs
         # ZeRO-2/3 may price each unit's gathers and reduce-scatters inside the compute actions,
         # on the shard group the placement gives
         in_compute = ShardingPlan.of(scenario).collectives_in_compute
@@ -214,7 +225,7 @@ class Estimator:
     @staticmethod
     def _blocks(costs: CostModel, compute_key: tuple) -> dict:
         """{(block, kind): seconds} of one micro-batch through the embedding, a layer, the head."""
-        links = dict(zip(("tp", "cp", "ep"), compute_key[-3:]))
+        links = dict(zip(("tp", "cp", "ep"), compute_key[7:10]))
         names = ("embedding", "layer", "head") + (("moe_layer",) if costs.s.model.moe else ())
         return {(name, kind): costs.block(name, kind, links).seconds for name in names for kind in KINDS}
 
