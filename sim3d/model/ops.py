@@ -34,23 +34,14 @@ from dataclasses import dataclass, replace
 from ..scenario.moe_layers import moe_at
 from ..scenario.recompute_modules import DEFAULT_MODULES
 from .op import Op
+from .op_parts import (FP8_BYTES, LOGIT_BYTES, LSE_BYTES, MASK_BYTES, _activation, _cp_ring, _elementwise,
+                       _gemm, _linear_input_bytes, _norm, _residual, _tp_boundary)
 
 # Bytes per stored activation element: Korthikanti section 4.1 assumes 16-bit activations.
 # fp8 training (Transformer Engine) keeps 16-bit activations between ops and casts the
 # operands of its linear layers to 8 bits; what a TE linear saves for its backward is that
 # FP8 copy of its input (`_linear_input_bytes`).
 ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
-FP8_BYTES = 1
-MASK_BYTES = 1  # dropout masks are stored as one byte per element (Korthikanti section 4.1)
-LOGIT_BYTES = 4  # the vocab-parallel cross-entropy keeps fp32 logits (Korthikanti section 4.3)
-LSE_BYTES = 4  # FlashAttention keeps one fp32 log-sum-exp per query and head for its backward
-# Transformer Engine casts the input of an FP8 linear (read 16-bit, write 8-bit value and
-# its 8-bit transpose for the weight gradient) and, in backward, the output gradient the
-# same way: 2 + 1 + 1 bytes moved per element (TE `cast_transpose`). Weights are cast once
-# per step and cached across micro-batches (TE `is_first_microbatch`), so not per op here.
-FP8_CAST_BYTES_PER_ELEMENT = 4
-
-
 @dataclass(frozen=True)
 class Dims:
     """Sizes the op formulas need. `unsharded()` gives the same model with tp=cp=ep=1."""
@@ -144,74 +135,10 @@ class Dims:
         return self.heads * (nope + rope), self.heads * v
 
 
-def _gemm(name: str, d: Dims, tokens: float, k: float, n: float, *, act: float = 0.0, te_linear: bool = True,
-          comm=None, comm_bytes=0.0, group=None, bwd_comm=None, bwd_comm_bytes=None, groups: int = 1) -> Op:
-    """[tokens x k] @ [k x n] with a weight: forward 2*tokens*k*n, BI and BW the same.
-    `te_linear`: a Transformer Engine linear of the transformer layer, the only GEMMs that
-    run in FP8 (the LM head and the router stay 16-bit, outside TE's fp8_autocast).
-    `groups`: the tokens are spread over that many [k x n] weights (experts), each read once."""
-    f = 2.0 * tokens * k * n
-    fp8 = te_linear and d.precision == "fp8"
-    operand = FP8_BYTES if fp8 else d.ab
-    traffic = operand * (tokens * k + groups * k * n) + d.ab * tokens * n
-    cast = FP8_CAST_BYTES_PER_ELEMENT * tokens * k if fp8 else 0.0
-    return Op(name, f, f, f, traffic, act, comm, comm_bytes, group, False, bwd_comm,
-              comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes, gemm=(round(tokens), round(n), round(k)),
-              gemm_groups=groups, fp8=fp8, fp8_cast_bytes=cast)
-
-
-def _elementwise(name: str, d: Dims, elems: float, *, act: float = 0.0, passes: int = 2,
-                 selective=False, comm=None, comm_bytes=0.0, group=None, bwd_comm=None,
-                 kernels: tuple[str, ...] = ()) -> Op:
-    """Memory-bound op reading and writing `elems` 16-bit values (`passes` tensors)."""
-    return Op(name, 0.0, 0.0, 0.0, passes * elems * d.ab, act, comm, comm_bytes, group,
-              selective, bwd_comm, comm_bytes, kernels=kernels, numel=elems)
-
-
-def _norm(d: Dims) -> tuple[str, ...]:
-    return ("rmsnorm",) if d.gated else ("layernorm",)
-
-
-def _activation(d: Dims) -> tuple[str, ...]:
-    return ("squared_relu",) if d.activation == "squared-relu" else ("swiglu",) if d.gated else ("gelu",)
-
-
-def _residual(name: str, d: Dims, elems: float) -> Op:
-    """Residual add, with the hidden dropout before it when enabled (keeps its 1-byte mask)."""
-    if d.hidden_dropout:
-        return _elementwise(name, d, elems, act=MASK_BYTES * elems, passes=3, kernels=("dropout", "add"))
-    return _elementwise(name, d, elems, passes=3, kernels=("add",))
-
-
-def _tp_boundary(d: Dims, into_parallel: bool) -> dict:
-    """Collective where a replicated/sequence-sharded region meets a TP region.
-
-    Entering a column-parallel GEMM: without SP forward is identity and backward all-reduces
-    the input gradient (Megatron's f); with SP forward all-gathers the sequence and backward
-    reduce-scatters. Leaving a row-parallel GEMM: without SP forward all-reduces (g); with SP
-    forward reduce-scatters and backward all-gathers. Bytes = the full b*s*h activation.
-    """
-    if d.tp == 1:
-        return {}
-    full = d.b * d.sl * d.h * d.ab
-    if d.sp:
-        fwd, bwd = ("all-gather", "reduce-scatter") if into_parallel else ("reduce-scatter", "all-gather")
-    else:
-        fwd, bwd = (None, "all-reduce") if into_parallel else ("all-reduce", None)
-    return dict(comm=fwd, bwd_comm=bwd, comm_bytes=full, group="tp")
-
-
-def _linear_input_bytes(d: Dims) -> int:
-    """Bytes per element a transformer layer's linear keeps of its input for the backward:
-    under FP8 the quantized copy it ran on (TransformerEngine v2.9 pytorch/module/linear.py
-    saves `inputmat` after quantizing it; layernorm_mlp.py its FP8 ln_out and act_out), else
-    the 16-bit tensor."""
-    return FP8_BYTES if d.precision == "fp8" else d.ab
-
-
 def _attention(d: Dims) -> list[Op]:
     if d.mla is not None:
-        return _latent_attention(d)
+        from .latent_ops import latent_attention  # its own module: it builds on this one's helpers
+        return latent_attention(d)
     b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
     rep = b * sl * h / (t if d.sp else 1)  # elements of a replicated (or SP-sharded) activation
     q_dim, kv_dim = d.q_dim / t, d.kv_dim / t  # local query / key-value widths
@@ -235,63 +162,6 @@ def _attention(d: Dims) -> list[Op]:
         _gemm("out_proj", d, b * sl, q_dim, h, act=(ab + (FP8_BYTES if d.precision == "fp8" else 0)) * b * sl * q_dim,
               **_tp_boundary(d, False)),
         _residual("attn_residual", d, rep),
-    ]
-    return ops
-
-
-def _latent_attention(d: Dims) -> list[Op]:
-    """Multi-head latent attention (scenario/latent_attention.py): the duplicated down
-    projections run on the rank's own tokens (its sequence shard under SP), and the tensor-
-    parallel boundary moves to their output, the latent, which SP all-gathers (and reduce-
-    scatters back) and which without SP is all-reduced backward; the latents are normalised and
-    expanded per head (column-parallel), the rotary part applied to the queries' and the shared
-    key's, and the fused kernel attends with keys of nope + rope and values of v per head (its
-    FLOPs 2 s_q s_k (qk + v) per head, priced at their mean head size)."""
-    q_lora, kv_lora, nope, rope, v = d.mla
-    b, sl, h, t, ab = d.b, d.sl, d.h, d.tp, d.ab
-    heads, tokens = d.heads / t, b * sl
-    latent = q_lora + kv_lora + rope
-    rep = tokens * h / (t if d.sp else 1)
-    if q_lora or t == 1:
-        own = tokens / (t if d.sp else 1)  # tokens the duplicated down projections see
-        entry, boundary = {}, ({} if t == 1 else dict(
-            comm="all-gather" if d.sp else None, bwd_comm="reduce-scatter" if d.sp else "all-reduce",
-            comm_bytes=tokens * latent * ab, group="tp"))
-    else:  # queries projected column-parallel from the layer's input: that input enters the TP region
-        own, entry, boundary = tokens, _tp_boundary(d, True), {}
-    q_width, k_width, v_width = heads * (nope + rope), heads * (nope + rope), heads * v
-    ops = [
-        _elementwise("input_norm", d, rep, act=ab * rep, kernels=_norm(d), **entry),
-        # query and key-value down projections, one GEMM of their widths side by side; keeps its
-        # input; its output, the latents, is what crosses the TP boundary
-        _gemm("mla_down", d, own, h, latent, act=_linear_input_bytes(d) * own * h / (t if d.sp and not q_lora else 1),
-              **boundary),
-        # the two latents' RMSNorms (keep their inputs)
-        _elementwise("mla_latent_norm", d, tokens * (q_lora + kv_lora), act=ab * tokens * (q_lora + kv_lora),
-                     kernels=("rmsnorm",)),
-    ]
-    if q_lora:
-        ops.append(_gemm("mla_q_up", d, tokens, q_lora, q_width, act=_linear_input_bytes(d) * tokens * q_lora))
-    else:  # queries projected from the layer's input (which the down projection keeps)
-        ops.append(_gemm("mla_q", d, tokens, h, q_width))
-    ops += [
-        _gemm("mla_kv_up", d, tokens, kv_lora, heads * nope + v_width, act=_linear_input_bytes(d) * tokens * kv_lora,
-              **(_cp_ring(d) if d.cp > 1 else {})),
-        # rotary positions on the queries' and the shared key's rope parts; the key's copied to
-        # every head (Q, K and V kept for the kernel's backward, as for standard attention)
-        _elementwise("rope", d, tokens * (heads * rope + rope), kernels=("rope",),
-                     act=ab * tokens * (q_width + k_width + v_width)),
-    ]
-    scores = heads * b * sl * d.s
-    mean_head = (nope + rope + v) / 2
-    lse = LSE_BYTES * heads * b * sl
-    io = ab * tokens * (q_width + k_width + v_width + v_width) + lse  # read Q, K, V; write O and the LSE
-    ops += [
-        Op("core_attention", 4.0 * scores * mean_head, 8.0 * scores * mean_head, 0.0, io, lse,
-           recompute_selective=True, attention=(round(b * heads), sl, d.s, round(mean_head))),
-        _gemm("out_proj", d, tokens, v_width, h, act=(ab + (FP8_BYTES if d.precision == "fp8" else 0)) * tokens * v_width,
-              **_tp_boundary(d, False)),
-        _residual("attn_residual", d, b * sl * h / (t if d.sp else 1)),
     ]
     return ops
 
@@ -358,13 +228,6 @@ def _repeat_kv(d: Dims) -> Op:
     copy = d.ab * (grouped + repeated)
     return Op("repeat_kv", fwd_bytes=2 * copy, act_bytes=2 * d.ab * (repeated - grouped), recompute_selective=True,
               kernels=("repeat_kv",), numel=2 * repeated, kernel_bytes=((copy, copy), (copy, copy)))
-
-
-def _cp_ring(d: Dims) -> dict:
-    """Ring attention (Megatron/TE context parallelism): each of the cp-1 steps passes the
-    local K and V chunk to the next rank; backward passes K, V and their gradients (2x)."""
-    kv = d.b * d.sl * sum(d.kv_widths) / d.tp * d.ab * (d.cp - 1)
-    return dict(comm="ring", comm_bytes=kv, group="cp", bwd_comm="ring", bwd_comm_bytes=2 * kv)
 
 
 def _dense_mlp(d: Dims) -> list[Op]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..schedule.specs import megatron_schedule
 from . import megatron_fsdp
+from .megatron_model_args import MLA_FLAGS, is_moe_pattern, read_latent_attention, read_moe_pattern
 
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
 def _misspelled(flag: str) -> str | None:
@@ -202,9 +203,10 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
         if flag in MLA_FLAGS or flag == "multi_latent_attention":
             latent[flag] = value
             continue
-        if flag == "moe_layer_freq" and isinstance(value, str) and value.lstrip("([ ").startswith(("[", "0", "1")) \
-                and not value.strip().isdigit():
-            _read_moe_pattern(value, tree)
+        if flag == "moe_layer_freq" and is_moe_pattern(value):
+            every, first = read_moe_pattern(value)
+            _set(tree, "model.moe.every", every)
+            _set(tree, "model.moe.first_dense_layers", first)
             continue
         if flag == "recompute_modules":  # Megatron's nargs='*': one name or several
             if value is True:
@@ -245,7 +247,10 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
                 raise ValueError(f"{option}: not a Megatron-LM argument; did you mean --{meant.replace('_', '-')}?")
             out.unmapped.append(f"--{flag.replace('_', '-')}" + ("" if value is True else f" {value}"))
     _read_recompute_method(recompute_how, tree, out)
-    _read_latent_attention(latent, tree, out)
+    mla, unmapped = read_latent_attention(latent)
+    out.unmapped += unmapped
+    if mla is not None:
+        tree.setdefault("model", {})["mla"] = mla
     settings, assumed, unmapped = megatron_fsdp.read(fsdp)
     if megatron_fsdp.enabled(fsdp):  # it runs the distributed optimizer whatever: the strategy says what it shards
         tree.get("parallel", {}).pop("distributed_optimizer", None)
@@ -254,50 +259,6 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     out.assumed += assumed
     out.unmapped += unmapped
     return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags, tokenizer=tokenizer)
-
-
-# Megatron-Core's multi-latent-attention arguments (arguments.py _add_mla_args) -> model.mla
-MLA_FLAGS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_nope_head_dim",
-             "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim"}
-
-
-def _read_latent_attention(given: dict, tree: dict, out: Imported) -> None:
-    """--multi-latent-attention with its ranks: model.mla; the ranks without the switch build
-    no latent attention in Megatron, and are noted as unmapped."""
-    ranks = {flag: value for flag, value in given.items() if flag in MLA_FLAGS}
-    if given.get("multi_latent_attention") is None:
-        out.unmapped += [f"--{flag.replace('_', '-')} {value} (without --multi-latent-attention)"
-                         for flag, value in ranks.items()]
-        return
-    if given["multi_latent_attention"] is not True:
-        raise ValueError("--multi-latent-attention is a switch and takes no value")
-    for flag, value in ranks.items():
-        if value is True or isinstance(value, list):
-            raise ValueError(f"--{flag.replace('_', '-')} needs one value, got {value!r}")
-        if str(value).lower() != "none":
-            _set(tree, f"model.mla.{MLA_FLAGS[flag]}", number_of(value))
-    tree.setdefault("model", {}).setdefault("mla", {})
-
-
-def _read_moe_pattern(text: str, tree: dict) -> None:
-    """--moe-layer-freq as the Python list Megatron evaluates (moe_freq_type): a 0/1 per layer,
-    written out or as `([0]*k+[1]*n)`; read as dense first layers and an MoE layer every N."""
-    import re
-    compact = text.replace(" ", "")
-    if (m := re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*(\d+)\)?", compact)) is not None:
-        pattern = [0] * int(m[1]) + [1] * int(m[2])
-    elif re.fullmatch(r"\[[01](,[01])*\]", compact):
-        pattern = [int(c) for c in compact[1:-1].split(",")]
-    else:
-        raise ValueError(f"--moe-layer-freq {text!r}: sim3d reads a number, `[0,0,1,...]` or `([0]*k+[1]*n)`")
-    first = pattern.index(1) if 1 in pattern else len(pattern)
-    moe = [i for i, v in enumerate(pattern) if v]
-    every = moe[1] - moe[0] if len(moe) > 1 else 1
-    if pattern != [1 if i >= first and (i - first) % every == 0 else 0 for i in range(len(pattern))] or first % every:
-        raise ValueError(f"--moe-layer-freq {text!r}: sim3d expresses dense first layers then an MoE layer every N "
-                         "(model.moe.first_dense_layers, model.moe.every), not this pattern")
-    _set(tree, "model.moe.every", every)
-    _set(tree, "model.moe.first_dense_layers", first)
 
 
 def _read_recompute_method(how: dict, tree: dict, out: Imported) -> None:
