@@ -285,11 +285,9 @@ class CostModel:
             return ActionCost(bwd * (1 - share))
         redo = fwd if recompute == "full" and block == "block" else 0.0  # embedding and head: never again
         if recompute == "selective":
-            d = Dims.of(self.s)
-            redo = self.ops_cost([op for op in ops if redo_fraction(op, recompute, d)], "F", links).seconds
+            redo = self.ops_cost([op for op in ops if redo_fraction(op, recompute, self._dims)], "F", links).seconds
         elif recompute == "op":
-            d = Dims.of(self.s)
-            redo = sum(self.compute_model.op_time(op).fwd * redo_fraction(op, recompute, d) for op in ops)
+            redo = sum(self.compute_model.op_time(op).fwd * redo_fraction(op, recompute, self._dims) for op in ops)
         return ActionCost(redo + bwd * (share if kind == "BI" else 1.0), recompute=redo)
 
     def ops_cost(self, ops, kind: str, links: dict | None = None, block: str | None = None,

@@ -105,7 +105,8 @@ class SimResult:
 @dataclass(frozen=True)
 class ReplayOptions:
     """How the step overlaps its communication (Megatron's switches; defaults as in the
-    scenario format; pipeline sends as the schedule allows, schedule/specs.py `sends_overlap`). overlap_param_gather (Megatron --overlap-param-gather): the all-gather
+    scenario format; pipeline sends as the schedule allows, schedule/specs.py `sends_overlap`).
+    overlap_param_gather (Megatron --overlap-param-gather): the all-gather
     of the updated parameters runs under the next step's forwards, bucket by bucket as they
     are needed, so this step ends with the optimizer; the gathers still occupy the
     data-parallel stream."""

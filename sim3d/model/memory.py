@@ -27,8 +27,9 @@ from ..schedule import build, prove
 from ..schedule.generators import ScheduleConstraint
 from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
+from ..scenario.moe_layers import moe_at
 from ..scenario.sharding import ShardingPlan
-from .ops import Dims, embedding_dims_ops, head_dims_ops, moe_at, ops_for
+from .ops import Dims, embedding_dims_ops, head_dims_ops, ops_for
 from .recompute import kept_bytes, layer_policy
 from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
 

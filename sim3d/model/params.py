@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ops import Dims, is_moe_layer, moe_at
+from ..scenario.moe_layers import moe_at
+from .ops import Dims, is_moe_layer
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,7 @@ def zb_h2(pp: int, m: int, vpp: int = 1) -> Schedule:
     while left:
         started = []
         for r in range(pp):
-            if ranks[r] and done.get((ranks[r][-1].kind, r, ranks[r][-1].mb), now + 1) > now:
+            if ranks[r] and done[(ranks[r][-1].kind, r, ranks[r][-1].mb)] > now:
                 continue  # still running its last action
             in_flight = nxt[r][F] - nxt[r][BW]
             for kind in (BI, F, BW):
