@@ -35,7 +35,8 @@ def test_the_fixture_imports_and_simulates(tmp_path):
     assert s["parallel"] == {"tp": 8, "pp": 1, "cp": 1, "dp": 8, "zero": 3, "sequence_parallel": True}
     assert s["training"]["precision"] == "fp8" and s["training"]["fp8_param_gather"]
     assert (s["training"]["micro_batch"], s["training"]["global_batch"], s["training"]["recompute"]) == (8, 64, "full")
-    assert s["training"]["kernels"] == {"stack": "compiled", "norm": "fused"}  # the fixture compiles
+    # the fixture compiles; its float8 section names no recipe: torchao's default, tensorwise
+    assert s["training"]["kernels"] == {"stack": "compiled", "norm": "fused", "fp8": "tensorwise"}
     assert not any("compile" in u for u in said["not_mapped"])
     run = sim3d.simulate(out)
     assert run.summary["num_gpus"] == 64 and run.memory.fits

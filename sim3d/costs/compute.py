@@ -113,12 +113,12 @@ class ComputeModel:
         return nbytes / (self.hbm * MEMORY_EFFICIENCY) + KERNEL_OVERHEAD_S if nbytes > 0 else 0.0
 
     def roofline(self, flops: float, nbytes: float, gemm: tuple[int, int, int] | None = None,
-                 fp8: bool = False, groups: int = 1) -> float:
+                 fp8: bool = False, groups: int = 1, rate: float = 1.0) -> float:
         """`gemm`: the shape of one of `groups` GEMMs (a rank's experts): one grouped kernel, or
         under Transformer Engine one GEMM each, `gemm_streams` at a time (TE_GEMM_STREAMS)."""
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        peak, eff = (self.peak_fp8, self.gemm_eff_fp8) if fp8 else (self.peak, self.gemm_eff)
+        peak, eff = (self.peak_fp8, self.gemm_eff_fp8 * rate) if fp8 else (self.peak, self.gemm_eff)
         together = min(groups, self.gemm_streams or groups)
         if gemm is not None:
             eff *= gemm_shape_efficiency(*gemm, self.gpu.sms, together, "fp8" if fp8 else self.precision16,
@@ -137,10 +137,10 @@ class ComputeModel:
         if op.fwd_flops > 0:
             shapes = _part_shapes(op)
             g = op.gemm_groups
-            fwd = self.roofline(op.fwd_flops, op.fwd_bytes, shapes["fwd"], op.fp8, g)
+            fwd = self.roofline(op.fwd_flops, op.fwd_bytes, shapes["fwd"], op.fp8, g, op.fp8_fwd_rate)
             bi = self.roofline(op.bwd_input_flops, op.fwd_bytes, shapes["bwd_input"], op.fp8, g) \
                 if op.bwd_input_flops else 0.0
-            bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes, shapes["bwd_weight"], op.fp8, g) \
+            bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes, shapes["bwd_weight"], op.fp8 and op.fp8_weight_grad, g) \
                 if op.bwd_weight_flops else 0.0
             cast_fwd, cast_bi = self._fp8_casts(op)
             fwd, bi = fwd + cast_fwd, bi + cast_bi
@@ -167,12 +167,10 @@ class ComputeModel:
                 else t for op, t in zip(ops, times)], True
 
     def _fp8_casts(self, op) -> tuple[float, float]:
-        """Cast (and transpose) of an FP8 linear's input in forward and of its output gradient
-        in backward; (0, 0) for a 16-bit op."""
-        if not op.fp8_cast_bytes:
-            return 0.0, 0.0
-        _, n, k = op.gemm
-        return self.memory_time(op.fp8_cast_bytes), self.memory_time(op.fp8_cast_bytes * (n / k if k else 1.0))
+        """The kernels an FP8 linear's recipe scales and casts its operands with, forward and
+        backward (model/fp8_recipes.py); (0, 0) for a 16-bit op."""
+        fwd, bwd = op.fp8_kernels
+        return sum(map(self.memory_time, fwd)), sum(map(self.memory_time, bwd))
 
     def gemm_part_seconds(self, op, part: str, splits: int = 1) -> float:
         """One part ("fwd", "bwd_input", "bwd_weight") of a GEMM op run as `splits` GEMMs
@@ -185,7 +183,9 @@ class ComputeModel:
             piece = (rows, cols, max(1, round(depth / splits)))
         else:
             piece = (max(1, round(rows / splits)), cols, depth)
-        return splits * self.roofline(flops / splits, op.fwd_bytes / splits, piece, op.fp8, op.gemm_groups)
+        fp8 = op.fp8 and (part != "bwd_weight" or op.fp8_weight_grad)
+        rate = op.fp8_fwd_rate if part == "fwd" else 1.0
+        return splits * self.roofline(flops / splits, op.fwd_bytes / splits, piece, fp8, op.gemm_groups, rate)
 
     def _fused_attention(self, op) -> OpTime:
         """Context parallelism runs one causal sq x sq block per ring step on average, as the
@@ -226,6 +226,8 @@ class ComputeModel:
         if op.gemm is not None and op.fwd_flops > 0:
             if op.gemm_groups > 1:
                 return None  # profiles time single GEMMs, not a grouped kernel: the roofline prices it
+            if op.fp8 and (op.fp8_fwd_rate != 1.0 or not op.fp8_weight_grad):
+                return None  # FP8 rows time cuBLAS's tensor-wise GEMMs, not a row-wise recipe's mix
             m, n, k = op.gemm
             dtype = "fp8" if op.fp8 else self.dtype
             fwd = self.profile.gemm_seconds(m, n, k, dtype, "fwd")

@@ -4,8 +4,8 @@ for one micro-batch, in the conventions of ops.py, built from op_parts.py; `d` i
 from __future__ import annotations
 
 from .op import Op
-from .op_parts import (FP8_BYTES, LSE_BYTES, _cp_ring, _elementwise, _gemm, _linear_input_bytes, _norm, _residual,
-                       _tp_boundary)
+from .op_parts import (LSE_BYTES, _cp_ring, _elementwise, _gemm, _linear_input_bytes, _norm, _quantized_copy_bytes,
+                       _residual, _tp_boundary)
 
 
 def latent_attention(d) -> list[Op]:
@@ -58,7 +58,7 @@ def latent_attention(d) -> list[Op]:
     ops += [
         Op("core_attention", 4.0 * scores * mean_head, 8.0 * scores * mean_head, 0.0, io, lse,
            recompute_selective=True, attention=(round(b * heads), sl, d.s, round(mean_head))),
-        _gemm("out_proj", d, tokens, v_width, h, act=(ab + (FP8_BYTES if d.precision == "fp8" else 0)) * tokens * v_width,
+        _gemm("out_proj", d, tokens, v_width, h, act=(ab + _quantized_copy_bytes(d)) * tokens * v_width,
               **_tp_boundary(d, False)),
         _residual("attn_residual", d, b * sl * h / (t if d.sp else 1)),
     ]

@@ -45,8 +45,13 @@ class Op:
     gemm_groups: int = 1
     kernels: tuple[str, ...] = ()
     numel: float = 0.0
-    fp8: bool = False  # a Transformer Engine linear whose GEMMs run on FP8 tensor cores
-    fp8_cast_bytes: float = 0.0  # bytes its FP8 casts move in forward (the same again in backward)
+    fp8: bool = False  # a linear whose GEMMs run on FP8 tensor cores (training.precision: fp8)
+    # (forward, backward) bytes of each kernel its FP8 recipe scales and casts operands with
+    # (model/fp8_recipes.py), whether its weight-gradient GEMM is FP8 too, and its forward GEMM
+    # kernel's speed relative to cuBLAS's tensor-wise one
+    fp8_kernels: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    fp8_weight_grad: bool = True
+    fp8_fwd_rate: float = 1.0
     attention: tuple[int, int, int, int] | None = None  # fused attention kernel: (batch*heads, s_q, s_k, head_dim)
     causal: bool = True  # the attention kernel skips the key blocks a causal mask hides (training.kernels.mask)
     # (forward, backward) bytes of each kernel the op launches, when the kernel stack prices it

@@ -4,17 +4,13 @@ conventions; `d` is an ops.Dims."""
 
 from __future__ import annotations
 
+from .fp8_recipes import fp8_linear
 from .op import Op
 
 FP8_BYTES = 1
 MASK_BYTES = 1  # dropout masks are stored as one byte per element (Korthikanti section 4.1)
 LOGIT_BYTES = 4  # the vocab-parallel cross-entropy keeps fp32 logits (Korthikanti section 4.3)
 LSE_BYTES = 4  # FlashAttention keeps one fp32 log-sum-exp per query and head for its backward
-# Transformer Engine casts the input of an FP8 linear (read 16-bit, write 8-bit value and
-# its 8-bit transpose for the weight gradient) and, in backward, the output gradient the
-# same way: 2 + 1 + 1 bytes moved per element (TE `cast_transpose`). Weights are cast once
-# per step and cached across micro-batches (TE `is_first_microbatch`), so not per op here.
-FP8_CAST_BYTES_PER_ELEMENT = 4
 
 
 def _gemm(name: str, d, tokens: float, k: float, n: float, *, act: float = 0.0, te_linear: bool = True,
@@ -27,10 +23,13 @@ def _gemm(name: str, d, tokens: float, k: float, n: float, *, act: float = 0.0, 
     fp8 = te_linear and d.precision == "fp8"
     operand = FP8_BYTES if fp8 else d.ab
     traffic = operand * (tokens * k + groups * k * n) + d.ab * tokens * n
-    cast = FP8_CAST_BYTES_PER_ELEMENT * tokens * k if fp8 else 0.0
+    recipe = fp8_linear(d.fp8_recipe, d.stack, tokens, k, n, groups, d.fp8_weight_shards) if fp8 else None
     return Op(name, f, f, f, traffic, act, comm, comm_bytes, group, False, bwd_comm,
               comm_bytes if bwd_comm_bytes is None else bwd_comm_bytes, gemm=(round(tokens), round(n), round(k)),
-              gemm_groups=groups, fp8=fp8, fp8_cast_bytes=cast)
+              gemm_groups=groups, fp8=fp8,
+              fp8_kernels=(recipe.fwd_kernels, recipe.bwd_kernels) if recipe else ((), ()),
+              fp8_weight_grad=recipe.weight_grad_fp8 if recipe else True,
+              fp8_fwd_rate=recipe.fwd_gemm_rate if recipe else 1.0)
 
 
 def _elementwise(name: str, d, elems: float, *, act: float = 0.0, passes: int = 2,
@@ -76,10 +75,17 @@ def _tp_boundary(d, into_parallel: bool) -> dict:
 
 def _linear_input_bytes(d) -> int:
     """Bytes per element a transformer layer's linear keeps of its input for the backward:
-    under FP8 the quantized copy it ran on (TransformerEngine v2.9 pytorch/module/linear.py
-    saves `inputmat` after quantizing it; layernorm_mlp.py its FP8 ln_out and act_out), else
-    the 16-bit tensor."""
-    return FP8_BYTES if d.precision == "fp8" else d.ab
+    under Transformer Engine's FP8 the quantized copy it ran on (TransformerEngine v2.9
+    pytorch/module/linear.py saves `inputmat` after quantizing it; layernorm_mlp.py its FP8
+    ln_out and act_out), else the 16-bit tensor (torchao's Float8Linear saves `input_hp`:
+    float8/float8_linear.py, matmul_with_hp_or_float8_args)."""
+    return _quantized_copy_bytes(d) or d.ab
+
+
+def _quantized_copy_bytes(d) -> int:
+    """Bytes per element of the FP8 copy a Transformer Engine linear keeps of its input (0
+    without one: 16-bit training, or torchao, which keeps the 16-bit input)."""
+    return FP8_BYTES if d.precision == "fp8" and d.fp8_recipe == "te" else 0
 
 
 def _cp_ring(d) -> dict:

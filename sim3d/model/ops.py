@@ -33,9 +33,10 @@ from dataclasses import dataclass, replace
 
 from ..scenario.moe_layers import moe_at
 from ..scenario.recompute_modules import DEFAULT_MODULES
+from ..scenario.sharding import ShardingPlan
 from .op import Op
-from .op_parts import (FP8_BYTES, LOGIT_BYTES, LSE_BYTES, MASK_BYTES, _activation, _cp_ring, _elementwise,
-                       _gemm, _linear_input_bytes, _norm, _residual, _tp_boundary)
+from .op_parts import (LOGIT_BYTES, LSE_BYTES, MASK_BYTES, _activation, _cp_ring, _elementwise, _gemm,
+                       _linear_input_bytes, _norm, _quantized_copy_bytes, _residual, _tp_boundary)
 
 # Bytes per stored activation element: Korthikanti section 4.1 assumes 16-bit activations.
 # fp8 training (Transformer Engine) keeps 16-bit activations between ops and casts the
@@ -72,6 +73,8 @@ class Dims:
     stack: str = "te"  # training.kernels.stack: te | compiled | eager (model/kernel_stack.py)
     norm: str = "fused"  # training.kernels.norm: fused | composite (an eager RMSNorm's chain of ops)
     mask: str = "causal"  # training.kernels.mask: causal | materialized (a 4-D mask tensor handed to SDPA)
+    fp8_recipe: str = "te"  # training.kernels.fp8 as it applies (model/fp8_recipes.py)
+    fp8_weight_shards: int = 0  # FSDP shards a weight is cast on before an FP8 all-gather (0: none)
     # multi-head latent attention (model.mla): (q_lora_rank or 0, kv_lora_rank, qk_nope_head_dim,
     # qk_rope_head_dim, v_head_dim); None: standard attention
     mla: tuple[int, int, int, int, int] | None = None
@@ -91,7 +94,8 @@ class Dims:
                    shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels,
-                   mask=tr.kernels.mask,
+                   mask=tr.kernels.mask, fp8_recipe=tr.kernels.fp8_recipe,
+                   fp8_weight_shards=ShardingPlan.of(s).fp8_weight_shards,
                    recompute_modules=tuple(tr.recompute_modules or DEFAULT_MODULES),
                    mla=None if m.mla is None else (m.mla.q_lora_rank or 0, m.mla.kv_lora_rank, m.mla.qk_nope_head_dim,
                                                    m.mla.qk_rope_head_dim, m.mla.v_head_dim))
@@ -159,7 +163,7 @@ def _attention(d: Dims) -> list[Op]:
     ops += [
         # the attention output: kept 16-bit for the fused attention's backward, and under FP8
         # once more as the projection's quantized input
-        _gemm("out_proj", d, b * sl, q_dim, h, act=(ab + (FP8_BYTES if d.precision == "fp8" else 0)) * b * sl * q_dim,
+        _gemm("out_proj", d, b * sl, q_dim, h, act=(ab + _quantized_copy_bytes(d)) * b * sl * q_dim,
               **_tp_boundary(d, False)),
         _residual("attn_residual", d, rep),
     ]

@@ -302,4 +302,13 @@ def _sharding_problems(s) -> list[str]:
         p.append(f"training.fp8_param_gather: needs training.precision: fp8 (got {s.training.precision})")
     if s.training.fp8_param_gather and par.zero == 0:
         p.append("training.fp8_param_gather: there is no parameter all-gather with parallel.zero: 0")
+    recipe = s.training.kernels.fp8
+    if recipe is not None and s.training.precision != "fp8":
+        p.append(f"training.kernels.fp8: {recipe} scales FP8 linears; training.precision is {s.training.precision}")
+    # torchao gathers FP8 weights with one scale per tensor only (float8/fsdp_utils.py,
+    # WeightWithDynamicFloat8CastTensor: its pre-all-gather cast is tensorwise)
+    if (s.training.fp8_param_gather and s.training.precision == "fp8"
+            and s.training.kernels.fp8_recipe in ("rowwise", "rowwise_with_gw_hp")):
+        p.append(f"training.fp8_param_gather: torchao gathers FP8 weights under the tensorwise recipe only "
+                 f"(training.kernels.fp8 is {s.training.kernels.fp8_recipe}; its weights are gathered in 16 bits)")
     return p

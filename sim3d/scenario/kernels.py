@@ -30,6 +30,13 @@ them, and the flash-attention kernel:
   query block computed under the mask, and with a mask transformers repeats the grouped K and V
   to every query head before the call (integrations/sdpa_attention.py `use_gqa_in_sdpa`,
   `repeat_kv`). Only the PyTorch stacks take it (Transformer Engine passes its mask type).
+* `fp8` -- under `training.precision: fp8`, how the linears' operands are scaled and cast
+  (model/fp8_recipes.py counts each recipe's kernels): `te`, Transformer Engine's recipes
+  (one cast-transpose per operand, the weights cast once per step); or torchao.float8's, which
+  torchtitan's float8 converter runs: `tensorwise` (one scale per tensor; torchao's default,
+  torchtitan's before 2026), `rowwise` (one scale per row; torchtitan's default since) or
+  `rowwise_with_gw_hp` (rowwise, the weight gradient in 16 bits). Unset: `te` under the `te`
+  stack, `tensorwise` under the PyTorch stacks.
 
 A scenario may write the stack alone (`kernels: eager`), as docs/contracts.md#scenario-file
 gives it, or both (`kernels: {stack: eager, attention: triton}`).
@@ -47,6 +54,8 @@ STACKS = ("te", "compiled", "eager")
 TORCH_STACKS = ("eager", "compiled")
 ATTENTION_KERNELS = ("default", "cudnn", "fa2", "fa3", "triton")
 MASKS = ("causal", "materialized")
+FP8_RECIPES = ("te", "tensorwise", "rowwise", "rowwise_with_gw_hp")
+TORCHAO_RECIPES = FP8_RECIPES[1:]
 
 
 class Kernels(BaseModel):
@@ -55,11 +64,18 @@ class Kernels(BaseModel):
     attention: Literal["default", "cudnn", "fa2", "fa3", "triton"] = "default"
     norm: Literal["fused", "composite"] | None = None
     mask: Literal["causal", "materialized"] = "causal"
+    fp8: Literal["te", "tensorwise", "rowwise", "rowwise_with_gw_hp"] | None = None
 
     @property
     def norm_kernels(self) -> str:
         """How an RMSNorm runs: as given, else composite under eager and fused otherwise."""
         return self.norm or ("composite" if self.stack == "eager" else "fused")
+
+    @property
+    def fp8_recipe(self) -> str:
+        """How an FP8 linear scales its operands: as given, else Transformer Engine's under `te`
+        and torchao's default (tensorwise) under the PyTorch stacks."""
+        return self.fp8 or ("te" if self.stack == "te" else "tensorwise")
 
     @model_validator(mode="before")
     @classmethod
@@ -73,4 +89,12 @@ class Kernels(BaseModel):
             raise ValueError("mask: materialized is how PyTorch model code (Hugging Face transformers under "
                              "torch.compile, or a padded batch) calls SDPA; Transformer Engine passes its causal "
                              "mask type: use stack eager or compiled, or mask: causal")
+        return self
+
+    @model_validator(mode="after")
+    def _torchao_recipe_of_a_torch_stack(self):
+        if self.fp8 in TORCHAO_RECIPES and self.stack not in TORCH_STACKS:
+            raise ValueError(f"fp8: {self.fp8} is a torchao.float8 recipe, which PyTorch model code runs (torchtitan's "
+                             "float8 converter); Megatron-Core and NeMo scale FP8 with Transformer Engine: use stack "
+                             "eager or compiled, or fp8: te")
         return self

@@ -66,6 +66,13 @@ class ShardingPlan:
                    s.training.optimizer_dtype == "bf16" and not fp32)
 
     @property
+    def fp8_weight_shards(self) -> int:
+        """The ranks a dense weight is cast to FP8 on before every forward's all-gather (FSDP
+        with FP8 gathers: torchao casts the local shard, float8/fsdp_utils.py); 0 where weights
+        are not gathered in FP8 per unit."""
+        return self.dense_group if self.zero == 3 and self.gather_bytes == 1 else 0
+
+    @property
     def shards_optimizer(self) -> bool:
         """The optimizer state is sharded (ZeRO >= 1, Megatron's distributed optimizer)."""
         return self.zero >= 1

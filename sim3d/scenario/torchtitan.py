@@ -232,6 +232,13 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported, stag
     float8 = config.get("quantize", {}).get("linear", {}).get("float8", config.get("float8", {}))
     if fp8 and sharded and isinstance(float8, dict) and float8.get("enable_fsdp_float8_all_gather"):
         training["fp8_param_gather"] = True
+    if fp8:
+        # a TOML-era torchtitan without recipe_name builds torchao's default Float8LinearConfig(),
+        # tensorwise (torchtitan config/job_config.py before the 2026 config refactor)
+        recipe = float8.get("recipe_name") if isinstance(float8, dict) else None
+        if recipe not in (None, "tensorwise", "rowwise", "rowwise_with_gw_hp"):
+            raise ValueError(f"float8.recipe_name {recipe!r}: sim3d prices tensorwise, rowwise and rowwise_with_gw_hp")
+        training["kernels"]["fp8"] = recipe or "tensorwise"
     mode = _get(config, "activation_checkpoint", "mode", "selective")
     if mode not in ("none", "full", "selective"):
         raise ValueError(f"activation_checkpoint.mode {mode!r}: sim3d prices none, selective or full")
@@ -280,6 +287,8 @@ def _not_carried(s) -> list[str]:
     out = []
     if s.training.kernels.stack == "te":
         out.append("training.kernels.stack te (torchtitan runs PyTorch modules, eager or with [compile])")
+    if s.training.precision == "fp8" and s.training.kernels.fp8_recipe == "te":
+        out.append("training.kernels.fp8 te (torchtitan scales FP8 with torchao.float8; recipe_name picks one)")
     if s.training.recompute == "selective":
         out.append("training.recompute selective (the attention core alone: Korthikanti et al.); torchtitan's "
                    "nearest, written here, is its per-op policy (training.recompute: op)")
@@ -340,4 +349,6 @@ def to_torchtitan_toml(s) -> str:
         lines += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
                   "[quantize.linear.float8]",
                   f"enable_fsdp_float8_all_gather = {'true' if s.training.fp8_param_gather else 'false'}"]
+        if s.training.kernels.fp8_recipe != "te":
+            lines.append(f'recipe_name = "{s.training.kernels.fp8_recipe}"')
     return "\n".join(lines) + "\n"
