@@ -187,8 +187,12 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
     materialised in HBM with a fused softmax kernel (Megatron's --use-flash-attn postdates
     these runs), Megatron's default dropout 0.1 (megatron/arguments.py --hidden-dropout /
     --attention-dropout), no tensor-parallel communication overlap (Transformer Engine's
-    userbuffers overlap postdates them too)."""
-    training = {"attention_backend": "unfused", "tp_comm_overlap": False}
+    userbuffers overlap postdates them too), and the gradients all-reduced after the last
+    micro-batch's backward: Megatron-LM's default local DDP did it in train_step once
+    forward_backward_func had returned (megatron/training.py @a8d172b, 2021-04: "All-reduce if
+    needed", --DDP-impl local; --overlap-grad-reduce arrived in 2d5220a, 2023-09), as DeepSpeed's
+    pipeline engine reduces them after its schedule."""
+    training = {"attention_backend": "unfused", "tp_comm_overlap": False, "overlap_grad_reduce": False}
     if (year := _year_of(_text(row.get("source")))) is not None and year <= 2021:
         # runs dated 2021 or earlier (Narayanan et al., arXiv:2104.04473) ran before Megatron-LM
         # overlapped the backward input-gradient all-reduce with the weight-gradient GEMM (its
