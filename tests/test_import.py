@@ -120,7 +120,7 @@ def test_a_flat_megatron_argument_dict_is_a_scenario():
     flat = {"name": "flat", "num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
             "vocab_size": 51200, "tensor_model_parallel_size": 8, "pipeline_model_parallel_size": 16,
             "micro_batch_size": 1, "global_batch_size": 1536, "fp16": True, "attention_backend": "local",
-            "no_async_tensor_model_parallel_allreduce": True, "swiglu": False,
+            "no_async_tensor_model_parallel_allreduce": True, "swiglu": False, "overlap_grad_reduce": False,
             "training": {"recompute": "full"},
             "cluster": {"gpu": "a100-80gb", "nodes": 128, "gpus_per_node": 8}}
     assert sim3d.simulate(flat).step_time == sim3d.simulate(ROOT / "scenarios" / "gpt3.yaml").step_time

@@ -48,14 +48,15 @@ def consistency_problems(s) -> list[str]:
         p.append(f"parallel.tp: model.vocab={m.vocab} is not divisible by tp={par.tp} (pad the vocabulary)")
     # Megatron may count the embedding and the loss as a layer each: a stage may then hold one alone
     counted = m.layers + par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
-    if s.num_stages > counted:
+    if s.num_stages > counted and par.pipeline_layout is None:  # a layout says its own stages
         p.append(f"parallel.pp: pp={par.pp} * vpp={par.vpp} = {s.num_stages} stages exceeds {m.layers} layers"
                  + (f" (+ {counted - m.layers} counted for the embedding / loss)" if counted > m.layers else ""))
     elif s.megatron_split:
         if (s.schedule in SCHEDULES and SCHEDULES[s.schedule].placement == "v"
-                and (par.decoder_first_pipeline_num_layers is not None or par.decoder_last_pipeline_num_layers is not None)):
-            p.append(f"parallel: Megatron's first/last pipeline rank layer counts describe the loop placement; "
-                     f"schedule {s.schedule} places stages in a V")
+                and (par.decoder_first_pipeline_num_layers is not None or par.decoder_last_pipeline_num_layers is not None
+                     or par.pipeline_layout is not None)):
+            p.append(f"parallel: Megatron's first/last pipeline rank layer counts and pipeline layouts describe the "
+                     f"loop placement (stage g on pipeline rank g % pp); schedule {s.schedule} places stages in a V")
         else:
             problem = megatron_stage_layers(s)[1]
             if problem:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..schedule.specs import megatron_schedule
 from . import megatron_fsdp
 from .megatron_model_args import MLA_FLAGS, is_moe_pattern, read_latent_attention, read_moe_pattern
+from .pipeline_split import layout_stages
 
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
 def _misspelled(flag: str) -> str | None:
@@ -213,6 +214,11 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
                 raise ValueError(f"{option} needs at least one module name")
             _set(tree, "training.recompute_modules", value if isinstance(value, list) else [value])
             continue
+        if flag == "pipeline_model_parallel_layout":
+            if value is True or isinstance(value, list):
+                raise ValueError(f"{option} needs one layout string, got {value!r}")
+            _set(tree, "parallel.pipeline_layout", str(value))
+            continue
         if flag in VALUE_FLAGS or flag == "num_layers_per_virtual_pipeline_stage":
             if value is True or isinstance(value, list):
                 raise ValueError(f"{option} needs one value, got {value!r}")
@@ -258,6 +264,8 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
         _set(tree, path, value)
     out.assumed += assumed
     out.unmapped += unmapped
+    if _get(tree, "training.overlap_grad_reduce") is None:  # an opt-in switch in Megatron-LM (2023 on)
+        _set(tree, "training.overlap_grad_reduce", False)
     return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags, tokenizer=tokenizer)
 
 
@@ -441,6 +449,12 @@ def _finish(out: Imported, gpu: str, gpus: int | None, gpus_per_node: int, vocab
             raise ValueError(f"--num-layers-per-virtual-pipeline-stage {virtual} makes {chunks} chunks a rank, "
                              f"--num-virtual-stages-per-pipeline-rank says {parallel['vpp']}")
         parallel["vpp"] = chunks
+    if isinstance(parallel.get("pipeline_layout"), str) and isinstance(pp, int) and pp >= 1:
+        stages = len(layout_stages(parallel["pipeline_layout"]))  # Megatron takes vpp = stages / pp
+        if stages % pp or parallel.get("vpp", stages // pp) != stages // pp:
+            raise ValueError(f"--pipeline-model-parallel-layout: {stages} stages on pp={pp} ranks"
+                             + (f" against vpp={parallel['vpp']}" if "vpp" in parallel else " (not a multiple)"))
+        parallel["vpp"] = stages // pp
     if isinstance(parallel.get("vpp"), int) and parallel["vpp"] > 1:
         tree["schedule"] = megatron_schedule(parallel["vpp"])
     if not isinstance(tp, int) or tp < 1:

@@ -54,7 +54,9 @@ def to_megatron_args(s) -> list[str]:
     if p.etp is not None:
         args += ["--expert-tensor-parallel-size", p.etp]
     accounted = p.account_for_embedding_in_pipeline_split + p.account_for_loss_in_pipeline_split
-    if s.vpp > 1:
+    if p.pipeline_layout is not None:  # Megatron takes vpp from it and refuses the per-stage count beside it
+        args += ["--pipeline-model-parallel-layout", p.pipeline_layout]
+    elif s.vpp > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", (m.layers + accounted) // (s.pp * s.vpp)]
     for flag, value in (("--decoder-first-pipeline-num-layers", p.decoder_first_pipeline_num_layers),
                         ("--decoder-last-pipeline-num-layers", p.decoder_last_pipeline_num_layers)):

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
+
+# Megatron-Core's --pipeline-model-parallel-layout letters (megatron/core/transformer/
+# pipeline_parallel_layer_layout.py, parse_str_to_list): E the embedding, t a transformer
+# layer, L the loss; m (a multi-token-prediction layer) is not a layer sim3d prices.
+LAYOUT_LETTERS = "EtL"
 
 
 @lru_cache(maxsize=4096)  # a layout search asks for the same few splits 100,000 times
@@ -15,14 +21,57 @@ def middle_heavy_layers(layers: int, stages: int) -> tuple[int, ...]:
     return tuple(base + (s in bonus) for s in range(stages))
 
 
+def layout_stages(layout: str) -> list[str]:
+    """A pipeline layout as Megatron-Core parses it: commas are cosmetic, `(...)*n` and `x*n`
+    repeat, `|` ends a virtual stage; stage g (in layer order) is chunk g // pp of pipeline rank
+    g % pp. ValueError for letters it does not know."""
+    text = layout.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    stages = text.split("|")
+    unknown = sorted({c for stage in stages for c in stage} - set(LAYOUT_LETTERS))
+    if unknown:
+        raise ValueError(f"parallel.pipeline_layout: unknown letter(s) {', '.join(unknown)} (E embedding, "
+                         "t transformer layer, L loss, | between stages; multi-token prediction (m) is not priced)")
+    return stages
+
+
+def _layout_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
+    """Each global stage's transformer layers as the layout places them, or the problem."""
+    par, where = s.parallel, "parallel.pipeline_layout"
+    try:
+        stages = layout_stages(par.pipeline_layout)
+    except ValueError as e:
+        return (), str(e)
+    if len(stages) % s.pp:
+        return (), f"{where}: {len(stages)} stages are not a multiple of pp={s.pp} (each pipeline rank holds vpp of them)"
+    if len(stages) != s.pp * s.vpp:
+        return (), (f"{where}: {len(stages)} stages on pp={s.pp} ranks make vpp={len(stages) // s.pp} "
+                    f"(Megatron takes vpp = stages / pp), but parallel.vpp is {s.vpp}")
+    joined = "".join(stages)
+    if joined.count("E") != 1 or joined.count("L") != 1 or not stages[0].startswith("E") or not stages[-1].endswith("L"):
+        return (), f"{where}: the embedding (E) opens the first stage and the loss (L) closes the last, once each"
+    if joined.count("t") != s.model.layers:
+        return (), f"{where}: {joined.count('t')} transformer layers (t), but model.layers is {s.model.layers}"
+    # a stage may hold nothing (Megatron's grammar allows "||"): it passes the activations on
+    return tuple(stage.count("t") for stage in stages), None
+
+
 def megatron_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
-    """Megatron-Core's `get_num_layers_to_build` (megatron/core/transformer/
-    transformer_block.py): the first / last pipeline rank builds the given number of
+    """A pipeline layout as given (`parallel.pipeline_layout`), else Megatron-Core's
+    `get_num_layers_to_build` (megatron/core/transformer/transformer_block.py): the first / last pipeline rank builds the given number of
     layers and the others split the rest evenly; or the embedding and / or the loss count
     as one layer each and the first / last stage builds one layer fewer. Each rank's layers
     split evenly over its vpp chunks; in Megatron's interleaved order global stage g is
     chunk g // pp of pipeline rank g % pp."""
     par, pp, vpp, total = s.parallel, s.pp, s.vpp, s.model.layers
+    if par.pipeline_layout is not None:
+        others = [k for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                              "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+                  if getattr(par, k)]
+        if others:
+            return (), f"parallel.pipeline_layout: places every layer itself; drop {', '.join(others)} (Megatron does)"
+        return _layout_stage_layers(s)
     first, last = par.decoder_first_pipeline_num_layers, par.decoder_last_pipeline_num_layers
     account = par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split
     where = "parallel.decoder_first/last_pipeline_num_layers"

@@ -153,6 +153,8 @@ class Parallel(_Strict):
     # count the embedding / the loss as one layer when splitting (the first / last stage builds one layer fewer)
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    # Megatron-Core's --pipeline-model-parallel-layout ("Et|(tt|)*7,t|L"): each stage's layers
+    pipeline_layout: str | None = _alias("pipeline_layout", "pipeline_model_parallel_layout", default=None)
 
     @property
     def distributed_optimizer(self) -> bool:
@@ -451,7 +453,8 @@ class Scenario(_Strict):
     def megatron_split(self) -> bool:
         par = self.parallel
         return (par.decoder_first_pipeline_num_layers is not None or par.decoder_last_pipeline_num_layers is not None
-                or par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split)
+                or par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
+                or par.pipeline_layout is not None)
 
     @cached_property
     def stage_layers(self) -> tuple[int, ...]:
