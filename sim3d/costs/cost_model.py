@@ -371,12 +371,28 @@ class CostModel:
     # ---- pipeline point-to-point ----------------------------------------------------------
     @cached_property
     def p2p_bytes(self) -> float:
-        """Activation (or its gradient) of one micro-batch crossing a stage boundary, per TP
-        rank: b*s*h, split over TP with sequence parallelism (and over CP)."""
+        """What one TP rank sends of a micro-batch's activation (or its gradient) crossing a
+        stage boundary: b*s*h, split over TP with sequence parallelism or under Megatron-LM
+        2020-22's scatter/gather (and over CP)."""
         s = self.s
         tokens = s.training.micro_batch * s.model.seq_len / s.cp
-        shard = s.tp if s.parallel.sequence_parallel else 1
+        shard = s.tp if s.parallel.sequence_parallel or self._scattered_p2p else 1
         return tokens * s.model.hidden * ACT_BYTES[s.training.precision] / shard
+
+    @cached_property
+    def _scattered_p2p(self) -> bool:
+        """Pipeline messages split over TP and all-gathered at the receiver (Megatron-LM
+        2020-22, megatron/p2p_communication.py @a8d172b, --scatter-gather-tensors-in-pipeline:
+        only without SP, whose messages are split already)."""
+        s = self.s
+        return s.training.p2p_scatter_gather and s.tp > 1 and not s.parallel.sequence_parallel
+
+    def p2p_gather_seconds(self, dst: int) -> float:
+        """The receiver's all-gather of a scattered message over its TP group (gather_split_1d_tensor)."""
+        if not self._scattered_p2p:
+            return 0.0
+        return self._collective("all-gather", self.p2p_bytes * self.s.tp, "tp",
+                                dict(zip(("tp", "cp", "ep"), self._links_of(dst))))
 
     def transfer(self, src: int, dst: int) -> float:
         """Seconds to move one micro-batch's activation (or gradient) from global rank `src`
@@ -387,6 +403,9 @@ class CostModel:
         return self._p2p_cache[key]
 
     def _p2p(self, src: int, dst: int) -> float:
+        return self._p2p_send(src, dst) + self.p2p_gather_seconds(dst)
+
+    def _p2p_send(self, src: int, dst: int) -> float:
         if self.profile is not None:
             measured = self.profile.collective_seconds("send_recv", self.p2p_bytes, 2)
             if measured is not None:

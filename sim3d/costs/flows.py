@@ -99,8 +99,9 @@ class NetworkFlows:
         measured = costs.profile.collective_seconds("send_recv", nbytes, 2) if costs.profile is not None else None
         crosses = topo.gpu_of(a)[0] != topo.gpu_of(b)[0]
         seconds = measured if measured is not None else p2p_time(nbytes, bw, latency, crosses, self._nvlink)
-        return self._fit({edge: 1.0 for edge in topo.path(a, b)}, nbytes, seconds,
-                         latency if measured is None else 0.0)
+        gather = costs.p2p_gather_seconds(b)  # over NVLink at the receiver, after the message: a fixed delay here
+        return self._fit({edge: 1.0 for edge in topo.path(a, b)}, nbytes, seconds + gather,
+                         (latency if measured is None else 0.0) + gather)
 
     # ---- data-parallel collectives ----------------------------------------------------------
     def data_parallel(self, what: str, rank: int, stage: int, buckets: int, expert: bool = False) -> FlowSpec:

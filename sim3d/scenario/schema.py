@@ -220,6 +220,9 @@ class Training(_Strict):
     # off): the backward input-gradient all-reduce overlaps the weight-gradient GEMM.
     async_tensor_model_parallel_allreduce: bool = True
     overlap_p2p: bool = Field(True, validation_alias=AliasChoices("overlap_p2p", "overlap_p2p_comm"))
+    # Megatron-LM 2020-22 without SP: each TP rank sends 1/tp of a pipeline message and the
+    # receiver all-gathers it over TP (p2p_communication.py, --scatter-gather-tensors-in-pipeline)
+    p2p_scatter_gather: bool = _alias("p2p_scatter_gather", "scatter_gather_tensors_in_pipeline", default=False)
 
     @field_validator("attention_backend", mode="before")
     @classmethod

@@ -191,8 +191,12 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
     micro-batch's backward: Megatron-LM's default local DDP did it in train_step once
     forward_backward_func had returned (megatron/training.py @a8d172b, 2021-04: "All-reduce if
     needed", --DDP-impl local; --overlap-grad-reduce arrived in 2d5220a, 2023-09), as DeepSpeed's
-    pipeline engine reduces them after its schedule."""
-    training = {"attention_backend": "unfused", "tp_comm_overlap": False, "overlap_grad_reduce": False}
+    pipeline engine reduces them after its schedule. Megatron-LM's own pipeline scattered a message
+    without SP over TP and all-gathered it on arrival (p2p_communication.py,
+    --scatter-gather-tensors-in-pipeline, on by default until Megatron-Core's p2p of 2023 left it
+    unused); DeepSpeed's pipeline engine, which Megatron-DeepSpeed runs, sends it whole."""
+    training = {"attention_backend": "unfused", "tp_comm_overlap": False, "overlap_grad_reduce": False,
+                "p2p_scatter_gather": "deepspeed" not in f"{notes} {_text(row.get('source'))}".lower()}
     if (year := _year_of(_text(row.get("source")))) is not None and year <= 2021:
         # runs dated 2021 or earlier (Narayanan et al., arXiv:2104.04473) ran before Megatron-LM
         # overlapped the backward input-gradient all-reduce with the weight-gradient GEMM (its
@@ -200,6 +204,14 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
         # paper's run
         training["async_tensor_model_parallel_allreduce"] = False
     return {"model": {"hidden_dropout": 0.1, "attention_dropout": 0.1}, "training": training}
+
+
+def _megatron_deepspeed_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
+    """Megatron-DeepSpeed of 2022 (BLOOM): the 2021-22 Megatron stack run by DeepSpeed's
+    pipeline engine, which sends a pipeline message whole."""
+    era = _megatron_2022(row, notes, settings)
+    era["training"]["p2p_scatter_gather"] = False
+    return era
 
 
 _GATED = re.compile(r"(?<!non-)(?<!non )(?<!not )\b(geglu|swiglu|gated (mlp|linear unit))", re.I)
@@ -322,7 +334,7 @@ def _llm_foundry(row: dict, notes: str, settings: dict[str, str]) -> dict:
 
 
 # row family -> the software of its era (validation/README.md)
-ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _fused_stack,
+ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_deepspeed_2022, "dgxc2411": _fused_stack,
              "foundry": _llm_foundry}
 
 
