@@ -181,6 +181,12 @@ def _moe(row: dict, settings: dict[str, str]) -> dict | None:
     return moe or None
 
 
+# runs whose pipeline was DeepSpeed's: named so, or trained by the BigScience workshop, whose
+# train/ scripts (bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm) launch
+# Megatron-DeepSpeed's pretrain_gpt.py with --deepspeed
+_DEEPSPEED = re.compile(r"deepspeed|bigscience", re.I)
+
+
 def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
     """Megatron-LM / Megatron-DeepSpeed of 2021-22 (Narayanan et al.; Korthikanti et al.;
     BLOOM's train/tr11-176B-ml/tr11-176B-ml.slurm passes no dropout flags): attention scores
@@ -196,7 +202,7 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
     --scatter-gather-tensors-in-pipeline, on by default until Megatron-Core's p2p of 2023 left it
     unused); DeepSpeed's pipeline engine, which Megatron-DeepSpeed runs, sends it whole."""
     training = {"attention_backend": "unfused", "tp_comm_overlap": False, "overlap_grad_reduce": False,
-                "p2p_scatter_gather": "deepspeed" not in f"{notes} {_text(row.get('source'))}".lower()}
+                "p2p_scatter_gather": not _DEEPSPEED.search(f"{notes} {_text(row.get('source'))}")}
     if (year := _year_of(_text(row.get("source")))) is not None and year <= 2021:
         # runs dated 2021 or earlier (Narayanan et al., arXiv:2104.04473) ran before Megatron-LM
         # overlapped the backward input-gradient all-reduce with the weight-gradient GEMM (its
@@ -204,14 +210,6 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
         # paper's run
         training["async_tensor_model_parallel_allreduce"] = False
     return {"model": {"hidden_dropout": 0.1, "attention_dropout": 0.1}, "training": training}
-
-
-def _megatron_deepspeed_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
-    """Megatron-DeepSpeed of 2022 (BLOOM): the 2021-22 Megatron stack run by DeepSpeed's
-    pipeline engine, which sends a pipeline message whole."""
-    era = _megatron_2022(row, notes, settings)
-    era["training"]["p2p_scatter_gather"] = False
-    return era
 
 
 _GATED = re.compile(r"(?<!non-)(?<!non )(?<!not )\b(geglu|swiglu|gated (mlp|linear unit))", re.I)
@@ -334,7 +332,7 @@ def _llm_foundry(row: dict, notes: str, settings: dict[str, str]) -> dict:
 
 
 # row family -> the software of its era (validation/README.md)
-ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_deepspeed_2022, "dgxc2411": _fused_stack,
+ERA_RULES = {"kor22": _megatron_2022, "bloom176b": _megatron_2022, "dgxc2411": _fused_stack,
              "foundry": _llm_foundry}
 
 
