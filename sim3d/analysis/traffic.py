@@ -106,29 +106,28 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
                     p2p[(twin, twin_pair(placement, twin, b))] += n
     load: dict[tuple, float] = defaultdict(float)  # directed edge -> bytes
     paths = topology.path_loads()  # ring hops and sends, laid piece by piece (cluster/topology.py)
+    senders, receivers, sizes = [], [], []  # every ring hop and pipeline send, laid at once
     for axis in sorted({axis for _, axis in sent}):
-        for group in placement.groups(axis):
-            if len(group) < 2:
+        if axis == "ep":
+            _lay_all_to_alls(topology, placement, bytes_of, load)
+            continue
+        for listed in placement.groups(axis):
+            if len(listed) < 2:
                 continue
-            sizes = {bytes_of(rank, axis) for rank in group}
-            if axis == "ep" and len(sizes) == 1:  # the whole group's all-to-all at once
-                (nbytes,) = sizes
-                for edge, share in group_edges(topology, group) if nbytes else ():
-                    load[edge] += nbytes * share
-                continue
-            for rank in group:
+            group = placement.shared_group(axis, listed[0])[0]  # the tuple the topology caches by
+            crossings = topology.ring_crossings(group)  # the hops that leave a node (Topology.ring_hop_pairs)
+            for i, rank in enumerate(group):
                 nbytes = bytes_of(rank, axis)
                 if not nbytes:
                     continue
-                if axis == "ep":
-                    for edge, share in topology.member_hops(axis, rank):
-                        load[edge] += nbytes * share
-                else:
-                    shared, i = placement.shared_group(axis, rank)
-                    for a, b, share in topology.ring_hop_pairs(shared, i):
-                        paths.add(a, b, nbytes * share)
+                if i not in crossings:  # inside a node: the hop itself
+                    senders.append(rank), receivers.append(group[(i + 1) % len(group)]), sizes.append(nbytes)
+                    continue
+                for a, b, share in crossings[i]:
+                    senders.append(a), receivers.append(b), sizes.append(nbytes * share)
     for (a, b), nbytes in p2p.items():
-        paths.add(a, b, nbytes)
+        senders.append(a), receivers.append(b), sizes.append(nbytes)
+    paths.add_many(senders, receivers, sizes)
     for edge, nbytes in paths.edges().items():
         load[edge] += nbytes
     ends, kinds, bandwidths = [], [], []
@@ -136,13 +135,32 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
         ends += [(u, v), (v, u)]
         kinds += [data["kind"]] * 2
         bandwidths += [data["bw"]] * 2
-    src, dst = (np.array([_name(end[i]) for end in ends], dtype=object) for i in (0, 1))
+    names = {node: _name(node) for node in topology.graph}
+    src, dst = (np.array([names[end[i]] for end in ends], dtype=object) for i in (0, 1))
     nbytes = np.array([load.get(end, 0.0) for end in ends], dtype=float)
     bandwidth = np.array(bandwidths)
     busy = nbytes / (bandwidth * step_time) if step_time > 0 else np.zeros(len(ends))
     order = np.lexsort((dst, src, -busy))  # stable, as pandas' sort_values was
     return {name: column[order] for name, column in zip(
         LINK_COLUMNS, (src, dst, np.array(kinds, dtype=object), bandwidth, nbytes, busy))}
+
+
+def _lay_all_to_alls(topology, placement, bytes_of, load: dict) -> None:
+    """Expert-parallel rows on their PXN routes: a group whose members all moved the same
+    bytes as its all-to-all at once, else each member's shares."""
+    for group in placement.groups("ep"):
+        if len(group) < 2:
+            continue
+        sizes = {bytes_of(rank, "ep") for rank in group}
+        if len(sizes) == 1:
+            (nbytes,) = sizes
+            for edge, share in group_edges(topology, group) if nbytes else ():
+                load[edge] += nbytes * share
+            continue
+        for rank in group:
+            nbytes = bytes_of(rank, "ep")
+            for edge, share in topology.member_hops("ep", rank) if nbytes else ():
+                load[edge] += nbytes * share
 
 
 def link_timelines(rows, topology, links, folded: bool, top: int = 8,

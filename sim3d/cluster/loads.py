@@ -187,6 +187,21 @@ class GroupLoads:
         share = 1 / len(senders)
         return [(src, receivers[self._rail_peer(nic, receivers)], share) for nic, src in senders.items()]
 
+    def ring_crossings(self, group) -> dict[int, list[tuple[int, int, float]]]:
+        """i -> `ring_hop_pairs(group, i)` for every member whose hop leaves its node, in one
+        pass over the group (its NICs listed once, not once per member)."""
+        gpn, n, out = self.gpus_per_node, len(group), {}
+        nics = None
+        for i, a in enumerate(group):
+            b = group[(i + 1) % n]
+            if a // gpn == b // gpn:
+                continue
+            nics = nics or self._nic_members(group)
+            senders, receivers = nics[a // gpn], nics[b // gpn]
+            share = 1 / len(senders)
+            out[i] = [(src, receivers[self._rail_peer(nic, receivers)], share) for nic, src in senders.items()]
+        return out
+
     def member_hops(self, axis: str, rank: int) -> tuple[tuple[tuple, float], ...]:
         """(directed edge, share of the rank's bytes) of one collective row of `rank` along
         `axis`: an all-to-all's shares over `ep`, a ring hop to its next member otherwise

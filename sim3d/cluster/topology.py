@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import networkx as nx
+import numpy as np
 
 from .fabric import Fabric
 from .loads import GroupLoads
@@ -211,11 +212,12 @@ class Topology(GroupLoads):
         """The NIC a GPU sends through: its own, or where that one failed, the next working NIC
         of the node, reached over NVLink through a GPU wired to it (NCCL's PXN)."""
         key = (node, local)
-        if key not in self._nic_choice:
+        nic = self._nic_choice.get(key)
+        if nic is None:
             own = self.own_nic(local)
             order = [(own + i) % self.nics for i in range(self.nics)]
-            self._nic_choice[key] = next((i for i in order if self._nic_rate[(node, i)] > 0), own)
-        return self._nic_choice[key]
+            nic = self._nic_choice[key] = next((i for i in order if self._nic_rate[(node, i)] > 0), own)
+        return nic
 
     def _to_nic(self, node: int, local: int) -> list[tuple]:
         """Edges from a GPU to the NIC it sends through (via a proxy GPU if its own failed)."""
@@ -380,6 +382,35 @@ class PathLoads:
             self.into[(nb, lb)] += nbytes
             self.climbs[(self._leaf_id(na, la), self._leaf_id(nb, lb))] += nbytes
 
+    def add_many(self, a, b, nbytes) -> None:
+        """`add` for many (a, b, bytes) at once: the pieces summed with numpy per sending GPU,
+        receiving GPU and leaf pair (a ring hop of each of 131,072 GPUs is one row here)."""
+        topo, gpn = self.topology, self.topology.gpus_per_node
+        a, b, w = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64), np.asarray(nbytes, dtype=float)
+        node_a, node_b = a // gpn, b // gpn
+        cross = node_a != node_b
+        inside = ~cross & (a != b)
+        for rank, bytes_, towards in ((a[inside], w[inside], True), (b[inside], w[inside], False)):
+            for r, total in zip(*_summed(rank, bytes_)):
+                node, local = divmod(r, gpn)
+                edge = (("gpu", node, local), ("switch", node)) if towards else (("switch", node), ("gpu", node, local))
+                self.inside[edge] += total
+        if topo.fabric.ecmp:
+            for x, y, z in zip(a[cross].tolist(), b[cross].tolist(), w[cross].tolist()):
+                self.add(x, y, z)
+            return
+        a, b, w = a[cross], b[cross], w[cross]
+        for r, total in zip(*_summed(a, w)):
+            self.out[divmod(r, gpn)] += total
+        for r, total in zip(*_summed(b, w)):
+            self.into[divmod(r, gpn)] += total
+        leaf = {r: self._leaf_id(*divmod(r, gpn)) for r in np.unique(np.concatenate((a, b))).tolist()}
+        leaves = np.array([leaf[r] for r in a.tolist()], dtype=np.int64), np.array([leaf[r] for r in b.tolist()],
+                                                                                     dtype=np.int64)
+        span = int(max(leaves[0].max(initial=0), leaves[1].max(initial=0))) + 1
+        for key, total in zip(*_summed(leaves[0] * span + leaves[1], w)):
+            self.climbs[divmod(key, span)] += total
+
     def edges(self) -> dict[tuple, float]:
         """Directed edge -> bytes, as laying every path added on `Topology.path` would give."""
         topo = self.topology
@@ -398,3 +429,9 @@ class PathLoads:
             for edge in topo.fabric.climb(leaf_a, leaf_b):
                 load[edge] += nbytes
         return load
+
+
+def _summed(keys, weights) -> tuple[list[int], list[float]]:
+    """Each distinct key (ascending) and the sum of its weights, added in the keys' order."""
+    unique, where = np.unique(keys, return_inverse=True)
+    return unique.tolist(), np.bincount(where, weights=weights, minlength=len(unique)).tolist()
