@@ -149,10 +149,35 @@ FIXTURE = "tests/fixtures/torchtitan_llama3_70b.toml"
 def test_torchtitans_recipe_name_is_imported_and_exported(recipe):
     config = read_toml(FIXTURE)
     config["quantize"]["linear"]["float8"]["recipe_name"] = recipe
-    config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] = recipe == "tensorwise"
+    config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] = False
     s = scenario_from_dict(from_torchtitan(config, name="tt", gpu="h100-sxm", gpus=64).scenario)
     assert s.training.kernels.fp8_recipe == recipe
-    assert f'recipe_name = "{recipe}"' in to_torchtitan_toml(s)
+    exported = to_torchtitan_toml(s)
+    # tensorwise is torchao's default config, which torchtitan builds without a recipe_name
+    assert (f'recipe_name = "{recipe}"' in exported) is (recipe != "tensorwise")
+
+
+def test_a_recipe_name_beside_fp8_gathers_is_refused_as_torchtitan_refuses_it():
+    config = read_toml(FIXTURE)  # its float8 section gathers in FP8
+    config["quantize"]["linear"]["float8"]["recipe_name"] = "tensorwise"
+    with pytest.raises(ValueError, match="torchtitan refuses the pair"):
+        from_torchtitan(config, name="tt", gpu="h100-sxm", gpus=64)
+    s = scenario_from_dict(from_torchtitan(read_toml(FIXTURE), name="tt", gpu="h100-sxm", gpus=64).scenario)
+    assert s.training.fp8_param_gather and "recipe_name" not in to_torchtitan_toml(s)
+
+
+def test_torchao_leaves_the_experts_grouped_gemm_in_16_bits():
+    def experts(stack, recipe):
+        s = scenario_from_dict(dict(
+            name="moe", model=dict(layers=2, hidden=2048, heads=16, vocab=32000, seq_len=2048, activation="swiglu",
+                                   moe=dict(experts=8, top_k=2)),
+            parallel=dict(tp=1, pp=1, dp=1), training=dict(micro_batch=1, global_batch=1, precision="fp8",
+                                                           kernels={"stack": stack, "fp8": recipe}),
+            cluster=dict(gpu="h100-sxm", nodes=1, gpus_per_node=1)))
+        return {op.name: op.fp8 for op in layer_ops(s, moe_layer=True) if op.gemm is not None}
+    torchao, te = experts("compiled", "tensorwise"), experts("te", "te")
+    assert torchao["expert_up"] is False and torchao["qkv"] is True  # torchtitan converts nn.Linear only
+    assert te["expert_up"] is True  # Transformer Engine's GroupedLinear runs FP8
 
 
 def test_an_unknown_recipe_name_is_refused():

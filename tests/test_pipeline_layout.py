@@ -52,8 +52,17 @@ def test_a_layout_equal_to_a_split_simulates_the_same_step(layout, flags, layers
 def test_a_stage_that_holds_nothing_passes_the_activations_on():
     empty = sim3d.simulate(_scenario(3, pp=4, pipeline_layout="Et|t||tL"))
     assert empty.scenario.stage_layers == (1, 1, 0, 1)
+    sends = empty.trace[empty.trace["kind"] == "SEND_F"]
+    assert sorted(set(sends["stage"])) == [0, 1, 2]  # the empty stage 2 sends on what it received
     fuller = sim3d.simulate(_scenario(4, pp=4, pipeline_layout="Et|t|t|tL"))
-    assert empty.summary["step_time_s"] < fuller.summary["step_time_s"]
+    shorter = sim3d.simulate(_scenario(3, pp=3, pipeline_layout="Et|t|tL"))
+    # less work than four layers, one hop and one stage's bubble more than three on three ranks
+    assert shorter.summary["step_time_s"] < empty.summary["step_time_s"] < fuller.summary["step_time_s"]
+
+
+def test_a_layout_that_unrolls_without_end_is_refused():
+    with pytest.raises((ScenarioError, ValueError), match="unrolls to over"):
+        scenario_from_dict(_scenario(4, pp=4, pipeline_layout="Et*99999999999|L")).stage_layers
 
 
 @pytest.mark.parametrize("layout, vpp, extra, words", [

@@ -432,6 +432,9 @@ class PathLoads:
 
 
 def _summed(keys, weights) -> tuple[list[int], list[float]]:
-    """Each distinct key (ascending) and the sum of its weights, added in the keys' order."""
-    unique, where = np.unique(keys, return_inverse=True)
-    return unique.tolist(), np.bincount(where, weights=weights, minlength=len(unique)).tolist()
+    """Each distinct key, in the order it first occurs, and the sum of its weights added in
+    that order: what `PathLoads.add` one by one would hold, to the last bit."""
+    unique, first, where = np.unique(keys, return_index=True, return_inverse=True)
+    sums = np.bincount(where, weights=weights, minlength=len(unique))
+    order = np.argsort(first, kind="stable")
+    return unique[order].tolist(), sums[order].tolist()

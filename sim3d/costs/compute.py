@@ -142,7 +142,7 @@ class ComputeModel:
                 if op.bwd_input_flops else 0.0
             bw = self.roofline(op.bwd_weight_flops, op.fwd_bytes, shapes["bwd_weight"], op.fp8 and op.fp8_weight_grad, g) \
                 if op.bwd_weight_flops else 0.0
-            cast_fwd, cast_bi = self._fp8_casts(op)
+            cast_fwd, cast_bi = self.fp8_casts(op)
             fwd, bi = fwd + cast_fwd, bi + cast_bi
         elif op.kernel_bytes is not None:  # kernel by kernel, each paying its launch (model/kernel_stack.py)
             fwd_kernels, bwd_kernels = op.kernel_bytes
@@ -166,7 +166,7 @@ class ComputeModel:
         return [OpTime(*(b / r for b, r in zip(memory_bytes(op), rates)), 0.0, "profile") if is_memory_bound(op)
                 else t for op, t in zip(ops, times)], True
 
-    def _fp8_casts(self, op) -> tuple[float, float]:
+    def fp8_casts(self, op) -> tuple[float, float]:
         """The kernels an FP8 linear's recipe scales and casts its operands with, forward and
         backward (model/fp8_recipes.py); (0, 0) for a 16-bit op."""
         fwd, bwd = op.fp8_kernels
@@ -238,7 +238,7 @@ class ComputeModel:
             # split the measured backward as its FLOPs split (input grad vs weight grad)
             total = op.bwd_input_flops + op.bwd_weight_flops
             share = op.bwd_input_flops / total if total else 1.0
-            cast_fwd, cast_bi = self._fp8_casts(op)  # FP8 rows time the GEMMs alone
+            cast_fwd, cast_bi = self.fp8_casts(op)  # FP8 rows time the GEMMs alone
             return OpTime(fwd + cast_fwd, bwd * share + cast_bi, bwd * (1 - share), "profile")
         if op.kernels and op.numel > 0:
             fwd = bwd = 0.0

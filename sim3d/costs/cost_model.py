@@ -339,8 +339,9 @@ class CostModel:
             for part, seconds in parts.items():
                 if (i, part) in hidden:
                     c, how = hidden[(i, part)]
-                    if how.splits and times[i].source == "analytical":
-                        seconds = self.compute_model.gemm_part_seconds(op, part, how.splits)
+                    if how.splits and times[i].source == "analytical":  # the GEMM split, its FP8 casts whole
+                        casts = dict(zip(("fwd", "bwd_input"), self.compute_model.fp8_casts(op)))
+                        seconds = self.compute_model.gemm_part_seconds(op, part, how.splits) + casts.get(part, 0.0)
                     together = overlapped_seconds(seconds, c, how, sms)
                     exposed += together - seconds
                     parts[part] = together

@@ -94,7 +94,9 @@ def _describe(costs, kind: str, sources: set[str]) -> str:
                          "(Transformer Engine's multi-stream grouped GEMM)")
     elif ANALYTICAL in sources:
         if kind == "pipeline p2p":
-            parts.append(f"analytical: latency + {costs.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path")
+            parts.append(f"analytical: latency + {costs.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path"
+                         + (", then the receiver's all-gather over TP (pipeline scatter/gather)"
+                            if costs.p2p_gather_seconds(0) else ""))
         elif kind.startswith("tp overlap"):
             parts.append({
                 "tp overlap: ring exchange": "all-gather in tp chunks over the copy engines (1 SM), pipelined "

@@ -16,11 +16,13 @@ LSE_BYTES = 4  # FlashAttention keeps one fp32 log-sum-exp per query and head fo
 def _gemm(name: str, d, tokens: float, k: float, n: float, *, act: float = 0.0, te_linear: bool = True,
           comm=None, comm_bytes=0.0, group=None, bwd_comm=None, bwd_comm_bytes=None, groups: int = 1) -> Op:
     """[tokens x k] @ [k x n] with a weight: forward 2*tokens*k*n, BI and BW the same.
-    `te_linear`: a Transformer Engine linear of the transformer layer, the only GEMMs that
-    run in FP8 (the LM head and the router stay 16-bit, outside TE's fp8_autocast).
+    `te_linear`: a linear of the transformer layer, the only GEMMs that run in FP8 (the LM head
+    and the router stay 16-bit, outside TE's fp8_autocast and torchtitan's converted modules).
     `groups`: the tokens are spread over that many [k x n] weights (experts), each read once."""
     f = 2.0 * tokens * k * n
-    fp8 = te_linear and d.precision == "fp8"
+    # torchao converts nn.Linear modules only (torchtitan's float8 converter): a rank's experts,
+    # one grouped GEMM, stay 16-bit under its recipes; Transformer Engine's GroupedLinear is FP8
+    fp8 = te_linear and d.precision == "fp8" and (groups == 1 or d.fp8_recipe == "te")
     operand = FP8_BYTES if fp8 else d.ab
     traffic = operand * (tokens * k + groups * k * n) + d.ab * tokens * n
     recipe = fp8_linear(d.fp8_recipe, d.stack, tokens, k, n, groups, d.fp8_weight_shards) if fp8 else None

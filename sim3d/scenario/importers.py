@@ -86,9 +86,9 @@ SWITCH_FLAGS = {  # flags without a value
     "checkpoint_activations": ("training.recompute", "full"),  # 2021 name of full recomputation
     "no_async_tensor_model_parallel_allreduce": ("training.async_tensor_model_parallel_allreduce", False),
     "overlap_p2p_comm": ("training.overlap_p2p", True),
-    # Megatron-LM 2020-22's pipeline scatter/gather: on by default then (its args namespace holds
-    # scatter_gather_tensors_in_pipeline), off since Megatron-Core's p2p of 2023
-    "scatter_gather_tensors_in_pipeline": ("training.p2p_scatter_gather", True),
+    # Megatron-LM 2020-22's pipeline scatter/gather, on by default then and unused since
+    # Megatron-Core's p2p of 2023 (its args namespace still holds scatter_gather_tensors_in_pipeline
+    # true, so that key says nothing of the era: WITHOUT_EFFECT); its off switch is read
     "no_scatter_gather_tensors_in_pipeline": ("training.p2p_scatter_gather", False),
     "fp8": ("training.precision", "fp8"),  # NeMo's model.fp8: true (Transformer Engine FP8)
     "account_for_embedding_in_pipeline_split": ("parallel.account_for_embedding_in_pipeline_split", True),
@@ -125,7 +125,8 @@ IRRELEVANT = {
 }
 # Arguments sim3d reads on the command line (importers) but that a flat argument dict may hold
 # without changing a step: sim3d recomputes every layer of a stage under full recomputation.
-WITHOUT_EFFECT = {"recompute_method", "recompute_num_layers", "tokenizer_model", "make_vocab_size_divisible_by"}
+WITHOUT_EFFECT = {"recompute_method", "recompute_num_layers", "tokenizer_model", "make_vocab_size_divisible_by",
+                  "scatter_gather_tensors_in_pipeline"}
 # Vocabulary of well-known tokenizers, by a name fragment of NeMo's `tokenizer.type` / `.model`:
 # Llama 3 / 3.1: 128,256 (arXiv:2407.21783 sec. 3.1.1 "128K tokens"; the HF config's vocab_size),
 # Llama 2: 32,000 (arXiv:2307.09288), Nemotron-4: 256,000 (arXiv:2402.16819), GPT-2 BPE: 50,257.
@@ -333,6 +334,10 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
         if key == "optim" or key.startswith("optim."):
             if key == "optim.name" and "distributed" in str(value):
                 args.append("--use-distributed-optimizer")
+                optim = model.get("optim") if isinstance(model.get("optim"), dict) else {}
+                if value == "distributed_fused_adam" and "overlap_grad_sync" not in optim:
+                    # Apex's DistributedFusedAdam overlaps unless told not to (overlap_grad_sync=True)
+                    args.append("--overlap-grad-reduce")
             elif key in ("optim.overlap_grad_sync", "optim.overlap_param_sync") and value is True:
                 args.append("--overlap-grad-reduce" if key.endswith("grad_sync") else "--overlap-param-gather")
             continue

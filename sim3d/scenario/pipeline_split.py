@@ -9,6 +9,7 @@ from functools import lru_cache
 # pipeline_parallel_layer_layout.py, parse_str_to_list): E the embedding, t a transformer
 # layer, L the loss; m (a multi-token-prediction layer) is not a layer sim3d prices.
 LAYOUT_LETTERS = "EtL"
+MAX_LAYOUT_LETTERS = 100_000
 
 
 @lru_cache(maxsize=4096)  # a layout search asks for the same few splits 100,000 times
@@ -27,6 +28,10 @@ def layout_stages(layout: str) -> list[str]:
     g % pp. ValueError for letters it does not know."""
     text = layout.replace(",", "")
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        unrolled = len(text) + sum(len(m.group(1)) * int(m.group(2)) for m in re.finditer(pattern, text))
+        if unrolled > MAX_LAYOUT_LETTERS:
+            raise ValueError(f"parallel.pipeline_layout: unrolls to over {MAX_LAYOUT_LETTERS:,} letters "
+                             "(a model of that many layers and stages is not one sim3d lays out)")
         text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
     stages = text.split("|")
     unknown = sorted({c for stage in stages for c in stage} - set(LAYOUT_LETTERS))

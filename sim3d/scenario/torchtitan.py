@@ -238,6 +238,10 @@ def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported, stag
         recipe = float8.get("recipe_name") if isinstance(float8, dict) else None
         if recipe not in (None, "tensorwise", "rowwise", "rowwise_with_gw_hp"):
             raise ValueError(f"float8.recipe_name {recipe!r}: sim3d prices tensorwise, rowwise and rowwise_with_gw_hp")
+        if recipe is not None and float8.get("enable_fsdp_float8_all_gather"):
+            # torchtitan's float8 converter asserts it (components/quantization/float8.py)
+            raise ValueError("float8.recipe_name with enable_fsdp_float8_all_gather: torchtitan refuses the pair "
+                             "(drop recipe_name for tensorwise, torchao's default)")
         training["kernels"]["fp8"] = recipe or "tensorwise"
     mode = _get(config, "activation_checkpoint", "mode", "selective")
     if mode not in ("none", "full", "selective"):
@@ -287,6 +291,9 @@ def _not_carried(s) -> list[str]:
     out = []
     if s.training.kernels.stack == "te":
         out.append("training.kernels.stack te (torchtitan runs PyTorch modules, eager or with [compile])")
+    if len(set(s.stage_layers)) > 1:
+        out.append("the pipeline's uneven stages (Megatron's split options or parallel.pipeline_layout): "
+                   "pipeline_parallel_layers_per_stage says one count for every stage")
     if s.training.precision == "fp8" and s.training.kernels.fp8_recipe == "te":
         out.append("training.kernels.fp8 te (torchtitan scales FP8 with torchao.float8; recipe_name picks one)")
     if s.training.recompute == "selective":
@@ -349,6 +356,6 @@ def to_torchtitan_toml(s) -> str:
         lines += ["", "[model]", 'converters = ["quantize.linear.float8"]', "",
                   "[quantize.linear.float8]",
                   f"enable_fsdp_float8_all_gather = {'true' if s.training.fp8_param_gather else 'false'}"]
-        if s.training.kernels.fp8_recipe != "te":
+        if s.training.kernels.fp8_recipe not in ("te", "tensorwise"):  # tensorwise: torchao's default config
             lines.append(f'recipe_name = "{s.training.kernels.fp8_recipe}"')
     return "\n".join(lines) + "\n"
