@@ -303,9 +303,6 @@ def _sharding_problems(s) -> list[str]:
         p.append(f"training.fp8_param_gather: needs training.precision: fp8 (got {s.training.precision})")
     if s.training.fp8_param_gather and par.zero == 0:
         p.append("training.fp8_param_gather: there is no parameter all-gather with parallel.zero: 0")
-    if s.training.p2p_scatter_gather and s.cp > 1:
-        p.append("training.p2p_scatter_gather: Megatron-LM's pipeline scatter/gather (2020-22) predates context "
-                 "parallelism; no software ran both")
     recipe = s.training.kernels.fp8
     if recipe is not None and s.training.precision != "fp8":
         p.append(f"training.kernels.fp8: {recipe} scales FP8 linears; training.precision is {s.training.precision}")
