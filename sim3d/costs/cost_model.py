@@ -16,7 +16,7 @@ from functools import cached_property
 from ..model.kernel_stack import accumulation_bytes
 from ..model.params import Params, embedding_params, head_params, layer_params, stage_params, tied_embedding
 from ..model.recompute import redo_fraction, reruns_forward_collective, stage_policies
-from ..model.ops import ACT_BYTES, Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
 from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan, grad_bytes
 from ..cluster.placement import SHARD_AXIS, Placement
@@ -27,6 +27,7 @@ from .buckets import GradientBuckets
 from .compute import ComputeModel, block_shape, is_memory_bound, op_class
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
+from .pipeline_p2p import PipelineMessages
 from .provenance import ANALYTICAL, PROFILE, ProvenanceRecorder
 from .sharded_dp import unit_pipeline
 from .tp_overlap import Overlap, overlap_plan, overlapped_seconds
@@ -41,7 +42,7 @@ def _all_to_all_slowness(link) -> tuple:
     return (all_to_all_s_per_byte(link) if link.nodes > 1 else 0.0, -link.bw, -link.inter_bw, link.latency)
 
 
-class CostModel:
+class CostModel(PipelineMessages):
     """Costs asked per global rank (`RankCosts`, costs/interface.py).
 
     Exact (`folded=False`, full fidelity): each rank is priced on its own process groups,
@@ -368,63 +369,6 @@ class CostModel:
                 exposed_comm["tp"] += exposed
         return ActionCost(total, dict(comm), recomputed, {k: v for k, v in exposed_comm.items() if v},
                           {k: v for k, v in wire.items() if v})
-
-    # ---- pipeline point-to-point ----------------------------------------------------------
-    @cached_property
-    def p2p_bytes(self) -> float:
-        """What one TP rank sends of a micro-batch's activation (or its gradient) crossing a
-        stage boundary: b*s*h, split over TP with sequence parallelism or under Megatron-LM
-        2020-22's scatter/gather (and over CP)."""
-        s = self.s
-        tokens = s.training.micro_batch * s.model.seq_len / s.cp
-        shard = s.tp if s.parallel.sequence_parallel or self._scattered_p2p else 1
-        return tokens * s.model.hidden * ACT_BYTES[s.training.precision] / shard
-
-    @cached_property
-    def _scattered_p2p(self) -> bool:
-        """Pipeline messages split over TP and all-gathered at the receiver (Megatron-LM
-        2020-22, megatron/p2p_communication.py @a8d172b, --scatter-gather-tensors-in-pipeline:
-        only without SP, whose messages are split already)."""
-        s = self.s
-        return s.training.p2p_scatter_gather and s.tp > 1 and not s.parallel.sequence_parallel
-
-    def p2p_gather_seconds(self, dst: int) -> float:
-        """The receiver's all-gather of a scattered message over its TP group (gather_split_1d_tensor)."""
-        if not self._scattered_p2p:
-            return 0.0
-        return self._collective("all-gather", self.p2p_bytes * self.s.tp, "tp",
-                                dict(zip(("tp", "cp", "ep"), self._links_of(dst))))
-
-    def transfer(self, src: int, dst: int) -> float:
-        """Seconds to move one micro-batch's activation (or gradient) from global rank `src`
-        to `dst` (folded: between those pipeline stages on the slowest pipeline)."""
-        key = (src, dst)
-        if key not in self._p2p_cache:
-            self._p2p_cache[key] = self._p2p(src, dst)
-        return self._p2p_cache[key]
-
-    def _p2p(self, src: int, dst: int) -> float:
-        return self._p2p_send(src, dst) + self.p2p_gather_seconds(dst)
-
-    def _p2p_send(self, src: int, dst: int) -> float:
-        if self.profile is not None:
-            measured = self.profile.collective_seconds("send_recv", self.p2p_bytes, 2)
-            if measured is not None:
-                self.provenance.record("pipeline p2p", PROFILE)
-                return measured
-        self.provenance.record("pipeline p2p", ANALYTICAL)
-        if not (self.folded and self._degraded):
-            return self._transfer(src, dst)
-        p = self.placement
-        a, b = p.coords(src)["pp"], p.coords(dst)["pp"]
-        return max(self._transfer(pipe[a], pipe[b]) for pipe in p.pipelines())
-
-    def _transfer(self, a: int, b: int, nbytes: float | None = None, hops: int = 1) -> float:
-        """A message of `nbytes` (default a pipeline message) from a to b, `hops` latencies."""
-        bw, lat = self.topology.path_cost(a, b)
-        crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
-        nbytes = self.p2p_bytes if nbytes is None else nbytes
-        return p2p_time(nbytes, bw, hops * lat, crosses, self.topology.nvlink_efficiency)
 
     # ---- data parallel ----------------------------------------------------------------------
     def gradient_parts(self, what: str, rank: int, stage: int, buckets: int) -> list[tuple[str, float, float]]:
