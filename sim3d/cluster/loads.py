@@ -182,10 +182,7 @@ class GroupLoads:
         node_a, node_b = a // self.gpus_per_node, b // self.gpus_per_node
         if node_a == node_b:
             return [(a, b, 1.0)]
-        nics = self._nic_members(group)
-        senders, receivers = nics[node_a], nics[node_b]
-        share = 1 / len(senders)
-        return [(src, receivers[self._rail_peer(nic, receivers)], share) for nic, src in senders.items()]
+        return self._crossing_pairs(self._nic_members(group), node_a, node_b)
 
     def ring_crossings(self, group) -> dict[int, list[tuple[int, int, float]]]:
         """i -> `ring_hop_pairs(group, i)` for every member whose hop leaves its node, in one
@@ -193,14 +190,18 @@ class GroupLoads:
         gpn, n, out = self.gpus_per_node, len(group), {}
         nics = None
         for i, a in enumerate(group):
-            b = group[(i + 1) % n]
-            if a // gpn == b // gpn:
-                continue
-            nics = nics or self._nic_members(group)
-            senders, receivers = nics[a // gpn], nics[b // gpn]
-            share = 1 / len(senders)
-            out[i] = [(src, receivers[self._rail_peer(nic, receivers)], share) for nic, src in senders.items()]
+            node_a, node_b = a // gpn, group[(i + 1) % n] // gpn
+            if node_a != node_b:
+                nics = nics or self._nic_members(group)
+                out[i] = self._crossing_pairs(nics, node_a, node_b)
         return out
+
+    def _crossing_pairs(self, nics: dict, node_a: int, node_b: int) -> list[tuple[int, int, float]]:
+        """(sender, receiver, share) of a ring hop from node_a to node_b: spread over the NICs the
+        group drives on node_a, each share kept on its rail at node_b."""
+        senders, receivers = nics[node_a], nics[node_b]
+        share = 1 / len(senders)
+        return [(src, receivers[self._rail_peer(nic, receivers)], share) for nic, src in senders.items()]
 
     def member_hops(self, axis: str, rank: int) -> tuple[tuple[tuple, float], ...]:
         """(directed edge, share of the rank's bytes) of one collective row of `rank` along

@@ -86,9 +86,7 @@ SWITCH_FLAGS = {  # flags without a value
     "checkpoint_activations": ("training.recompute", "full"),  # 2021 name of full recomputation
     "no_async_tensor_model_parallel_allreduce": ("training.async_tensor_model_parallel_allreduce", False),
     "overlap_p2p_comm": ("training.overlap_p2p", True),
-    # Megatron-LM 2020-22's pipeline scatter/gather, on by default then and unused since
-    # Megatron-Core's p2p of 2023 (its args namespace still holds scatter_gather_tensors_in_pipeline
-    # true, so that key says nothing of the era: WITHOUT_EFFECT); its off switch is read
+    # 2020-22's pipeline scatter/gather: its off switch; the args namespace's true says no era (WITHOUT_EFFECT)
     "no_scatter_gather_tensors_in_pipeline": ("training.p2p_scatter_gather", False),
     "fp8": ("training.precision", "fp8"),  # NeMo's model.fp8: true (Transformer Engine FP8)
     "account_for_embedding_in_pipeline_split": ("parallel.account_for_embedding_in_pipeline_split", True),
