@@ -64,11 +64,11 @@ def _layout_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
 
 def megatron_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
     """A pipeline layout as given (`parallel.pipeline_layout`), else Megatron-Core's
-    `get_num_layers_to_build` (megatron/core/transformer/transformer_block.py): the first / last pipeline rank builds the given number of
-    layers and the others split the rest evenly; or the embedding and / or the loss count
-    as one layer each and the first / last stage builds one layer fewer. Each rank's layers
-    split evenly over its vpp chunks; in Megatron's interleaved order global stage g is
-    chunk g // pp of pipeline rank g % pp."""
+    `get_num_layers_to_build` (megatron/core/transformer/transformer_block.py): the first /
+    last pipeline rank builds the given number of layers and the others split the rest
+    evenly; or the embedding and / or the loss count as one layer each and the first / last
+    stage builds one layer fewer. Each rank's layers split evenly over its vpp chunks; in
+    Megatron's interleaved order global stage g is chunk g // pp of pipeline rank g % pp."""
     par, pp, vpp, total = s.parallel, s.pp, s.vpp, s.model.layers
     if par.pipeline_layout is not None:
         others = [k for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
