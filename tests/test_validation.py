@@ -97,6 +97,14 @@ def test_rows_run_the_software_of_their_era():
         assert (bloom.nics_per_node, bloom.nic_gbps, bloom.cluster.inter_node.fabric) == (4, 100, "fat-tree")
 
 
+def test_runs_of_2021_trained_in_fp16_unless_their_notes_say():
+    row = pd.read_csv(REPO_ROOT / "validation" / "published_extra.csv").set_index("id").loc["narayanan21_7p5B"]
+    row = {"id": "narayanan21_7p5B", **row.to_dict()}
+    assert scenario_of(row).training.precision == "fp16"  # Megatron-LM's examples of 2021-04
+    assert scenario_of({**row, "notes": "precision=bf16"}).training.precision == "bf16"
+    assert scenario_of(_published("kor22_22B_full")).training.precision == "bf16"  # 2022: as its notes allow
+
+
 def test_notes_parsing_ignores_what_it_does_not_know():
     settings = note_settings("precision=fp16/bf16-mixed (not stated); num_query_groups=8; tokens/s (x) = 5; "
                              "grad-accum=4; ub_tp_comm_overlap=true, whatever=1")

@@ -207,8 +207,12 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
         # runs dated 2021 or earlier (Narayanan et al., arXiv:2104.04473) ran before Megatron-LM
         # overlapped the backward input-gradient all-reduce with the weight-gradient GEMM (its
         # default from late 2021, scenario/schema.py), as scenarios/gpt3.yaml states of the same
-        # paper's run
+        # paper's run; and in fp16 where the row does not say: every example script of that
+        # Megatron-LM passes --fp16 (examples/*.sh @a8d172b, pretrain_gpt3_175B.sh included), --bf16
+        # being a month old (b4bc51b, 2021-03-08), so its gradients are reduced in fp16
         training["async_tensor_model_parallel_allreduce"] = False
+        if "precision" not in settings:
+            training["precision"] = "fp16"
     return {"model": {"hidden_dropout": 0.1, "attention_dropout": 0.1}, "training": training}
 
 
