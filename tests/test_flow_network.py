@@ -65,9 +65,10 @@ def test_flow_agrees_with_analytical_on_every_shipped_scenario(path):
     """Both price a lone transfer alike: where no flow met another the steps are equal.
     Where flows met (the network says how much they slowed each other) the step may grow by
     no more than that, and may shrink by at most 1% (the analytical model divides links among
-    groups that do not always overlap in time). Only moe-1024 grows by over 1%: its
-    backwards' all-to-alls share the NICs with the gradient buckets overlapped with them,
-    which the analytical model, dividing links within one kind of traffic, cannot see."""
+    groups that do not always overlap in time). Only the MoE scenarios (moe-1024, deepseek-v3:
+    +1.4%) grow by over 1%: their backwards' all-to-alls share the NICs with the gradient
+    buckets overlapped with them, which the analytical model, dividing links within one kind of
+    traffic, cannot see."""
     analytical = sim3d.simulate(path)
     flow = sim3d.simulate(path, sets=["costs.network=flow"])
     stats = flow.sim.network
@@ -75,7 +76,7 @@ def test_flow_agrees_with_analytical_on_every_shipped_scenario(path):
     if stats.slowed_s < 1e-9:
         assert flow.step_time == pytest.approx(analytical.step_time, rel=1e-9)
     assert analytical.step_time * 0.99 <= flow.step_time <= analytical.step_time + stats.slowed_s + 1e-9
-    if path.stem != "moe-1024":
+    if path.stem not in ("moe-1024", "deepseek-v3"):
         assert flow.step_time == pytest.approx(analytical.step_time, rel=0.01)
 
 

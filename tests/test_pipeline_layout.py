@@ -71,7 +71,7 @@ def test_a_layout_that_unrolls_without_end_is_refused():
     ("Et|t|t|t", 1, {}, "the loss (L) closes the last"),
     ("tE|t|t|tL", 1, {}, "the embedding (E) opens the first stage"),
     ("Et|t|t|ttL", 1, {}, "5 transformer layers"),
-    ("Et|t|t|tmL", 1, {}, "multi-token prediction"),
+    ("Et|t|t|tmL", 1, {}, "but model.mtp_layers is 0"),
     ("Et|t|t|tL", 1, dict(decoder_first_pipeline_num_layers=1), "drop decoder_first_pipeline_num_layers"),
 ])
 def test_layouts_megatron_would_refuse_are_refused(layout, vpp, extra, words):

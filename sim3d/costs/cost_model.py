@@ -14,9 +14,10 @@ from collections import defaultdict
 from functools import cached_property
 
 from ..model.kernel_stack import accumulation_bytes
-from ..model.params import Params, embedding_params, head_params, layer_params, stage_params, tied_embedding
+from ..model.params import (Params, embedding_params, head_params, layer_params, mtp_params, stage_params,
+                            tied_embedding)
 from ..model.recompute import redo_fraction, reruns_forward_collective, stage_policies
-from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, mtp_is_moe, mtp_ops, stage_layer_range
 from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan, grad_bytes
 from ..cluster.placement import SHARD_AXIS, Placement
@@ -163,7 +164,8 @@ class CostModel(PipelineMessages):
         key = (stage, kind, links, shard)
         if key not in self._stage_cache:
             # stages of the same layers (the middle ones, mostly) cost the same
-            alike = (tuple(self.layer_runs(stage)), stage == 0, stage == self.s.num_stages - 1, kind, links, shard)
+            alike = (tuple(self.layer_runs(stage)), stage == 0, stage == self.s.num_stages - 1, self._mtp(stage),
+                     kind, links, shard)
             if alike not in self._stage_cache:
                 cost = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
                 if shard is not None and shard.size > 1:
@@ -181,6 +183,9 @@ class CostModel(PipelineMessages):
         units = [(self.block("embedding", kind, links), embedding_params(d))] if stage == 0 else []
         for name, policy, count in self.layer_runs(stage):
             units += [(self.block(name, kind, links, policy), layer_params(d, name == "moe_layer").total)] * count
+        if modules := self._mtp(stage):
+            units += [(self.block("mtp", kind, links),
+                       mtp_params(d, mtp_is_moe(s), stage == 0, stage == s.num_stages - 1).total)] * modules
         if stage == s.num_stages - 1:
             units.append((self.block("head", kind, links), head_params(d, stage == 0)))
         if kind != "F":
@@ -212,9 +217,15 @@ class CostModel(PipelineMessages):
         parts = [self.block("embedding", kind, links) if stage == 0 else ActionCost(0.0)]
         for name, policy, count in self.layer_runs(stage):
             parts += [self.block(name, kind, links, policy)] * count
+        if modules := self._mtp(stage):
+            parts += [self.block("mtp", kind, links)] * modules
         if stage == s.num_stages - 1:
             parts.append(self.block("head", kind, links))
         return ActionCost.total(parts)
+
+    def _mtp(self, stage: int) -> int:
+        """Multi-token-prediction modules on a global stage (after its layers, before the head)."""
+        return self.s.stage_mtp[stage] if self.s.model.mtp_layers else 0
 
     @cached_property
     def _dims(self) -> Dims:
@@ -244,6 +255,7 @@ class CostModel(PipelineMessages):
             block, ops = {"embedding": ("embedding_block", lambda: embedding_ops(self.s)),
                           "layer": ("block", lambda: layer_ops(self.s, False)),
                           "moe_layer": ("block", lambda: layer_ops(self.s, True)),
+                          "mtp": ("mtp_block", lambda: mtp_ops(self.s)),
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
             cost = self._block_cost(block, ops(), kind, links, recompute)
             if kind in ("B", "BW"):
@@ -259,6 +271,7 @@ class CostModel(PipelineMessages):
         d = Dims.of(self.s)
         params = {"embedding": lambda: Params(dense=embedding_params(d)),
                   "layer": lambda: layer_params(d, False), "moe_layer": lambda: layer_params(d, True),
+                  "mtp": lambda: mtp_params(d, mtp_is_moe(self.s), True, True),  # the shared parts accumulate once
                   "head": lambda: Params(dense=head_params(d, self.s.num_stages == 1))}[block]()
         return accumulation_bytes(params.dense, params.expert, self.sharding, self.s.num_microbatches)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, stage_layer_range
+from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, mtp_ops, stage_layer_range
 from ..model.recompute import redo_fraction, stage_policies
 from .compute import is_memory_bound
 from .cost_model import TRACED_BLOCKS, CostModel
@@ -39,6 +39,7 @@ def simulated_parts(scenario) -> dict[str, float]:
     blocks += [("moe_layer" if is_moe_layer(scenario, i) else "layer", "block", layer_ops(scenario, is_moe_layer(scenario, i)),
                 policy) for i, policy in stage_policies(scenario, stage_layer_range(scenario, 0))]
     if scenario.num_stages == 1:
+        blocks += [("mtp", "mtp_block", mtp_ops(scenario), outside)] * scenario.model.mtp_layers
         blocks.append(("head", "head_block", head_ops(scenario), outside))
     d = Dims.of(scenario)
     parts: Counter = Counter()

@@ -161,9 +161,9 @@ def make_spec(scenario, steps=3, backend="gloo", check=False, seed=0, lr=0.1, ti
     from .runtime import RunSpec, make_schedule
 
     _refuse_experts(scenario, routing, check)
-    if scenario.model.mla is not None:
-        raise ExecutorRefusal("model.mla: the executor's attention is standard multi-head attention; multi-head "
-                              "latent attention runs in the simulator only")
+    for key, what in (("mla", "multi-head latent attention"), ("mtp_layers", "multi-token prediction")):
+        if getattr(scenario.model, key):  # the executor's GPT: standard attention, one loss
+            raise ExecutorRefusal(f"model.{key}: {what} runs in the simulator only, not in the executor's GPT")
     from .precision import resolve_precision
     try:
         resolve_precision(scenario.training, check)

@@ -9,8 +9,8 @@ Units: FLOPs (2 per multiply-add), matmul FLOPs only. MoE layers count the usefu
 from __future__ import annotations
 
 from .recompute import recompute_flops, stage_policies
-from .ops import (Dims, Op, embedding_dims_ops, head_dims_ops, is_moe_layer, ops_for, stage_layer_range,
-                  stage_ops)
+from .ops import (Dims, Op, embedding_dims_ops, head_dims_ops, is_moe_layer, mtp_dims_ops, mtp_is_moe, ops_for,
+                  stage_layer_range, stage_ops)
 
 
 def _unsharded(s) -> Dims:
@@ -47,7 +47,14 @@ def _per_microbatch(s, with_recompute: bool) -> float:
             total += train_flops(ops)
             if with_recompute:
                 total += recompute_flops(ops, policy, d)
-    return total
+    return total + s.model.mtp_layers * _mtp_flops(s, d, with_recompute)
+
+
+def _mtp_flops(s, d: Dims, with_recompute: bool) -> float:
+    """One multi-token-prediction module, counted as Megatron counts it (training.py
+    num_floating_point_operations adds mtp_num_layers transformer layers and LM heads)."""
+    ops = mtp_dims_ops(d, mtp_is_moe(s))
+    return train_flops(ops) + (recompute_flops(ops, s.training.recompute, d) if with_recompute else 0.0)
 
 
 def _microbatches_per_step(s) -> float:
@@ -80,4 +87,6 @@ def stage_flops(s, stage: int, with_recompute: bool = True) -> float:
         d = Dims.of(s)
         for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
             total += recompute_flops(ops_for(d, is_moe_layer(s, layer)), policy, d)
+        if s.model.mtp_layers and s.stage_mtp[stage]:
+            total += s.stage_mtp[stage] * recompute_flops(mtp_dims_ops(d, mtp_is_moe(s)), s.training.recompute, d)
     return total

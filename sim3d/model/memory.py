@@ -29,9 +29,10 @@ from ..schedule.dependencies import activation_changes, peak_inflight
 from ..schedule.specs import SCHEDULES
 from ..scenario.moe_layers import moe_at
 from ..scenario.sharding import ShardingPlan
-from .ops import Dims, embedding_dims_ops, head_dims_ops, ops_for
+from .ops import Dims, embedding_dims_ops, head_dims_ops, mtp_dims_ops, ops_for
 from .recompute import kept_bytes, layer_policy
-from .params import embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, params_of
+from .params import (_mtp_is_moe, embedding_params, head_params, layer_counts, layer_params, layer_split, model_params,
+                     mtp_params, params_of)
 
 GIB = 2**30
 
@@ -77,7 +78,7 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
 
 def _policy_counts(split: tuple, recompute: str, recompute_layers: int | None) -> dict:
     """policy -> (dense, MoE) layers of each global stage under it (model/recompute.py)."""
-    layers, every, first_dense = split
+    layers, every, first_dense, _ = split
     counts: dict[str, np.ndarray] = {}
     start = 0
     for stage, n in enumerate(layers):
@@ -99,7 +100,20 @@ def _stage_bytes(d: Dims, recompute: str, split: tuple, recompute_layers: int | 
     other = np.zeros(len(split[0]))
     other[0] += sum(op.act_bytes for op in embedding_dims_ops(d))
     other[-1] += sum(op.act_bytes for op in head_dims_ops(d))
+    if split[3]:
+        other += np.array(split[3]) * _mtp_activation_bytes(d, _mtp_is_moe(split), recompute)
     return layers, other
+
+
+def _mtp_activation_bytes(d: Dims, moe_layer: bool, recompute: str) -> float:
+    """What one multi-token-prediction module keeps: its embedding's and its head's saved
+    tensors (never recomputed) and, of the checkpointed part (norms, projection, layer), what
+    the policy keeps (under full: the two inputs the norms keep)."""
+    ops = mtp_dims_ops(d, moe_layer)
+    outside = {op.name for op in embedding_dims_ops(d) + head_dims_ops(d)}
+    inner = [op for op in ops if op.name not in outside]
+    kept = sum(op.act_bytes for op in inner[:2]) if recompute == "full" else kept_bytes(inner, recompute, d)
+    return sum(op.act_bytes for op in ops if op.name in outside) + kept
 
 
 def steady_microbatches(name: str, pp: int, m: int) -> int:
@@ -354,6 +368,9 @@ def _largest_unit(d: Dims, split: tuple, stages: tuple[int, ...]) -> float:
         units.append(embedding_params(d))
     if len(split[0]) - 1 in stages:
         units.append(head_params(d, 0 in stages))
+    if split[3] and any(split[3][stage] for stage in stages):
+        units.append(max(mtp_params(d, _mtp_is_moe(split), stage == 0, stage == len(split[0]) - 1).total
+                         for stage in stages if split[3][stage]))
     return max(units)
 
 

@@ -385,6 +385,31 @@ def head_dims_ops(d: Dims) -> list[Op]:
     return _as_stack_runs(ops, d)
 
 
+def mtp_dims_ops(d: Dims, moe_layer: bool) -> list[Op]:
+    """One multi-token-prediction module (Megatron-Core multi_token_prediction.py,
+    MultiTokenPredictionLayer; DeepSeek-V3, arXiv:2412.19437 sec. 2.2) after the decoder: the
+    shifted tokens' embedding, a norm of it and of the decoder's output (each keeps its input),
+    the two concatenated into the column-parallel eh_proj (2h -> h, its input gathered over TP
+    under SP), the output all-gathered over TP (gather_from_tensor_model_parallel_region; with SP
+    split again, its backward an all-gather), one transformer layer of the model's kind, then
+    the final norm, the (shared) LM head and the loss. The embedding and the head run outside
+    the recomputed part, the norms, the projection and the layer inside it, as the module
+    checkpoints `_proj_and_transformer_layer`."""
+    rep = d.b * d.sl * d.h / (d.tp if d.sp else 1)
+    full = d.b * d.sl * d.h * d.ab
+    gather_in = dict(comm="all-gather", bwd_comm="reduce-scatter", comm_bytes=2 * full, group="tp") if d.sp else (
+        dict(bwd_comm="all-reduce", comm_bytes=2 * full, group="tp") if d.tp > 1 else {})
+    gather_out = dict(comm="all-gather", bwd_comm="all-gather" if d.sp else None, comm_bytes=full,
+                      group="tp") if d.tp > 1 else {}
+    ops = [
+        _elementwise("mtp_enorm", d, rep, act=d.ab * rep, kernels=_norm(d)),
+        _elementwise("mtp_hnorm", d, rep, act=d.ab * rep, kernels=_norm(d)),
+        _elementwise("mtp_concat", d, 2 * rep, kernels=("cat",), **gather_in),
+        _gemm("mtp_eh_proj", d, d.b * d.sl, 2 * d.h, d.h / d.tp, act=_linear_input_bytes(d) * 2 * rep, **gather_out),
+    ]
+    return embedding_dims_ops(d) + _as_stack_runs(ops, d) + ops_for(d, moe_layer) + head_dims_ops(d)
+
+
 def _as_stack_runs(ops: list[Op], d: Dims) -> list[Op]:
     """`ops` (fused, one kernel each way) as the kernel stack launches them (kernel_stack.py)."""
     if d.stack == "eager":
@@ -406,9 +431,20 @@ def head_ops(s) -> list[Op]:
     return head_dims_ops(Dims.of(s))
 
 
+def mtp_ops(s) -> list[Op]:
+    """Ops of one multi-token-prediction module (one micro-batch, one rank)."""
+    return mtp_dims_ops(Dims.of(s), mtp_is_moe(s))
+
+
 def is_moe_layer(s, layer: int) -> bool:
     moe = s.model.moe
     return moe is not None and moe_at(layer, moe.every, moe.first_dense_layers)
+
+
+def mtp_is_moe(s) -> bool:
+    """A module's layer is built from the decoder's last layer spec (Megatron-Core
+    get_gpt_mtp_block_spec): MoE where a layer after the last would be."""
+    return is_moe_layer(s, s.model.layers)
 
 
 def stage_layer_range(s, stage: int) -> range:
@@ -423,6 +459,8 @@ def stage_ops(s, stage: int) -> list[Op]:
     ops = embedding_dims_ops(d) if stage == 0 else []
     for layer in stage_layer_range(s, stage):
         ops += ops_for(d, is_moe_layer(s, layer))
+    for _ in range(s.stage_mtp[stage] if s.model.mtp_layers else 0):
+        ops += mtp_dims_ops(d, mtp_is_moe(s))
     if stage == s.num_stages - 1:
         ops += head_dims_ops(d)
     return ops

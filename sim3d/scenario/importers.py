@@ -53,7 +53,7 @@ VALUE_FLAGS = {
     "kv_channels": "model.kv_channels", "hidden_dropout": "model.hidden_dropout",
     "attention_dropout": "model.attention_dropout", "vocab_size": "model.vocab",
     "num_experts": "model.moe.experts", "moe_router_topk": "model.moe.top_k",
-    "moe_ffn_hidden_size": "model.moe.expert_ffn_hidden",
+    "moe_ffn_hidden_size": "model.moe.expert_ffn_hidden", "mtp_num_layers": "model.mtp_layers",
     "moe_shared_expert_intermediate_size": "model.moe.shared_expert_ffn",
     "moe_expert_capacity_factor": "model.moe.capacity_factor", "moe_layer_freq": "model.moe.every",
     "tensor_model_parallel_size": "parallel.tp", "pipeline_model_parallel_size": "parallel.pp",

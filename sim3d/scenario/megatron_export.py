@@ -44,6 +44,8 @@ def to_megatron_args(s) -> list[str]:
                             ("--moe-layer-freq", pattern)):
             if value is not None:
                 args += [flag, value]
+    if m.mtp_layers:
+        args += ["--mtp-num-layers", m.mtp_layers]
     args += ["--tensor-model-parallel-size", s.tp, "--pipeline-model-parallel-size", s.pp]
     if p.order == "tp-cp-ep-pp-dp":
         args.append("--use-tp-pp-dp-mapping")

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 # Megatron-Core's --pipeline-model-parallel-layout letters (megatron/core/transformer/
 # pipeline_parallel_layer_layout.py, parse_str_to_list): E the embedding, t a transformer
-# layer, L the loss; m (a multi-token-prediction layer) is not a layer sim3d prices.
-LAYOUT_LETTERS = "EtL"
+# layer, m a multi-token-prediction module (model.mtp_layers), L the loss.
+LAYOUT_LETTERS = "EtmL"
 MAX_LAYOUT_LETTERS = 100_000
 
 
@@ -37,8 +37,14 @@ def layout_stages(layout: str) -> list[str]:
     unknown = sorted({c for stage in stages for c in stage} - set(LAYOUT_LETTERS))
     if unknown:
         raise ValueError(f"parallel.pipeline_layout: unknown letter(s) {', '.join(unknown)} (E embedding, "
-                         "t transformer layer, L loss, | between stages; multi-token prediction (m) is not priced)")
+                         "t transformer layer, m multi-token prediction, L loss, | between stages)")
     return stages
+
+
+@lru_cache(maxsize=256)
+def layout_stage_mtp(layout: str) -> tuple[int, ...]:
+    """The multi-token-prediction modules (`m`) of each stage of a layout."""
+    return tuple(stage.count("m") for stage in layout_stages(layout))
 
 
 def _layout_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
@@ -58,6 +64,12 @@ def _layout_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
         return (), f"{where}: the embedding (E) opens the first stage and the loss (L) closes the last, once each"
     if joined.count("t") != s.model.layers:
         return (), f"{where}: {joined.count('t')} transformer layers (t), but model.layers is {s.model.layers}"
+    if joined.count("m") != s.model.mtp_layers:
+        return (), (f"{where}: {joined.count('m')} multi-token-prediction module(s) (m), but model.mtp_layers "
+                    f"is {s.model.mtp_layers}")
+    if "m" in joined and not joined.rindex("t") < joined.index("m") <= joined.rindex("m") < joined.index("L"):
+        # each module reads the last layer's output and feeds the loss (multi_token_prediction.py)
+        return (), f"{where}: the multi-token-prediction modules (m) come after the last layer (t) and before the loss (L)"
     # a stage may hold nothing (Megatron's grammar allows "||"): it passes the activations on
     return tuple(stage.count("t") for stage in stages), None
 

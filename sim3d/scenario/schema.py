@@ -15,7 +15,7 @@ from ..cluster.placement import Placement
 from ..errors import ScenarioError
 from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib, GpusPerNode, HeadDim, Heads,
                      Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, Watts, shown)
-from .pipeline_split import megatron_stage_layers, middle_heavy_layers
+from .pipeline_split import layout_stage_mtp, megatron_stage_layers, middle_heavy_layers
 from .kernels import Kernels
 from .latent_attention import LatentAttention
 from .recompute_modules import RecomputeModules
@@ -63,6 +63,10 @@ class Model(_Strict):
     attention_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     moe: MoE | None = None
     mla: LatentAttention | None = None  # multi-head latent attention (scenario/latent_attention.py)
+    # multi-token prediction modules after the last layer (Megatron --mtp-num-layers; DeepSeek-V3,
+    # arXiv:2412.19437 sec. 2.2: one), each an embedding, two norms, a 2h -> h projection, one
+    # transformer layer and the LM head with its loss (model/ops.py mtp_dims_ops)
+    mtp_layers: int = _alias("mtp_layers", "mtp_num_layers", default=0, ge=0, le=64)
 
     @model_validator(mode="before")
     @classmethod
@@ -468,6 +472,14 @@ class Scenario(_Strict):
                 raise ScenarioError(problem)
             return layers
         return middle_heavy_layers(self.model.layers, self.num_stages)
+
+    @cached_property
+    def stage_mtp(self) -> tuple[int, ...]:
+        """Multi-token-prediction modules of each global stage: where the layout's `m`s stand,
+        else all on the last stage, as Megatron-Core builds them (pipeline_split.py)."""
+        if self.parallel.pipeline_layout is not None:
+            return layout_stage_mtp(self.parallel.pipeline_layout)
+        return (0,) * (self.num_stages - 1) + (self.model.mtp_layers,)
 
     @property
     def nic_gbps(self) -> float:
