@@ -255,3 +255,19 @@ def test_every_held_out_row_becomes_a_scenario():
     assert folded["nemo2504gb_mixtral8x22b_fp8_256"][:2] == (2, 2)
     grok = scenario_of(table[table["id"] == "dgxc2411_grok1_314b_bf16_512"].to_dict("records")[0])
     assert (grok.model.moe.experts, grok.model.moe.top_k, grok.ep, grok.model.activation) == (8, 2, 8, "swiglu")
+
+
+def test_a_rows_latent_attention_dense_first_layers_mtp_and_recompute_modules_come_from_its_notes():
+    notes = ("precision=bf16; num_experts=256; moe_router_topk=8; moe_ffn_hidden_size=2048; "
+             "moe_layer_freq=[0]*3+[1]*58 (first 3 dense); (MLA: q_lora_rank=1536 kv_lora_rank=512 qk_head_dim=128 "
+             "qk_pos_emb_head_dim=64 v_head_dim=128); RecomputeModule=mla_up_proj; model label 'DeepSeekV3 (w/ MTP)'")
+    cells = dict(model="DeepSeek-V3 671B (MoE)", layers=61, hidden=7168, heads=128, ffn_hidden=18432, vocab=129280,
+                 seq_len=4096, num_gpus=64, tp=1, pp=8, dp=8, ep=8, global_batch=64, recompute=None, notes=notes)
+    built = scenario_dict_of(row(**cells))
+    assert built["model"]["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                                     "qk_rope_head_dim": 64, "v_head_dim": 128}
+    assert (built["model"]["moe"]["every"], built["model"]["moe"]["first_dense_layers"]) == (1, 3)
+    assert built["model"]["mtp_layers"] == 1  # DeepSeek-V3's one module (arXiv:2412.19437 sec. 2.2)
+    assert (built["training"]["recompute"], built["training"]["recompute_modules"]) == ("selective", ["mla_up_proj"])
+    plain = scenario_dict_of(row(**{**cells, "notes": notes.replace("(w/ MTP)", "").replace("RecomputeModule", "x")}))
+    assert "mtp_layers" not in plain["model"] and "recompute_modules" not in plain["training"]

@@ -20,6 +20,7 @@ import re
 
 from ..cluster.gpus import PRESETS, preset_named_in
 from ..scenario.load import scenario_from_dict
+from ..scenario.megatron_model_args import MLA_FLAGS, is_moe_pattern, read_moe_pattern
 from ..errors import ScenarioError
 from ..schedule.specs import megatron_schedule
 
@@ -168,6 +169,17 @@ def _model_family(model_name: str) -> dict:
 KNOWN_MOE = {"mixtral": {"experts": 8, "top_k": 2}}
 
 
+def _latent_attention(settings: dict[str, str]) -> dict | None:
+    """Multi-head latent attention, where the notes give its ranks in Megatron's names."""
+    mla = {field: int(settings[key]) for key, field in MLA_FLAGS.items() if settings.get(key, "").isdigit()}
+    return mla if "kv_lora_rank" in mla else None
+
+
+# a DeepSeek-V3 run "with MTP" trains DeepSeek-V3's one multi-token-prediction module
+# (arXiv:2412.19437 sec. 2.2: depth D = 1; its config.json num_nextn_predict_layers: 1)
+_WITH_MTP = re.compile(r"(?<![\w/])(w/|with) MTP\b", re.I)
+
+
 def _moe(row: dict, settings: dict[str, str]) -> dict | None:
     """The row's experts: notes keys (Megatron's names) first, then `KNOWN_MOE`."""
     moe = next((dict(v) for k, v in KNOWN_MOE.items() if k in _text(row.get("model")).lower()), {})
@@ -176,6 +188,11 @@ def _moe(row: dict, settings: dict[str, str]) -> dict | None:
                        ("moe_shared_expert_intermediate_size", "shared_expert_ffn")):
         if settings.get(key, "").isdigit():
             moe[field] = int(settings[key])
+    if moe and is_moe_pattern(settings.get("moe_layer_freq")):  # ([0]*3+[1]*58): dense first layers
+        try:
+            moe["every"], moe["first_dense_layers"] = read_moe_pattern(settings["moe_layer_freq"])
+        except ValueError as e:
+            raise ScenarioError(str(e)) from None
     if not moe and _int(row, "ep", 1) > 1:
         raise ScenarioError("expert parallelism without experts: give num_experts= (and moe_router_topk=) in notes")
     return moe or None
@@ -423,6 +440,18 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
         "schedule": megatron_schedule(vpp),
         "cluster": _cluster(row, notes),
     }
+    if (mla := _latent_attention(settings)) is not None:
+        raw["model"]["mla"] = mla
+    # the modules selective recomputation runs again, as Megatron names them (dgxc-benchmarking's
+    # tables spell the key RecomputeModule)
+    if modules := settings.get("recompute_modules", settings.get("recomputemodule")):
+        raw["training"]["recompute_modules"] = re.split(r"[+/|]", modules.strip("[]"))
+        recompute = recompute or "selective"  # the only granularity that reads them
+        raw["training"]["recompute"] = recompute
+    if settings.get("mtp_num_layers", "").isdigit():
+        raw["model"]["mtp_layers"] = int(settings["mtp_num_layers"])
+    elif "deepseek" in _text(row.get("model")).lower() and _WITH_MTP.search(notes):
+        raw["model"]["mtp_layers"] = 1
     if (moe := _moe(row, settings)) is not None:
         raw["model"]["moe"] = moe
         etp = settings.get("expert_tensor_parallel_size", settings.get("etp", ""))
