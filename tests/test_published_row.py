@@ -271,3 +271,16 @@ def test_a_rows_latent_attention_dense_first_layers_mtp_and_recompute_modules_co
     assert (built["training"]["recompute"], built["training"]["recompute_modules"]) == ("selective", ["mla_up_proj"])
     plain = scenario_dict_of(row(**{**cells, "notes": notes.replace("(w/ MTP)", "").replace("RecomputeModule", "x")}))
     assert "mtp_layers" not in plain["model"] and "recompute_modules" not in plain["training"]
+    listed = scenario_dict_of(row(**{**cells, "notes": notes + "; recompute_modules=[mla_up_proj,mlp]"}))
+    assert listed["training"]["recompute_modules"] == ["mla_up_proj"]  # the first key said wins
+    both = notes.replace("RecomputeModule=mla_up_proj", "recompute_modules=[mla_up_proj,mlp]")
+    assert scenario_dict_of(row(**{**cells, "notes": both}))["training"]["recompute_modules"] == ["mla_up_proj", "mlp"]
+    full = scenario_dict_of(row(**{**cells, "recompute": "full"}))  # the row's own column decides
+    assert full["training"]["recompute"] == "full" and "recompute_modules" not in full["training"]
+
+
+def test_what_a_note_says_of_other_runs_is_not_read_as_the_rows():
+    notes = ("precision=bf16; recompute not stated; later recipe (configs.py@0426418) uses "
+             "recompute_modules=[mla_up_proj], moe_a2a_overlap=True - not pinned to this run.")
+    built = scenario_dict_of(row(recompute=None, notes=notes))
+    assert "recompute_modules" not in built["training"] and built["training"]["precision"] == "bf16"

@@ -14,12 +14,11 @@ from collections import defaultdict
 from functools import cached_property
 
 from ..model.kernel_stack import accumulation_bytes
-from ..model.params import (Params, embedding_params, head_params, layer_params, mtp_params, stage_params,
-                            tied_embedding)
-from ..model.recompute import redo_fraction, reruns_forward_collective, stage_policies
+from ..model.params import Params, embedding_params, head_params, layer_params, mtp_params, stage_params
+from ..model.recompute import mtp_policy, redo_fraction, reruns_forward_collective, stage_policies
 from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, mtp_is_moe, mtp_ops, stage_layer_range
 from ..scenario.kernels import TORCH_STACKS
-from ..scenario.sharding import ShardingPlan, grad_bytes
+from ..scenario.sharding import ShardingPlan
 from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
@@ -184,10 +183,12 @@ class CostModel(PipelineMessages):
         for name, policy, count in self.layer_runs(stage):
             units += [(self.block(name, kind, links, policy), layer_params(d, name == "moe_layer").total)] * count
         if modules := self._mtp(stage):
-            units += [(self.block("mtp", kind, links),
-                       mtp_params(d, mtp_is_moe(s), stage == 0, stage == s.num_stages - 1).total)] * modules
+            module = mtp_params(d, mtp_is_moe(s), stage == 0).total
+            units += [(self.block("mtp", kind, links, self.mtp_recompute), module)] * modules
         if stage == s.num_stages - 1:
             units.append((self.block("head", kind, links), head_params(d, stage == 0)))
+            # each module's logits through the same LM head: its weights are the head unit's
+            units += [(self.block("head", kind, links), 0.0)] * s.model.mtp_layers
         if kind != "F":
             units.reverse()  # the backward runs the units last to first
         plan = self.sharding
@@ -218,10 +219,15 @@ class CostModel(PipelineMessages):
         for name, policy, count in self.layer_runs(stage):
             parts += [self.block(name, kind, links, policy)] * count
         if modules := self._mtp(stage):
-            parts += [self.block("mtp", kind, links)] * modules
-        if stage == s.num_stages - 1:
-            parts.append(self.block("head", kind, links))
+            parts += [self.block("mtp", kind, links, self.mtp_recompute)] * modules
+        if stage == s.num_stages - 1:  # the model's head, then each module's (ops.mtp_dims_ops)
+            parts += [self.block("head", kind, links)] * (1 + s.model.mtp_layers)
         return ActionCost.total(parts)
+
+    @cached_property
+    def mtp_recompute(self) -> str:
+        """The recomputation policy of a multi-token-prediction module (model/recompute.py)."""
+        return mtp_policy(self.s.training.recompute, self.s.training.recompute_num_layers)
 
     def _mtp(self, stage: int) -> int:
         """Multi-token-prediction modules on a global stage (after its layers, before the head)."""
@@ -271,7 +277,7 @@ class CostModel(PipelineMessages):
         d = Dims.of(self.s)
         params = {"embedding": lambda: Params(dense=embedding_params(d)),
                   "layer": lambda: layer_params(d, False), "moe_layer": lambda: layer_params(d, True),
-                  "mtp": lambda: mtp_params(d, mtp_is_moe(self.s), True, True),  # the shared parts accumulate once
+                  "mtp": lambda: mtp_params(d, mtp_is_moe(self.s), True),  # the shared embedding: once
                   "head": lambda: Params(dense=head_params(d, self.s.num_stages == 1))}[block]()
         return accumulation_bytes(params.dense, params.expert, self.sharding, self.s.num_microbatches)
 
@@ -464,24 +470,6 @@ class CostModel(PipelineMessages):
             moved[per] += nbytes * count[per]
         seconds = sum(self.compute_model.memory_time(moved[per]) for per in ("shard", "local"))
         return seconds * self.slowdown(rank)
-
-    def embedding_sync(self, rank: int, stages: tuple[int, ...]) -> float:
-        """Seconds of the tied word embedding's gradient all-reduce before the optimizer step,
-        between the ranks of the first and the last stage (Megatron's embedding group;
-        megatron/core/distributed/finalize_model_grads.py, _allreduce_word_embedding_grads):
-        vocab / tp x hidden gradients at the width of the data-parallel reduction, a two-rank
-        ring (two latencies, each rank sends the buffer once); folded under a network fault,
-        the slowest pipeline's. Zero where the model unties the head, pp is 1, or one rank
-        holds both ends (V schedules)."""
-        last = self.s.num_stages - 1
-        if not tied_embedding(Dims.of(self.s)) or last == 0 or (0 in stages) == (last in stages):
-            return 0.0
-        p, c = self.placement, self.placement.coords(rank)
-        pipes = [p.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])]
-        if self.folded and self._degraded:
-            pipes = p.pipelines()
-        nbytes = self.s.model.vocab * self.s.model.hidden / self.s.tp * grad_bytes(self.s.training)
-        return max(self._transfer(pipe[0], pipe[-1], nbytes, hops=2) for pipe in pipes)
 
     def priced_by_profile(self) -> bool:
         """Whether any price so far came from the measured profile."""

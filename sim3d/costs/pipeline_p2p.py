@@ -1,13 +1,16 @@
 """Pipeline point-to-point: the message one TP rank sends across a stage boundary, and the
 seconds it takes on its placed path (a profile's send_recv rows where they have it), with
-Megatron-LM 2020-22's scatter/gather where the scenario runs it. A part of `CostModel`, which
+Megatron-LM 2020-22's scatter/gather where the scenario runs it; and the word embedding's
+gradient all-reduce between the pipeline's ends. A part of `CostModel`, which
 holds what these read: the scenario, its topology, placement and profile, and its caches."""
 
 from __future__ import annotations
 
 from functools import cached_property
 
-from ..model.ops import ACT_BYTES
+from ..model.ops import ACT_BYTES, Dims
+from ..model.params import tied_embedding
+from ..scenario.sharding import grad_bytes
 from .collectives import p2p_time
 from .provenance import ANALYTICAL, PROFILE
 
@@ -70,3 +73,29 @@ class PipelineMessages:
         crosses = self.topology.gpu_of(a)[0] != self.topology.gpu_of(b)[0]
         nbytes = self.p2p_bytes if nbytes is None else nbytes
         return p2p_time(nbytes, bw, hops * lat, crosses, self.topology.nvlink_efficiency)
+
+    def embedding_sync(self, rank: int, stages: tuple[int, ...]) -> float:
+        """Seconds of the tied word embedding's gradient all-reduce before the optimizer step,
+        between the ranks of the first and the last stage (Megatron's embedding group;
+        megatron/core/distributed/finalize_model_grads.py, _allreduce_word_embedding_grads):
+        vocab / tp x hidden gradients at the width of the data-parallel reduction, a two-rank
+        ring (two latencies, each rank sends the buffer once); folded under a network fault,
+        the slowest pipeline's. An untied model with multi-token prediction all-reduces it
+        between the first stage and the module's, whose embedding copy it updates
+        (finalize_model_grads.py: share_embeddings_and_output_weights or mtp_num_layers). Zero
+        otherwise, where pp is 1, or where one rank holds both ends (V schedules)."""
+        s = self.s
+        if tied_embedding(Dims.of(s)):
+            partner = s.num_stages - 1
+        elif s.model.mtp_layers:
+            partner = next(stage for stage, modules in enumerate(s.stage_mtp) if modules)
+        else:
+            return 0.0
+        if partner == 0 or (0 in stages) == (partner in stages):
+            return 0.0
+        p, c = self.placement, self.placement.coords(rank)
+        pipes = [p.pipeline(tp=c["tp"], dp=c["dp"], cp=c["cp"])]
+        if self.folded and self._degraded:
+            pipes = p.pipelines()
+        nbytes = s.model.vocab * s.model.hidden / s.tp * grad_bytes(s.training)
+        return max(self._transfer(pipe[0], pipe[partner % s.pp], nbytes, hops=2) for pipe in pipes)

@@ -38,9 +38,9 @@ def simulated_parts(scenario) -> dict[str, float]:
     blocks = [("embedding", "embedding_block", embedding_ops(scenario), outside)]
     blocks += [("moe_layer" if is_moe_layer(scenario, i) else "layer", "block", layer_ops(scenario, is_moe_layer(scenario, i)),
                 policy) for i, policy in stage_policies(scenario, stage_layer_range(scenario, 0))]
-    if scenario.num_stages == 1:
-        blocks += [("mtp", "mtp_block", mtp_ops(scenario), outside)] * scenario.model.mtp_layers
-        blocks.append(("head", "head_block", head_ops(scenario), outside))
+    if scenario.num_stages == 1:  # each multi-token-prediction module, then the model's head and theirs
+        blocks += [("mtp", "mtp_block", mtp_ops(scenario), costs.mtp_recompute)] * scenario.model.mtp_layers
+        blocks += [("head", "head_block", head_ops(scenario), outside)] * (1 + scenario.model.mtp_layers)
     d = Dims.of(scenario)
     parts: Counter = Counter()
     for name, block, ops, recompute in blocks:

@@ -79,8 +79,9 @@ def memory_rows(traces: list[RankTrace], s) -> tuple[list[dict], dict]:
     """Profile rows `layer.memory` / `head.memory` for scenario `s` (the job the traces ran),
     and why any were left out (reason -> count)."""
     notes: dict = {}
-    if s.pp > 1 or s.training.recompute != "none":
-        notes["memory-bound rows: written for traces of a job without pipeline stages or recomputation"] = 1
+    if s.pp > 1 or s.training.recompute != "none" or s.model.mtp_layers:
+        notes["memory-bound rows: written for traces of a job without pipeline stages, recomputation or "
+              "multi-token prediction"] = 1
         return [], notes
     d = Dims.of(s)
     vocab = int(round(d.vocab / d.tp))

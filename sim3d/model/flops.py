@@ -8,7 +8,7 @@ Units: FLOPs (2 per multiply-add), matmul FLOPs only. MoE layers count the usefu
 
 from __future__ import annotations
 
-from .recompute import recompute_flops, stage_policies
+from .recompute import mtp_policy, recompute_flops, stage_policies
 from .ops import (Dims, Op, embedding_dims_ops, head_dims_ops, is_moe_layer, mtp_dims_ops, mtp_is_moe, ops_for,
                   stage_layer_range, stage_ops)
 
@@ -51,10 +51,11 @@ def _per_microbatch(s, with_recompute: bool) -> float:
 
 
 def _mtp_flops(s, d: Dims, with_recompute: bool) -> float:
-    """One multi-token-prediction module, counted as Megatron counts it (training.py
-    num_floating_point_operations adds mtp_num_layers transformer layers and LM heads)."""
+    """One multi-token-prediction module and its head, counted as Megatron counts them
+    (training.py num_floating_point_operations adds mtp_num_layers transformer layers and LM heads)."""
     ops = mtp_dims_ops(d, mtp_is_moe(s))
-    return train_flops(ops) + (recompute_flops(ops, s.training.recompute, d) if with_recompute else 0.0)
+    redo = recompute_flops(ops, mtp_policy(s.training.recompute, s.training.recompute_num_layers), d)
+    return train_flops(ops) + train_flops(head_dims_ops(d)) + (redo if with_recompute else 0.0)
 
 
 def _microbatches_per_step(s) -> float:
@@ -88,5 +89,6 @@ def stage_flops(s, stage: int, with_recompute: bool = True) -> float:
         for layer, policy in stage_policies(s, stage_layer_range(s, stage)):
             total += recompute_flops(ops_for(d, is_moe_layer(s, layer)), policy, d)
         if s.model.mtp_layers and s.stage_mtp[stage]:
-            total += s.stage_mtp[stage] * recompute_flops(mtp_dims_ops(d, mtp_is_moe(s)), s.training.recompute, d)
+            policy = mtp_policy(s.training.recompute, s.training.recompute_num_layers)
+            total += s.stage_mtp[stage] * recompute_flops(mtp_dims_ops(d, mtp_is_moe(s)), policy, d)
     return total

@@ -30,7 +30,7 @@ from ..schedule.specs import SCHEDULES
 from ..scenario.moe_layers import moe_at
 from ..scenario.sharding import ShardingPlan
 from .ops import Dims, embedding_dims_ops, head_dims_ops, mtp_dims_ops, ops_for
-from .recompute import kept_bytes, layer_policy
+from .recompute import kept_bytes, layer_policy, mtp_policy
 from .params import (_mtp_is_moe, embedding_params, head_params, layer_counts, layer_params, layer_split, model_params,
                      mtp_params, params_of)
 
@@ -101,16 +101,18 @@ def _stage_bytes(d: Dims, recompute: str, split: tuple, recompute_layers: int | 
     other[0] += sum(op.act_bytes for op in embedding_dims_ops(d))
     other[-1] += sum(op.act_bytes for op in head_dims_ops(d))
     if split[3]:
-        other += np.array(split[3]) * _mtp_activation_bytes(d, _mtp_is_moe(split), recompute)
+        # each module on its stage, and its head (final norm, LM head, loss) on the last
+        other += np.array(split[3]) * _mtp_activation_bytes(d, _mtp_is_moe(split), mtp_policy(recompute, recompute_layers))
+        other[-1] += sum(split[3]) * sum(op.act_bytes for op in head_dims_ops(d))
     return layers, other
 
 
 def _mtp_activation_bytes(d: Dims, moe_layer: bool, recompute: str) -> float:
-    """What one multi-token-prediction module keeps: its embedding's and its head's saved
-    tensors (never recomputed) and, of the checkpointed part (norms, projection, layer), what
-    the policy keeps (under full: the two inputs the norms keep)."""
+    """What one multi-token-prediction module keeps on its stage: its embedding's saved tensors
+    (never recomputed) and, of the checkpointed part (norms, projection, layer), what the policy
+    keeps (under full: the two inputs the norms keep)."""
     ops = mtp_dims_ops(d, moe_layer)
-    outside = {op.name for op in embedding_dims_ops(d) + head_dims_ops(d)}
+    outside = {op.name for op in embedding_dims_ops(d)}
     inner = [op for op in ops if op.name not in outside]
     kept = sum(op.act_bytes for op in inner[:2]) if recompute == "full" else kept_bytes(inner, recompute, d)
     return sum(op.act_bytes for op in ops if op.name in outside) + kept
@@ -369,8 +371,7 @@ def _largest_unit(d: Dims, split: tuple, stages: tuple[int, ...]) -> float:
     if len(split[0]) - 1 in stages:
         units.append(head_params(d, 0 in stages))
     if split[3] and any(split[3][stage] for stage in stages):
-        units.append(max(mtp_params(d, _mtp_is_moe(split), stage == 0, stage == len(split[0]) - 1).total
-                         for stage in stages if split[3][stage]))
+        units.append(max(mtp_params(d, _mtp_is_moe(split), stage == 0).total for stage in stages if split[3][stage]))
     return max(units)
 
 

@@ -386,15 +386,16 @@ def head_dims_ops(d: Dims) -> list[Op]:
 
 
 def mtp_dims_ops(d: Dims, moe_layer: bool) -> list[Op]:
-    """One multi-token-prediction module (Megatron-Core multi_token_prediction.py,
-    MultiTokenPredictionLayer; DeepSeek-V3, arXiv:2412.19437 sec. 2.2) after the decoder: the
-    shifted tokens' embedding, a norm of it and of the decoder's output (each keeps its input),
-    the two concatenated into the column-parallel eh_proj (2h -> h, its input gathered over TP
-    under SP), the output all-gathered over TP (gather_from_tensor_model_parallel_region; with SP
-    split again, its backward an all-gather), one transformer layer of the model's kind, then
-    the final norm, the (shared) LM head and the loss. The embedding and the head run outside
-    the recomputed part, the norms, the projection and the layer inside it, as the module
-    checkpoints `_proj_and_transformer_layer`."""
+    """One multi-token-prediction module on the stage that holds it (Megatron-Core
+    multi_token_prediction.py, MultiTokenPredictionLayer; DeepSeek-V3, arXiv:2412.19437 sec.
+    2.2): the shifted tokens' embedding, a norm of it and of the decoder's output (each keeps its
+    input), the two concatenated into the column-parallel eh_proj (2h -> h, its input gathered
+    over TP under SP), the output all-gathered over TP (gather_from_tensor_model_parallel_region;
+    with SP split again, its backward an all-gather), and one transformer layer of the model's
+    kind. Its final norm, the LM head and the loss run on the loss stage (`head_dims_ops` once
+    more per module: gpt_model.py computes every module's logits where post_process holds,
+    process_mtp_loss). The embedding runs outside the recomputed part, the norms, the projection
+    and the layer inside it (the module checkpoints `_proj_and_transformer_layer`)."""
     rep = d.b * d.sl * d.h / (d.tp if d.sp else 1)
     full = d.b * d.sl * d.h * d.ab
     gather_in = dict(comm="all-gather", bwd_comm="reduce-scatter", comm_bytes=2 * full, group="tp") if d.sp else (
@@ -407,7 +408,7 @@ def mtp_dims_ops(d: Dims, moe_layer: bool) -> list[Op]:
         _elementwise("mtp_concat", d, 2 * rep, kernels=("cat",), **gather_in),
         _gemm("mtp_eh_proj", d, d.b * d.sl, 2 * d.h, d.h / d.tp, act=_linear_input_bytes(d) * 2 * rep, **gather_out),
     ]
-    return embedding_dims_ops(d) + _as_stack_runs(ops, d) + ops_for(d, moe_layer) + head_dims_ops(d)
+    return embedding_dims_ops(d) + _as_stack_runs(ops, d) + ops_for(d, moe_layer)
 
 
 def _as_stack_runs(ops: list[Op], d: Dims) -> list[Op]:
@@ -443,8 +444,8 @@ def is_moe_layer(s, layer: int) -> bool:
 
 def mtp_is_moe(s) -> bool:
     """A module's layer is built from the decoder's last layer spec (Megatron-Core
-    get_gpt_mtp_block_spec): MoE where a layer after the last would be."""
-    return is_moe_layer(s, s.model.layers)
+    gpt_builders.py, decoder_layer_specs[-1]): MoE where the last layer is."""
+    return is_moe_layer(s, s.model.layers - 1)
 
 
 def stage_layer_range(s, stage: int) -> range:
@@ -462,5 +463,5 @@ def stage_ops(s, stage: int) -> list[Op]:
     for _ in range(s.stage_mtp[stage] if s.model.mtp_layers else 0):
         ops += mtp_dims_ops(d, mtp_is_moe(s))
     if stage == s.num_stages - 1:
-        ops += head_dims_ops(d)
+        ops += head_dims_ops(d) * (1 + s.model.mtp_layers)  # the model's head, then each module's
     return ops

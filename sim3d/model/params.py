@@ -83,17 +83,13 @@ def head_params(d: Dims, with_embedding: bool) -> float:
     return lm_head + _norm_params(d)
 
 
-def mtp_params(d: Dims, moe_layer: bool, with_embedding: bool, with_head: bool) -> Params:
-    """One multi-token-prediction module on one rank (ops.mtp_dims_ops): its layer, eh_proj
-    (2h x h, column-parallel), its three norms, and on a stage that lacks them a copy of the word
-    embedding and of the LM head it shares: Megatron-Core's GPTModel builds the embedding where
-    pre_process or mtp_process holds and the output layer where post_process or mtp_process does."""
+def mtp_params(d: Dims, moe_layer: bool, with_embedding: bool) -> Params:
+    """One multi-token-prediction module on the rank that holds it (ops.mtp_dims_ops): its
+    layer, eh_proj (2h x h, column-parallel) and its three norms, and a copy of the word
+    embedding on a stage without it (Megatron-Core's GPTModel builds the embedding where
+    pre_process or mtp_process holds; the output layer it shares only where post_process does)."""
     p = layer_params(d, moe_layer) + Params(2 * d.h * d.h / d.tp + 3 * _norm_params(d))
-    if not with_embedding:
-        p = p + Params(embedding_params(d))
-    if not with_head:
-        p = p + Params(d.vocab * d.h / d.tp)
-    return p
+    return p if with_embedding else p + Params(embedding_params(d))
 
 
 def layer_split(s) -> tuple:
@@ -106,8 +102,9 @@ def layer_split(s) -> tuple:
 
 
 def _mtp_is_moe(split: tuple) -> bool:
+    """As ops.mtp_is_moe: the decoder's last layer's kind."""
     layers, every, first_dense, _ = split
-    return bool(every) and moe_at(sum(layers), every, first_dense)
+    return bool(every) and moe_at(sum(layers) - 1, every, first_dense)
 
 
 def layer_counts(split: tuple, stages: tuple[int, ...]) -> tuple[int, int]:
@@ -135,7 +132,7 @@ def params_of(d: Dims, split: tuple, stages: tuple[int, ...]) -> Params:
         p = p + Params(head_params(d, 0 in stages))
     for stage in stages:
         for _ in range(split[3][stage] if split[3] else 0):
-            p = p + mtp_params(d, _mtp_is_moe(split), stage == 0, stage == len(split[0]) - 1)
+            p = p + mtp_params(d, _mtp_is_moe(split), stage == 0)
     return p
 
 
@@ -148,6 +145,6 @@ def model_params(s) -> float:
     """Total parameters of the model (unsharded, tied embedding counted once)."""
     d = Dims.of(s).unsharded()
     total = sum(layer_params(d, is_moe_layer(s, i)).total for i in range(s.model.layers))
-    # a module's shared embedding and LM head counted once, with the model's
-    total += s.model.mtp_layers * mtp_params(d, is_moe_layer(s, s.model.layers), True, True).total
+    # a module's shared embedding counted once, with the model's
+    total += s.model.mtp_layers * mtp_params(d, is_moe_layer(s, s.model.layers - 1), True).total
     return total + embedding_params(d) + head_params(d, True)

@@ -69,6 +69,14 @@ def layer_policy(recompute: str, recompute_num_layers: int | None, position: int
     return recompute if recompute_num_layers is None or position < recompute_num_layers else "none"
 
 
+def mtp_policy(recompute: str, recompute_num_layers: int | None) -> str:
+    """The policy of a multi-token-prediction module: the scenario's, but none under full
+    recomputation of the first N layers (Megatron's block method skips the module:
+    multi_token_prediction.py, "recompute_method == 'block' is not supported for MTP yet.
+    Skipping recompute.")."""
+    return "none" if recompute == "full" and recompute_num_layers is not None else recompute
+
+
 def stage_policies(s, layers: range) -> list[tuple[int, str]]:
     """(global layer index, its policy) for the layers of one stage, in order."""
     t = s.training

@@ -67,9 +67,14 @@ def _layout_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
     if joined.count("m") != s.model.mtp_layers:
         return (), (f"{where}: {joined.count('m')} multi-token-prediction module(s) (m), but model.mtp_layers "
                     f"is {s.model.mtp_layers}")
-    if "m" in joined and not joined.rindex("t") < joined.index("m") <= joined.rindex("m") < joined.index("L"):
-        # each module reads the last layer's output and feeds the loss (multi_token_prediction.py)
-        return (), f"{where}: the multi-token-prediction modules (m) come after the last layer (t) and before the loss (L)"
+    if "m" in joined:
+        # Megatron-Core's validate_layer_layout (pipeline_parallel_layer_layout.py)
+        holders = [g for g, stage in enumerate(stages) if "m" in stage]
+        if not joined.rindex("t") < joined.index("m") <= joined.rindex("m") < joined.index("L"):
+            return (), f"{where}: the multi-token-prediction modules (m) come after the last layer (t) and before the loss (L)"
+        if len(holders) > 1 or holders[0] // s.pp != s.vpp - 1 or holders[0] % s.pp == 0:
+            return (), (f"{where}: the multi-token-prediction modules (m) share one stage, the last chunk of a "
+                        "pipeline rank other than the first (Megatron-Core's rule)")
     # a stage may hold nothing (Megatron's grammar allows "||"): it passes the activations on
     return tuple(stage.count("t") for stage in stages), None
 

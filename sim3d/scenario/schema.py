@@ -520,6 +520,9 @@ class Scenario(_Strict):
                        "costs.network: flow makes them share it")
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")
+        if self.model.mtp_layers and not self.stage_mtp[-1]:
+            out.append("parallel.pipeline_layout: the multi-token-prediction modules run before the loss stage, to which "
+                       "Megatron sends (1 + modules) x b x s x h; sim3d sends b x s x h (one message size per pipeline)")
         if not self.megatron_split and len(set(self.stage_layers)) > 1:
             out.append(f"{self.model.layers} layers do not split evenly over {self.num_stages} stages: "
                        f"stages get {min(self.stage_layers)}-{max(self.stage_layers)} layers")

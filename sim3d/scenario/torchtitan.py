@@ -302,6 +302,8 @@ def _not_carried(s) -> list[str]:
     if s.training.tp_comm_overlap:
         out.append("training.tp_comm_overlap (Transformer Engine's userbuffers; torchtitan's nearest is "
                    "parallelism.enable_async_tensor_parallel)")
+    if s.model.mtp_layers:
+        out.append("model.mtp_layers (a torchtitan dense model trains no multi-token-prediction module)")
     return out
 
 

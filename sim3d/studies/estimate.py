@@ -218,14 +218,17 @@ class Estimator:
             else:
                 per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)
                 per_stage[0] += blocks[("embedding", kind)]
-                per_stage[-1] += blocks[("head", kind)]
+                per_stage[-1] += (1 + s.model.mtp_layers) * blocks[("head", kind)]  # and each module's head
+                if s.model.mtp_layers:
+                    per_stage += np.array(s.stage_mtp) * costs.block("mtp", kind, links_of(compute_key),
+                                                                     costs.mtp_recompute).seconds
             work[kind] = per_stage[held].sum(axis=1).tolist()
         return [{kind: work[kind][r] for kind in KINDS} for r in range(layout.pp)]
 
     @staticmethod
     def _blocks(costs: CostModel, compute_key: tuple) -> dict:
         """{(block, kind): seconds} of one micro-batch through the embedding, a layer, the head."""
-        links = dict(zip(("tp", "cp", "ep"), compute_key[7:10]))
+        links = links_of(compute_key)
         names = ("embedding", "layer", "head") + (("moe_layer",) if costs.s.model.moe else ())
         return {(name, kind): costs.block(name, kind, links).seconds for name in names for kind in KINDS}
 
@@ -303,3 +306,8 @@ def _v_shaped(layout: Layout) -> bool:
 
 def _stage_map(layout: Layout) -> StageMap:
     return StageMap(layout.pp, layout.vpp, SCHEDULES[layout.schedule].placement)
+
+
+def links_of(compute_key: tuple) -> dict:
+    """The tp, cp and ep links of a layout's compute key."""
+    return dict(zip(("tp", "cp", "ep"), compute_key[7:10]))

@@ -377,7 +377,8 @@ class Space:
         cluster = base.cluster.model_copy(update={"nodes": self.nodes, "gpus_per_node": self.gpus_per_node})
         s = base.model_copy(update={"parallel": parallel, "training": training, "cluster": cluster,
                                     "schedule": layout.schedule})
-        s.__dict__.pop("stage_layers", None)  # derived from the layout: never the base's
+        for derived in ("stage_layers", "stage_mtp"):  # from the layout: never the base's
+            s.__dict__.pop(derived, None)
         return s
 
 

@@ -60,12 +60,33 @@ def _text(value) -> str:
 _SETTING = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=([^\s;,()]+)")
 
 
+# what a note says of other runs than the row's ("later recipe ... uses recompute_modules=...",
+# "... not pinned to this run"): from those words to the end of their clause
+_OTHER_RUNS = re.compile(r"\blater recipe\b[^;]*|[^;]*\bnot pinned to this run\b[^;]*", re.I)
+
+
+def this_runs_notes(notes: str) -> str:
+    """A notes cell without what it says of other runs."""
+    return _OTHER_RUNS.sub("", notes or "")
+
+
 def note_settings(notes: str) -> dict[str, str]:
-    """The `key=value` tokens of a notes cell, keys lower-cased (the first of a repeated key wins)."""
+    """The `key=value` tokens of a notes cell, keys lower-cased (the first of a repeated key
+    wins), leaving out those said of other runs."""
     out: dict[str, str] = {}
-    for key, value in _SETTING.findall(notes or ""):
+    for key, value in _SETTING.findall(this_runs_notes(notes)):
         out.setdefault(key.lower(), value)
     return out
+
+
+# recompute_modules=[mla_up_proj,mlp] (Megatron's names; dgxc-benchmarking's tables spell the key
+# RecomputeModule), a bracketed list or one name
+_MODULES = re.compile(r"(?<![\w.-])(?:recompute_modules|recomputemodule)=(\[[^\]]*\]|[^\s;,()]+)", re.I)
+
+
+def _recompute_modules(notes: str) -> list[str] | None:
+    found = _MODULES.search(this_runs_notes(notes))
+    return [m for m in re.split(r"[\s,+/|]+", found[1].strip("[]")) if m] if found else None
 
 
 _TRUE, _FALSE = ("true", "1", "1.0", "yes", "on"), ("false", "0", "0.0", "no", "off")
@@ -442,12 +463,11 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
     }
     if (mla := _latent_attention(settings)) is not None:
         raw["model"]["mla"] = mla
-    # the modules selective recomputation runs again, as Megatron names them (dgxc-benchmarking's
-    # tables spell the key RecomputeModule)
-    if modules := settings.get("recompute_modules", settings.get("recomputemodule")):
-        raw["training"]["recompute_modules"] = re.split(r"[+/|]", modules.strip("[]"))
-        recompute = recompute or "selective"  # the only granularity that reads them
-        raw["training"]["recompute"] = recompute
+    # the modules selective recomputation runs again, the only granularity that reads them
+    if (modules := _recompute_modules(notes)) and recompute in (None, "selective"):
+        raw["training"]["recompute_modules"] = modules
+        said += [] if recompute else [f"recompute selective of {', '.join(modules)} (its notes)"]
+        recompute = raw["training"]["recompute"] = "selective"
     if settings.get("mtp_num_layers", "").isdigit():
         raw["model"]["mtp_layers"] = int(settings["mtp_num_layers"])
     elif "deepseek" in _text(row.get("model")).lower() and _WITH_MTP.search(notes):
