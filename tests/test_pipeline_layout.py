@@ -94,3 +94,12 @@ def test_the_layout_goes_out_and_comes_back_as_megatron_arguments():
     assert back.unmapped == []
     t = scenario_from_dict(back.scenario)
     assert (t.vpp, t.stage_layers, t.schedule) == (2, s.stage_layers, "interleaved-1f1b")
+
+
+def test_the_planner_searches_the_layouts_stage_count():
+    """A layout of 7 layers over 4 stages: the planner's pipelines are the ways pp x vpp make
+    those 4 stages (7 is prime: no even split would give it one), each with the layout's split."""
+    from sim3d.studies.space import Space
+    base = scenario_from_dict(_scenario(7, pp=4, vpp=1, pipeline_layout="Et|tt|tt|ttL"))
+    layouts, _ = Space(base, 4, {}).layouts()
+    assert {(layout.pp, layout.vpp) for layout in layouts if layout.pp > 1} == {(4, 1), (2, 2)}

@@ -11,6 +11,7 @@ Point-to-point, data-parallel and optimizer costs come from the topology and col
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from functools import cached_property
 
 from ..model.kernel_stack import accumulation_bytes
@@ -24,6 +25,7 @@ from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
 from .buckets import GradientBuckets
+from .moe_dispatch import network_share
 from .compute import ComputeModel, block_shape, is_memory_bound, op_class
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
@@ -129,6 +131,8 @@ class CostModel(PipelineMessages):
         if kind == "ring":  # context-parallel ring: cp-1 neighbour exchanges
             return p2p_time(nbytes, link.bw, link.latency * (link.size - 1), link.nodes > 1, link.intra_efficiency)
         op = COLLECTIVE[kind]
+        if op == "all_to_all":
+            link = self._dispatched(link)
         if self.profile is not None:
             measured = self.profile.collective_seconds(op, nbytes, link.size)
             if measured is not None:
@@ -136,6 +140,12 @@ class CostModel(PipelineMessages):
                 return measured
         self.provenance.record(f"{group} collectives", ANALYTICAL)
         return collective_time(op, nbytes, link).seconds
+
+    def _dispatched(self, link):
+        """An expert group's link with the network share of its all-to-all that the scenario's
+        dispatcher sends (moe_dispatch.py)."""
+        share = network_share(self.s, link.nodes) if link.a2a_network_s else 1.0
+        return replace(link, a2a_network_s=link.a2a_network_s * share) if share < 1.0 else link
 
     def _wire(self, kind: str, nbytes: float, group: str, links: dict | None) -> float:
         """Bytes one member sends for a collective (see ActionCost.wire)."""
@@ -453,7 +463,8 @@ class CostModel(PipelineMessages):
         alone = self._alone_link("ep", rank)
         cost = self._action(stage, kind, {"tp": tp, "cp": cp, "ep": alone})
         seconds, buffer = cost.comm.get("ep", 0.0), cost.wire.get("ep", 0.0) * alone.size / (alone.size - 1)
-        latency = max(0.0, seconds - buffer * all_to_all_s_per_byte(alone)) if alone.nodes > 1 else 0.0
+        pace = all_to_all_s_per_byte(self._dispatched(alone)) if alone.nodes > 1 else None
+        latency = max(0.0, seconds - buffer * pace) if pace is not None else 0.0
         return seconds, buffer, latency
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:

@@ -56,6 +56,8 @@ VALUE_FLAGS = {
     "moe_ffn_hidden_size": "model.moe.expert_ffn_hidden", "mtp_num_layers": "model.mtp_layers",
     "moe_shared_expert_intermediate_size": "model.moe.shared_expert_ffn",
     "moe_expert_capacity_factor": "model.moe.capacity_factor", "moe_layer_freq": "model.moe.every",
+    "moe_router_num_groups": "model.moe.router_groups", "moe_router_group_topk": "model.moe.router_group_topk",
+    "moe_flex_dispatcher_backend": "training.moe_dispatcher",  # deepep (hybridep: not priced)
     "tensor_model_parallel_size": "parallel.tp", "pipeline_model_parallel_size": "parallel.pp",
     "context_parallel_size": "parallel.cp", "expert_model_parallel_size": "parallel.ep",
     "expert_tensor_parallel_size": "parallel.etp",
@@ -89,6 +91,7 @@ SWITCH_FLAGS = {  # flags without a value
     # 2020-22's pipeline scatter/gather: its off switch; the args namespace's true says no era (WITHOUT_EFFECT)
     "no_scatter_gather_tensors_in_pipeline": ("training.p2p_scatter_gather", False),
     "fp8": ("training.precision", "fp8"),  # NeMo's model.fp8: true (Transformer Engine FP8)
+    "moe_enable_deepep": ("training.moe_dispatcher", "deepep"),  # the flex dispatcher's older switch
     "account_for_embedding_in_pipeline_split": ("parallel.account_for_embedding_in_pipeline_split", True),
     "account_for_loss_in_pipeline_split": ("parallel.account_for_loss_in_pipeline_split", True),
     # Megatron-LM arguments.py: initialise ranks in tp-cp-ep-pp-dp order instead of tp-cp-ep-dp-pp
@@ -105,8 +108,7 @@ IRRELEVANT = {
     "disable_bias_linear", "no_masked_softmax_fusion", "no_bias_gelu_fusion", "no_bias_dropout_fusion",
     "use_mcore_models", "transformer_impl", "rotary_base", "rotary_percent", "use_rotary_position_embeddings",
     "rampup_batch_size", "data_cache_path", "num_workers", "log_throughput", "timing_log_level",
-    "log_timers_to_tensorboard", "tensorboard_log_interval", "make_vocab_size_divisible_by",
-    "group_query_attention",
+    "log_timers_to_tensorboard", "tensorboard_log_interval", "make_vocab_size_divisible_by", "group_query_attention",
     # NeMo model keys of the same kind (numerics, fusions, checkpointing, data)
     "mcore_gpt", "bias", "layernorm_epsilon", "share_embeddings_and_output_weights", "persist_layer_norm",
     "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_add_fusion", "apply_query_key_layer_scaling",
@@ -116,22 +118,18 @@ IRRELEVANT = {
     "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
     "get_attention_mask_from_fusion", "sync_batch_comm", "use_flash_attention", "deterministic_mode", "cross_entropy_loss_fusion",
     "nsys_profile", "seed", "precision", "num_micro_batches_with_partial_activation_checkpoints",
-    "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval",
-    "fp8_amax_history_len", "fp8_amax_compute_algo", "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg",
-    "tp_comm_overlap_ag", "tp_comm_overlap_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit",
-    "batch_p2p_comm",
-}
-# Arguments sim3d reads on the command line (importers) but that a flat argument dict may hold
-# without changing a step: sim3d recomputes every layer of a stage under full recomputation.
+    "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval", "fp8_amax_history_len",
+    "fp8_amax_compute_algo", "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg", "tp_comm_overlap_ag",
+    "tp_comm_overlap_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "batch_p2p_comm"}
+# Read on a command line, but a flat argument dict may hold them without changing a step.
 WITHOUT_EFFECT = {"recompute_method", "recompute_num_layers", "tokenizer_model", "make_vocab_size_divisible_by",
                   "scatter_gather_tensors_in_pipeline"}
 # Vocabulary of well-known tokenizers, by a name fragment of NeMo's `tokenizer.type` / `.model`:
 # Llama 3 / 3.1: 128,256 (arXiv:2407.21783 sec. 3.1.1 "128K tokens"; the HF config's vocab_size),
 # Llama 2: 32,000 (arXiv:2307.09288), Nemotron-4: 256,000 (arXiv:2402.16819), GPT-2 BPE: 50,257.
-TOKENIZER_VOCAB = {"llama-3": 128256, "llama3": 128256, "meta-llama-3": 128256, "llama-2": 32000,
-                   "nemotron": 256000, "gpt2": 50257}
-# GPT-2 BPE (50,257 tokens) padded as Megatron pads it (--make-vocab-size-divisible-by 128 x tp).
-GPT2_VOCAB = 50257
+TOKENIZER_VOCAB = {"llama-3": 128256, "llama3": 128256, "meta-llama-3": 128256, "llama-2": 32000, "nemotron": 256000,
+                   "gpt2": 50257}
+GPT2_VOCAB = 50257  # GPT-2 BPE, padded as Megatron pads it (--make-vocab-size-divisible-by 128 x tp)
 
 
 @dataclass
@@ -216,6 +214,8 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             if value is True:
                 raise ValueError(f"{option} needs at least one module name")
             _set(tree, "training.recompute_modules", value if isinstance(value, list) else [value])
+            continue
+        if flag == "moe_token_dispatcher_type" and value in ("alltoall", "flex"):  # flex: its backend's kind
             continue
         if flag == "pipeline_model_parallel_layout":
             if value is True or isinstance(value, list):

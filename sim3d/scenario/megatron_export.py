@@ -39,6 +39,8 @@ def to_megatron_args(s) -> list[str]:
         pattern = (f"[{','.join('1' if moe_at(i, m.moe.every, m.moe.first_dense_layers) else '0' for i in range(m.layers))}]"
                    if m.moe.first_dense_layers else m.moe.every if m.moe.every != 1 else None)
         for flag, value in (("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden),
+                            ("--moe-router-num-groups", m.moe.router_groups),
+                            ("--moe-router-group-topk", m.moe.router_group_topk),
                             ("--moe-shared-expert-intermediate-size", m.moe.shared_expert_ffn),
                             ("--moe-expert-capacity-factor", m.moe.capacity_factor),
                             ("--moe-layer-freq", pattern)):
@@ -83,6 +85,8 @@ def to_megatron_args(s) -> list[str]:
         elif t.recompute == "full":
             args += ["--recompute-method", "uniform", "--recompute-num-layers", 1]
     args += ["--attention-backend", "flash" if t.attention_backend == "flash" else "local"]
+    if t.moe_dispatcher == "deepep":
+        args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
     if t.grad_reduce_in_fp32 is not None and t.precision != "fp32":  # else Megatron's default
         if t.grad_reduce_in_fp32 and t.precision == "fp16":
             args.append("--accumulate-allreduce-grads-in-fp32")

@@ -43,6 +43,10 @@ class MoE(_Strict):
     # the first layers stay dense (DeepSeek-V3 config first_k_dense_replace: 3; model/ops.py moe_at)
     first_dense_layers: int = _alias("first_dense_layers", "first_k_dense_replace", default=0, ge=0, le=1 << 20)
     capacity_factor: Factor | None = _alias("capacity_factor", "moe_expert_capacity_factor", default=None)
+    # group-limited routing (DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2; Megatron --moe-router-num-groups,
+    # --moe-router-group-topk): the experts in `router_groups` groups, each token's among `router_group_topk`
+    router_groups: Experts | None = _alias("router_groups", "moe_router_num_groups", default=None)
+    router_group_topk: Experts | None = _alias("router_group_topk", "moe_router_group_topk", default=None)
 
 
 class Model(_Strict):
@@ -227,6 +231,10 @@ class Training(_Strict):
     # Megatron-LM 2020-22 without SP: each TP rank sends 1/tp of a pipeline message and the
     # receiver all-gathers it over TP (p2p_communication.py, --scatter-gather-tensors-in-pipeline)
     p2p_scatter_gather: bool = _alias("p2p_scatter_gather", "scatter_gather_tensors_in_pipeline", default=False)
+    # the expert all-to-all: NCCL's (Megatron's alltoall dispatcher) or DeepEP's, which sends a token
+    # once per node it goes to (Megatron --moe-flex-dispatcher-backend deepep; costs/moe_dispatch.py)
+    moe_dispatcher: Literal["alltoall", "deepep"] = _alias("moe_dispatcher", "moe_flex_dispatcher_backend",
+                                                           default="alltoall")
 
     @field_validator("attention_backend", mode="before")
     @classmethod
@@ -521,8 +529,9 @@ class Scenario(_Strict):
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")
         if self.model.mtp_layers and not self.stage_mtp[-1]:
-            out.append("parallel.pipeline_layout: the multi-token-prediction modules run before the loss stage, to which "
-                       "Megatron sends (1 + modules) x b x s x h; sim3d sends b x s x h (one message size per pipeline)")
+            out.append("parallel.pipeline_layout: the multi-token-prediction modules run before the loss stage, "
+                       "to which Megatron sends (1 + modules) x b x s x h; sim3d sends b x s x h (one message size "
+                       "per pipeline)")
         if not self.megatron_split and len(set(self.stage_layers)) > 1:
             out.append(f"{self.model.layers} layers do not split evenly over {self.num_stages} stages: "
                        f"stages get {min(self.stage_layers)}-{max(self.stage_layers)} layers")

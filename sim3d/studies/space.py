@@ -39,7 +39,7 @@ from functools import cached_property, lru_cache
 from types import SimpleNamespace
 
 from ..scenario.limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded, check_schedule_size
-from ..scenario.pipeline_split import megatron_stage_layers
+from ..scenario.pipeline_split import layout_stages, megatron_stage_layers
 from ..errors import ScenarioError
 from ..scenario.checks import AXES
 from ..scenario.load import canonical_key
@@ -202,8 +202,11 @@ class Space:
 
     def _stage_counts(self) -> tuple[int, ...]:
         """Divisors of the layers, and with Megatron's split options of the layers counted with
-        the embedding and loss too (Llama 3.1 405B: 126 + 2 = 128 over pp 8 x vpp 8)."""
+        the embedding and loss too (Llama 3.1 405B: 126 + 2 = 128 over pp 8 x vpp 8); with a
+        pipeline layout, of its stages (pp x vpp must make them: `_split_problem`)."""
         par, layers = self.base.parallel, self.base.model.layers
+        if par.pipeline_layout is not None:
+            return _divisors(len(layout_stages(par.pipeline_layout)))
         counted = layers + par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
         return tuple(sorted(set(_divisors(layers)) | set(_divisors(counted))))
 
