@@ -55,15 +55,35 @@ def test_the_dispatcher_and_the_groups_go_out_and_come_back_as_megatron_argument
     assert back.unmapped == []
     t = scenario_from_dict(back.scenario)
     assert (t.training.moe_dispatcher, t.model.moe.router_groups, t.model.moe.router_group_topk) == ("deepep", 8, 4)
-    older = from_megatron(args[:args.index("--moe-token-dispatcher-type")] + ["--moe-enable-deepep"],
-                          name="older", gpu="h100-sxm", gpus=1024, gpus_per_node=8)
-    assert older.scenario["training"]["moe_dispatcher"] == "deepep"
+    flex = args.index("--moe-flex-dispatcher-backend")
+    older = args[:flex] + ["--moe-enable-deepep"] + args[flex + 2:]  # the flex type, its older switch
+    assert from_megatron(older, name="older", gpu="h100-sxm", gpus=1024,
+                         gpus_per_node=8).scenario["training"]["moe_dispatcher"] == "deepep"
+
+
+@pytest.mark.parametrize("flags, dispatcher, unpriced", [
+    (["--moe-token-dispatcher-type", "flex"], "deepep", []),  # Megatron's default backend
+    (["--moe-token-dispatcher-type", "alltoall", "--moe-flex-dispatcher-backend", "deepep"], "alltoall", []),
+    (["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"], None, ["hybridep"]),
+    (["--moe-token-dispatcher-type", "allgather"], None, ["allgather"]),
+])
+def test_the_importer_reads_the_dispatcher_as_megatron_does(flags, dispatcher, unpriced):
+    """Megatron-Core reads --moe-flex-dispatcher-backend (default deepep) under `flex` only."""
+    args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+            "--vocab-size", "32000", "--num-experts", "8", "--expert-model-parallel-size", "2",
+            "--micro-batch-size", "1", "--global-batch-size", "8"]
+    got = from_megatron(args + flags, name="x", gpu="h100-sxm", gpus=2, gpus_per_node=2)
+    assert got.scenario.get("training", {}).get("moe_dispatcher") == dispatcher
+    assert [any(word in note for note in got.unmapped) for word in unpriced] == [True] * len(unpriced)
+    with pytest.raises(ValueError, match="needs --moe-token-dispatcher-type flex"):
+        from_megatron(args + ["--moe-enable-deepep"], name="x", gpu="h100-sxm", gpus=2, gpus_per_node=2)
 
 
 @pytest.mark.parametrize("sets, words", [
     (["model.moe.router_group_topk=null"], "give both"),
     (["model.moe.router_groups=6"], "must divide the experts"),
     (["model.moe.router_group_topk=1"], "hold the top_k"),  # 8 experts from one group of 32: fine
+    (["model.moe.top_k=2"], "an expert in each chosen group"),  # 2 experts over 4 chosen groups
 ])
 def test_group_limits_that_cannot_route_are_refused(sets, words):
     if words == "hold the top_k":
@@ -73,3 +93,41 @@ def test_group_limits_that_cannot_route_are_refused(sets, words):
         return
     with pytest.raises(ScenarioError, match=words):
         load_scenario(DSV3, sets)
+
+
+def test_the_link_report_lays_deepeps_network_bytes_at_its_share():
+    """analysis/traffic.py: an expert group's all-to-all edges, the network ones at half the
+    bytes under DeepEP on DeepSeek-V3, NVLink's as they were."""
+    from sim3d.analysis.traffic import group_edges
+    from sim3d.cluster.topology import Topology
+
+    def edges(*sets):
+        topology = Topology(load_scenario(DSV3, list(sets)))
+        group = list(topology.placement.groups("ep")[0])
+        kinds = {edge: topology.graph.edges[edge]["kind"] for edge, _ in group_edges(topology, group)}
+        return {edge: load for edge, load in group_edges(topology, group)}, kinds
+    deepep, kinds = edges()
+    plain, _ = edges("training.moe_dispatcher=alltoall")
+    assert set(deepep) == set(plain) and {"nvlink"} < set(kinds.values())
+    for edge, load in plain.items():
+        assert deepep[edge] == pytest.approx(load if kinds[edge] == "nvlink" else 0.5 * load, rel=1e-12)
+
+
+def test_a_profiles_measured_all_to_all_is_scaled_by_deepeps_share():
+    """A measured row is NCCL's all-to-all (a DeepEP run launches no NCCL all-to-all to time):
+    DeepEP's price is it times the analytical ratio of the two dispatchers."""
+    from sim3d.costs.collectives import collective_time
+
+    class Measured:  # one measured all-to-all price for every size
+        def collective_seconds(self, op, nbytes, n):
+            return 0.02 if op == "all_to_all" else None
+
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+    costs = CostModel(load_scenario(DSV3))
+    link = costs._folded_links["ep"]
+    costs.profile = Measured()
+    ratio = collective_time("all_to_all", 1e8, costs._dispatched(link)).seconds / collective_time("all_to_all", 1e8, link).seconds
+    assert costs._collective("all-to-all", 1e8, "ep") == pytest.approx(0.02 * ratio, rel=1e-12)
+    assert ratio < 0.6

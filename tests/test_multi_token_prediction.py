@@ -81,7 +81,6 @@ def test_without_a_layout_the_module_runs_on_the_last_stage():
     ("Et|ttmtL", 2, 1, "come after the last layer"),
     ("Et|tttLm", 2, 1, "the loss (L) closes the last"),
     ("Etttt|m||L", 2, 1, "the last chunk of a pipeline rank"),  # rank 1's first chunk
-    ("Et|tt|tm|L", 2, 1, "other than the first"),  # rank 0's last chunk
     ("Et|t|t|t|m|mL", 3, 2, "share one stage"),
 ])
 def test_layouts_megatron_refuses_for_the_module_are_refused(layout, pp, mtp, words):

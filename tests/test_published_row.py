@@ -284,3 +284,7 @@ def test_what_a_note_says_of_other_runs_is_not_read_as_the_rows():
              "recompute_modules=[mla_up_proj], moe_a2a_overlap=True - not pinned to this run.")
     built = scenario_dict_of(row(recompute=None, notes=notes))
     assert "recompute_modules" not in built["training"] and built["training"]["precision"] == "bf16"
+    # the run's own sentences of the same clause stay read
+    notes = "recompute not stated. precision=fp16 on this run. recompute_modules=[mla_up_proj] - not pinned to this run."
+    built = scenario_dict_of(row(recompute=None, notes=notes))
+    assert built["training"]["precision"] == "fp16" and "recompute_modules" not in built["training"]

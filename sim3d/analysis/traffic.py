@@ -29,6 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..cluster.placement import GRADIENT_AXIS, SHARD_AXIS
+from ..costs.moe_dispatch import network_share
 
 AXIS_OF_STREAM = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": GRADIENT_AXIS}
 LINK_COLUMNS = ("src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_fraction")
@@ -159,7 +160,7 @@ def _lay_all_to_alls(topology, placement, bytes_of, load: dict) -> None:
             continue
         for rank in group:
             nbytes = bytes_of(rank, "ep")
-            for edge, share in topology.member_hops("ep", rank) if nbytes else ():
+            for edge, share in dispatched(topology, group, topology.member_hops("ep", rank)) if nbytes else ():
                 load[edge] += nbytes * share
 
 
@@ -247,7 +248,8 @@ def _row_edges(topology, axis: str, members: list[int], folded: bool) -> list[tu
             hops += group_edges(topology, list(group)) if len(group) > 1 else []
         return hops
     for member in members:
-        hops += topology.member_hops(axis, member)
+        hops += (dispatched(topology, placement.group(axis, member), topology.member_hops(axis, member))
+                 if axis == "ep" else topology.member_hops(axis, member))
     return hops
 
 
@@ -255,7 +257,17 @@ def group_edges(topology, group: list[int]) -> list[tuple[tuple, float]]:
     """(directed edge, bytes on it per byte each member sends) of a whole group's all-to-all:
     `member_edges` summed over the members, counted at once (sim3d/all_to_all.py)."""
     n = len(group)
-    return [(edge, load * n / (n - 1)) for edge, load in topology.all_to_all_load("ep", alone=group).items()]
+    return dispatched(topology, group, [(edge, load * n / (n - 1))
+                                        for edge, load in topology.all_to_all_load("ep", alone=group).items()])
+
+
+def dispatched(topology, group, edges: list[tuple[tuple, float]]) -> list[tuple[tuple, float]]:
+    """An expert all-to-all's edges with the share of its network bytes the scenario's
+    dispatcher sends (costs/moe_dispatch.py); NVLink carries every copy."""
+    share = network_share(topology.scenario, len({topology.gpu_of(rank)[0] for rank in group}))
+    if share == 1.0:
+        return edges
+    return [(edge, load * (1.0 if topology.graph.edges[edge]["kind"] == "nvlink" else share)) for edge, load in edges]
 
 
 def _pipelines(placement) -> list[list[int]]:

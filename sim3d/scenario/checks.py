@@ -73,9 +73,11 @@ def consistency_problems(s) -> list[str]:
         groups, chosen = m.moe.router_groups, m.moe.router_group_topk
         if (groups is None) != (chosen is None):
             p.append("model.moe.router_groups and router_group_topk: give both (group-limited routing) or neither")
-        elif groups and (m.moe.experts % groups or chosen > groups or m.moe.top_k > chosen * m.moe.experts // groups):
+        elif groups and (m.moe.experts % groups or chosen > groups or m.moe.top_k > chosen * m.moe.experts // groups
+                         or chosen > m.moe.top_k):
             p.append(f"model.moe.router_groups: {m.moe.experts} experts in {groups} groups, each token's {m.moe.top_k} "
-                     f"among {chosen} of them: the groups must divide the experts and hold the top_k")
+                     f"among {chosen} of them: the groups must divide the experts and hold the top_k, and a token "
+                     "needs an expert in each chosen group (Megatron splits top_k over them)")
         if not any(moe_at(i, m.moe.every, m.moe.first_dense_layers) for i in range(m.layers)):
             p.append(f"model.moe.first_dense_layers: {m.moe.first_dense_layers} of {m.layers} layers, with an MoE "
                      f"layer every {m.moe.every}, leaves no MoE layer (set model.moe to null for a dense model)")

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from ..schedule.specs import megatron_schedule
 from . import megatron_fsdp
-from .megatron_model_args import MLA_FLAGS, is_moe_pattern, read_latent_attention, read_moe_pattern
+from .megatron_model_args import (DISPATCH_FLAGS, MLA_FLAGS, is_moe_pattern, read_dispatcher, read_latent_attention,
+                                  read_moe_pattern)
 from .pipeline_split import layout_stages
 
 # Megatron-LM argument (megatron/training/arguments.py, dashes as underscores) -> scenario path.
@@ -57,7 +58,6 @@ VALUE_FLAGS = {
     "moe_shared_expert_intermediate_size": "model.moe.shared_expert_ffn",
     "moe_expert_capacity_factor": "model.moe.capacity_factor", "moe_layer_freq": "model.moe.every",
     "moe_router_num_groups": "model.moe.router_groups", "moe_router_group_topk": "model.moe.router_group_topk",
-    "moe_flex_dispatcher_backend": "training.moe_dispatcher",  # deepep (hybridep: not priced)
     "tensor_model_parallel_size": "parallel.tp", "pipeline_model_parallel_size": "parallel.pp",
     "context_parallel_size": "parallel.cp", "expert_model_parallel_size": "parallel.ep",
     "expert_tensor_parallel_size": "parallel.etp",
@@ -91,7 +91,6 @@ SWITCH_FLAGS = {  # flags without a value
     # 2020-22's pipeline scatter/gather: its off switch; the args namespace's true says no era (WITHOUT_EFFECT)
     "no_scatter_gather_tensors_in_pipeline": ("training.p2p_scatter_gather", False),
     "fp8": ("training.precision", "fp8"),  # NeMo's model.fp8: true (Transformer Engine FP8)
-    "moe_enable_deepep": ("training.moe_dispatcher", "deepep"),  # the flex dispatcher's older switch
     "account_for_embedding_in_pipeline_split": ("parallel.account_for_embedding_in_pipeline_split", True),
     "account_for_loss_in_pipeline_split": ("parallel.account_for_loss_in_pipeline_split", True),
     # Megatron-LM arguments.py: initialise ranks in tp-cp-ep-pp-dp order instead of tp-cp-ep-dp-pp
@@ -127,8 +126,7 @@ WITHOUT_EFFECT = {"recompute_method", "recompute_num_layers", "tokenizer_model",
 # Vocabulary of well-known tokenizers, by a name fragment of NeMo's `tokenizer.type` / `.model`:
 # Llama 3 / 3.1: 128,256 (arXiv:2407.21783 sec. 3.1.1 "128K tokens"; the HF config's vocab_size),
 # Llama 2: 32,000 (arXiv:2307.09288), Nemotron-4: 256,000 (arXiv:2402.16819), GPT-2 BPE: 50,257.
-TOKENIZER_VOCAB = {"llama-3": 128256, "llama3": 128256, "meta-llama-3": 128256, "llama-2": 32000, "nemotron": 256000,
-                   "gpt2": 50257}
+TOKENIZER_VOCAB = {"llama-3": 128256, "llama3": 128256, "meta-llama-3": 128256, "llama-2": 32000, "nemotron": 256000, "gpt2": 50257}
 GPT2_VOCAB = 50257  # GPT-2 BPE, padded as Megatron pads it (--make-vocab-size-divisible-by 128 x tp)
 
 
@@ -199,11 +197,12 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     tokenizer: dict[str, str] = {}  # --tokenizer-model, --make-vocab-size-divisible-by
     fsdp: dict[str, object] = {}  # Megatron-FSDP's flags, read together
     recompute_how: dict[str, object] = {}  # --recompute-method and --recompute-num-layers, read together
-    latent: dict[str, object] = {}  # --multi-latent-attention and its ranks, read together
+    # --multi-latent-attention and its ranks; the MoE dispatcher's type and backend: each read together
+    latent, dispatch = {}, {}
     for flag, value in flags.items():
         option = "--" + flag.replace("_", "-")
-        if flag in MLA_FLAGS or flag == "multi_latent_attention":
-            latent[flag] = value
+        if flag in MLA_FLAGS or flag == "multi_latent_attention" or flag in DISPATCH_FLAGS:
+            (dispatch if flag in DISPATCH_FLAGS else latent)[flag] = value
             continue
         if flag == "moe_layer_freq" and is_moe_pattern(value):
             every, first = read_moe_pattern(value)
@@ -214,8 +213,6 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             if value is True:
                 raise ValueError(f"{option} needs at least one module name")
             _set(tree, "training.recompute_modules", value if isinstance(value, list) else [value])
-            continue
-        if flag == "moe_token_dispatcher_type" and value in ("alltoall", "flex"):  # flex: its backend's kind
             continue
         if flag == "pipeline_model_parallel_layout":
             if value is True or isinstance(value, list):
@@ -257,7 +254,10 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             out.unmapped.append(f"--{flag.replace('_', '-')}" + ("" if value is True else f" {value}"))
     _read_recompute_method(recompute_how, tree, out)
     mla, unmapped = read_latent_attention(latent)
-    out.unmapped += unmapped
+    dispatcher, unpriced = read_dispatcher(dispatch)
+    out.unmapped += unmapped + unpriced
+    if dispatcher is not None:
+        _set(tree, "training.moe_dispatcher", dispatcher)
     if mla is not None:
         tree.setdefault("model", {})["mla"] = mla
     settings, assumed, unmapped = megatron_fsdp.read(fsdp)

@@ -1,6 +1,6 @@
 """Megatron-LM arguments that describe the model's structure beyond its sizes, read for
-`importers.from_megatron` (which sets what these return): multi-latent attention and the
-MoE layer pattern."""
+`importers.from_megatron` (which sets what these return): multi-latent attention, the MoE
+layer pattern and the MoE token dispatcher."""
 
 from __future__ import annotations
 
@@ -54,3 +54,25 @@ def read_moe_pattern(text: str) -> tuple[int, int]:
 def is_moe_pattern(value) -> bool:
     """A --moe-layer-freq value written as a list rather than a number."""
     return isinstance(value, str) and not value.strip().isdigit() and value.lstrip("( ").startswith("[")
+
+
+DISPATCH_FLAGS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep")
+
+
+def read_dispatcher(given: dict) -> tuple[str | None, list[str]]:
+    """--moe-token-dispatcher-type with its flex backend -> (training.moe_dispatcher or None for
+    the default, notes of what is not priced). Megatron-Core reads the backend under `flex` only
+    and defaults it to deepep (transformer_config.py: moe_flex_dispatcher_backend); the older
+    --moe-enable-deepep asserts `flex`."""
+    kind, backend = given.get("moe_token_dispatcher_type"), given.get("moe_flex_dispatcher_backend")
+    if given.get("moe_enable_deepep") is not None:
+        if kind != "flex":
+            raise ValueError("--moe-enable-deepep needs --moe-token-dispatcher-type flex (Megatron-Core asserts it)")
+        backend = backend or "deepep"
+    if kind == "flex":
+        if (backend or "deepep") == "deepep":
+            return "deepep", []
+        return None, [f"--moe-flex-dispatcher-backend {backend} (priced as NCCL's all-to-all)"]
+    if kind in (None, "alltoall"):
+        return kind, []
+    return None, [f"--moe-token-dispatcher-type {kind} (priced as NCCL's all-to-all)"]

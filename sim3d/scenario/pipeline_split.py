@@ -72,9 +72,9 @@ def _layout_stage_layers(s) -> tuple[tuple[int, ...], str | None]:
         holders = [g for g, stage in enumerate(stages) if "m" in stage]
         if not joined.rindex("t") < joined.index("m") <= joined.rindex("m") < joined.index("L"):
             return (), f"{where}: the multi-token-prediction modules (m) come after the last layer (t) and before the loss (L)"
-        if len(holders) > 1 or holders[0] // s.pp != s.vpp - 1 or holders[0] % s.pp == 0:
-            return (), (f"{where}: the multi-token-prediction modules (m) share one stage, the last chunk of a "
-                        "pipeline rank other than the first (Megatron-Core's rule)")
+        if len(holders) > 1 or holders[0] // s.pp != s.vpp - 1:
+            return (), (f"{where}: the multi-token-prediction modules (m) share one stage, the last chunk of "
+                        "a pipeline rank (Megatron-Core's rule)")
     # a stage may hold nothing (Megatron's grammar allows "||"): it passes the activations on
     return tuple(stage.count("t") for stage in stages), None
 

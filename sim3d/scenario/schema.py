@@ -528,6 +528,9 @@ class Scenario(_Strict):
                        "costs.network: flow makes them share it")
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")
+        if self.training.moe_dispatcher == "deepep" and (self.model.moe is None or self.ep == 1):
+            out.append("training.moe_dispatcher: deepep changes only an expert all-to-all (model.moe with "
+                       "parallel.ep > 1) across nodes; here it changes nothing")
         if self.model.mtp_layers and not self.stage_mtp[-1]:
             out.append("parallel.pipeline_layout: the multi-token-prediction modules run before the loss stage, "
                        "to which Megatron sends (1 + modules) x b x s x h; sim3d sends b x s x h (one message size "

@@ -61,8 +61,9 @@ _SETTING = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*)=([^\s;,()]+)")
 
 
 # what a note says of other runs than the row's ("later recipe ... uses recompute_modules=...",
-# "... not pinned to this run"): from those words to the end of their clause
-_OTHER_RUNS = re.compile(r"\blater recipe\b[^;]*|[^;]*\bnot pinned to this run\b[^;]*", re.I)
+# "... not pinned to this run"): from "later recipe", or the sentence saying "not pinned to this
+# run", to the end of its clause
+_OTHER_RUNS = re.compile(r"\blater recipe\b[^;]*|[^;.]*\bnot pinned to this run\b[^;]*", re.I)
 
 
 def this_runs_notes(notes: str) -> str:
