@@ -17,7 +17,8 @@ from ..cluster.gpus import suggest
 from .safe_yaml import UnboundedYaml, YamlInputError, read_yaml_text
 from .bounds import shown
 from .checks import consistency_problems
-from .schema import SHARDING_SPELLINGS, Scenario, zero_stages_of
+from .schema import Scenario
+from .sharding import SHARDING_SPELLINGS, zero_stages_of
 from ..errors import ScenarioError
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict", "parse_override", "canonical_key",

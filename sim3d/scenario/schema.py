@@ -8,55 +8,32 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from ..cluster.gpus import GPU_FIELDS, GpuSpec, gpu_preset
 from ..cluster.placement import Placement
 from ..errors import ScenarioError
-from .bounds import (Batch, DomainNodes, Degree, Experts, Factor, Ffn, Gbps, Gib, GpusPerNode, HeadDim, Heads,
-                     Hidden, LatencyUs, Layers, Nic, Nics, Nodes, Rank, SeqLen, Tbps, Tflops, Vocab, Watts, shown)
+from .bounds import (Batch, DomainNodes, Degree, Ffn, Gbps, Gib, GpusPerNode, HeadDim, Heads, Hidden, LatencyUs, Layers,
+                     Nics, Nodes, SeqLen, Tbps, Tflops, Vocab, Watts, shown)
 from .pipeline_split import layout_stage_mtp, megatron_stage_layers, middle_heavy_layers
 from .kernels import Kernels
+from .experts import MoE
+from .faults import Fault
 from .latent_attention import LatentAttention
 from .recompute_modules import RecomputeModules
+from .sharding import SHARDING_SPELLINGS, zero_stages_of
+from .strict import Strict, alias
 from .variability import Variability
 
 
-def _alias(*names: str, **field):
-    return Field(validation_alias=AliasChoices(*names), **field)
-
-
-class _Strict(BaseModel):
-    # strict: `tp: true` or `layers: 2.5` is an error, not 1 or 2; no inf/nan reaches a divisor.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True,
-                              allow_inf_nan=False)
-
-
-class MoE(_Strict):
-    experts: Experts = _alias("experts", "num_experts")
-    top_k: Experts = _alias("top_k", "moe_router_topk", default=2)
-    expert_ffn_hidden: Ffn | None = _alias("expert_ffn_hidden", "moe_ffn_hidden_size", default=None)
-    # the total ffn width of experts every token runs besides its routed ones (Megatron
-    # --moe-shared-expert-intermediate-size; DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2: 2048); None: none
-    shared_expert_ffn: Ffn | None = _alias("shared_expert_ffn", "moe_shared_expert_intermediate_size", default=None)
-    every: Layers = 1  # an MoE layer every `every` layers (1 = all layers)
-    # the first layers stay dense (DeepSeek-V3 config first_k_dense_replace: 3; model/ops.py moe_at)
-    first_dense_layers: int = _alias("first_dense_layers", "first_k_dense_replace", default=0, ge=0, le=1 << 20)
-    capacity_factor: Factor | None = _alias("capacity_factor", "moe_expert_capacity_factor", default=None)
-    # group-limited routing (DeepSeek-V3, arXiv:2412.19437 sec. 2.1.2; Megatron --moe-router-num-groups,
-    # --moe-router-group-topk): the experts in `router_groups` groups, each token's among `router_group_topk`
-    router_groups: Experts | None = _alias("router_groups", "moe_router_num_groups", default=None)
-    router_group_topk: Experts | None = _alias("router_group_topk", "moe_router_group_topk", default=None)
-
-
-class Model(_Strict):
-    layers: Layers = _alias("layers", "num_layers")
-    hidden: Hidden = _alias("hidden", "hidden_size")
-    heads: Heads = _alias("heads", "num_attention_heads")
+class Model(Strict):
+    layers: Layers = alias("layers", "num_layers")
+    hidden: Hidden = alias("hidden", "hidden_size")
+    heads: Heads = alias("heads", "num_attention_heads")
     kv_heads: Heads | None = Field(None, validation_alias=AliasChoices("kv_heads", "num_query_groups"))
     ffn_hidden: Ffn | None = Field(None, validation_alias=AliasChoices("ffn_hidden", "ffn_hidden_size"))
-    vocab: Vocab = _alias("vocab", "padded_vocab_size", "vocab_size")
-    seq_len: SeqLen = _alias("seq_len", "seq_length")
+    vocab: Vocab = alias("vocab", "padded_vocab_size", "vocab_size")
+    seq_len: SeqLen = alias("seq_len", "seq_length")
     # gelu: GPT (biases, LayerNorm); swiglu: LLaMA (gated, RMSNorm, no biases);
     # squared-relu: Nemotron-4 (non-gated relu(x)^2, LayerNorm, no biases; arXiv:2402.16819 sec. 2)
     activation: Literal["gelu", "swiglu", "squared-relu"] = "gelu"
@@ -70,7 +47,7 @@ class Model(_Strict):
     # multi-token prediction modules after the last layer (Megatron --mtp-num-layers; DeepSeek-V3,
     # arXiv:2412.19437 sec. 2.2: one), each an embedding, two norms, a 2h -> h projection, one
     # transformer layer and the LM head with its loss (model/ops.py mtp_dims_ops)
-    mtp_layers: int = _alias("mtp_layers", "mtp_num_layers", default=0, ge=0, le=64)
+    mtp_layers: int = alias("mtp_layers", "mtp_num_layers", default=0, ge=0, le=64)
 
     @model_validator(mode="before")
     @classmethod
@@ -100,33 +77,7 @@ class Model(_Strict):
         return self.kv_channels or self.hidden // self.heads
 
 
-# How each stack spells the sharding of data parallelism, and what the spelling means.
-SHARDING_SPELLINGS = {
-    "zero": "0-3",
-    "zero_stage": "0-3",
-    "distributed_optimizer": "true or false",
-    "use_distributed_optimizer": "true or false",
-    # Megatron-FSDP (megatron/core/distributed/fsdp, --data-parallel-sharding-strategy)
-    "data_parallel_sharding_strategy": "no_shard, optim, optim_grads or optim_grads_params",
-    # DeepSpeed's config section: {stage: 0-3}
-    "zero_optimization": "a mapping with stage: 0-3",
-}
-MEGATRON_FSDP_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-
-
-def zero_stages_of(key: str, value) -> set[int]:
-    """The ZeRO stages a sharding spelling allows (empty: not a valid value)."""
-    if key in ("zero", "zero_stage"):
-        return {value} if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3 else set()
-    if key in ("distributed_optimizer", "use_distributed_optimizer"):
-        return ({1, 2, 3} if value else {0}) if isinstance(value, bool) else set()
-    if key == "data_parallel_sharding_strategy":
-        return {MEGATRON_FSDP_STRATEGY[value]} if value in MEGATRON_FSDP_STRATEGY else set()
-    stage = value.get("stage") if isinstance(value, dict) and set(value) <= {"stage"} else None
-    return zero_stages_of("zero", stage)
-
-
-class Parallel(_Strict):
+class Parallel(Strict):
     tp: Degree = Field(1, validation_alias=AliasChoices("tp", "tensor_model_parallel_size"))
     pp: Degree = Field(1, validation_alias=AliasChoices("pp", "pipeline_model_parallel_size"))
     dp: Degree | None = Field(None, validation_alias=AliasChoices("dp", "data_parallel_size"))
@@ -146,7 +97,7 @@ class Parallel(_Strict):
     # fewer is HSDP: groups of dp_shard ranks shard, their replicas all-reduce across groups.
     # `dp_replicate` (torchtitan's data_parallel_replicate_degree) says the same from the other side.
     dp_shard: Degree | None = None
-    dp_replicate: Degree | None = _alias("dp_replicate", "data_parallel_replicate_degree", default=None)
+    dp_replicate: Degree | None = alias("dp_replicate", "data_parallel_replicate_degree", default=None)
     # ZeRO-3: free a unit's gathered parameters after its forward and gather them again for its
     # backward (FSDP2's reshard_after_forward). Unset: torchtitan's default, true without
     # pipeline parallelism and false with it (torchtitan/models/llama3/infra/parallelize.py).
@@ -162,7 +113,7 @@ class Parallel(_Strict):
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     # Megatron-Core's --pipeline-model-parallel-layout ("Et|(tt|)*7,t|L"): each stage's layers
-    pipeline_layout: str | None = _alias("pipeline_layout", "pipeline_model_parallel_layout", default=None)
+    pipeline_layout: str | None = alias("pipeline_layout", "pipeline_model_parallel_layout", default=None)
 
     @property
     def distributed_optimizer(self) -> bool:
@@ -192,7 +143,7 @@ class Parallel(_Strict):
         return raw
 
 
-class Training(_Strict):
+class Training(Strict):
     micro_batch: Batch = Field(1, validation_alias=AliasChoices("micro_batch", "micro_batch_size"))
     global_batch: Batch = Field(validation_alias=AliasChoices("global_batch", "global_batch_size"))
     recompute: Literal["none", "selective", "op", "full"] = "none"  # model/recompute.py
@@ -230,10 +181,10 @@ class Training(_Strict):
     overlap_p2p: bool = Field(True, validation_alias=AliasChoices("overlap_p2p", "overlap_p2p_comm"))
     # Megatron-LM 2020-22 without SP: each TP rank sends 1/tp of a pipeline message and the
     # receiver all-gathers it over TP (p2p_communication.py, --scatter-gather-tensors-in-pipeline)
-    p2p_scatter_gather: bool = _alias("p2p_scatter_gather", "scatter_gather_tensors_in_pipeline", default=False)
+    p2p_scatter_gather: bool = alias("p2p_scatter_gather", "scatter_gather_tensors_in_pipeline", default=False)
     # the expert all-to-all: NCCL's (Megatron's alltoall dispatcher) or DeepEP's, which sends a token
     # once per node it goes to (Megatron --moe-flex-dispatcher-backend deepep; costs/moe_dispatch.py)
-    moe_dispatcher: Literal["alltoall", "deepep"] = _alias("moe_dispatcher", "moe_flex_dispatcher_backend",
+    moe_dispatcher: Literal["alltoall", "deepep"] = alias("moe_dispatcher", "moe_flex_dispatcher_backend",
                                                            default="alltoall")
 
     @field_validator("attention_backend", mode="before")
@@ -255,7 +206,7 @@ class Training(_Strict):
         return raw
 
 
-class IntraNode(_Strict):
+class IntraNode(Strict):
     fabric: Literal["nvswitch", "nvlink-mesh", "pcie"] = "nvswitch"
     gbps: Gbps | None = None  # None: the GPU preset's NVLink speed
     latency_us: LatencyUs = 2.0
@@ -264,7 +215,7 @@ class IntraNode(_Strict):
     domain_nodes: DomainNodes = 1
 
 
-class InterNode(_Strict):
+class InterNode(Strict):
     fabric: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
     nic_gbps: Gbps | None = None  # None: the GPU preset's NIC speed
     nics_per_node: Nics | None = None
@@ -281,7 +232,7 @@ class InterNode(_Strict):
     routing: Literal["adaptive", "ecmp"] = "adaptive"
 
 
-class Cluster(_Strict):
+class Cluster(Strict):
     gpu: str = "a100-80gb"
     nodes: Nodes = 1
     gpus_per_node: GpusPerNode | None = None
@@ -298,7 +249,7 @@ class Cluster(_Strict):
     power_limit_w: Watts | None = None  # nvidia-smi -pl; the preset's rated limit when unset
 
 
-class Costs(_Strict):
+class Costs(Strict):
     profile: str | None = None  # a calibration profile CSV (path relative to the working directory)
     network: Literal["analytical", "flow"] = "analytical"
 
@@ -311,66 +262,7 @@ class Costs(_Strict):
         return value
 
 
-class Straggler(_Strict):
-    rank: Rank
-    slowdown: Factor  # the rank's compute takes this many times as long
-
-    @field_validator("slowdown")
-    @classmethod
-    def _slower_only(cls, value):
-        if value < 1:
-            raise ValueError(f"{value:g} would make this GPU {1 / value:,.4g}x faster than its preset; a straggler's "
-                             "slowdown is at least 1 (a faster GPU is cluster.bf16_tflops or another preset)")
-        return value
-
-
-class SlowLink(_Strict):
-    node: Rank
-    nic_gbps: Gbps
-
-
-class NicFault(_Strict):
-    """One NIC of a node (counted as the node's `nics_per_node` are) degraded to `gbps`, or
-    failed at 0: its GPUs then reach the network through another NIC of the node over NVLink
-    (NCCL's PXN)."""
-    node: Rank
-    nic: Nic
-    gbps: float = Field(ge=0.0, le=1e12)
-
-    @field_validator("gbps")
-    @classmethod
-    def _failed_or_running(cls, value):
-        if 0 < value < 1e-3:
-            raise ValueError(f"{value} Gb/s: give 0 for a failed NIC, or at least 0.001 Gb/s")
-        return value
-
-
-class UplinkFault(_Strict):
-    """A leaf's uplinks to the spine degraded to `gbps` in all (some of its spine links down)."""
-    leaf: Rank
-    gbps: Gbps
-
-
-class LeafFault(_Strict):
-    """A leaf switch down: the NICs cabled to it are cut off, and their GPUs reach the
-    network through the node's other NICs over NVLink (NCCL's PXN), if it has any left."""
-    leaf: Rank
-
-
-class Fault(_Strict):
-    straggler: Straggler | None = None
-    link: SlowLink | None = None  # every NIC of a node at nic_gbps
-    nic: NicFault | None = None
-    uplink: UplinkFault | None = None
-    leaf: LeafFault | None = None
-
-    @property
-    def network(self) -> bool:
-        """A fault of the fabric (it breaks the symmetry of groups and paths)."""
-        return self.straggler is None
-
-
-class Scenario(_Strict):
+class Scenario(Strict):
     name: str = "scenario"
     model: Model
     parallel: Parallel = Parallel()

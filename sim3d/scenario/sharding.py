@@ -10,6 +10,32 @@ from dataclasses import dataclass
 from .kernels import TORCH_STACKS
 
 
+# How each stack spells the sharding of data parallelism, and what the spelling means.
+SHARDING_SPELLINGS = {
+    "zero": "0-3",
+    "zero_stage": "0-3",
+    "distributed_optimizer": "true or false",
+    "use_distributed_optimizer": "true or false",
+    # Megatron-FSDP (megatron/core/distributed/fsdp, --data-parallel-sharding-strategy)
+    "data_parallel_sharding_strategy": "no_shard, optim, optim_grads or optim_grads_params",
+    # DeepSpeed's config section: {stage: 0-3}
+    "zero_optimization": "a mapping with stage: 0-3",
+}
+MEGATRON_FSDP_STRATEGY = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def zero_stages_of(key: str, value) -> set[int]:
+    """The ZeRO stages a sharding spelling allows (empty: not a valid value)."""
+    if key in ("zero", "zero_stage"):
+        return {value} if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3 else set()
+    if key in ("distributed_optimizer", "use_distributed_optimizer"):
+        return ({1, 2, 3} if value else {0}) if isinstance(value, bool) else set()
+    if key == "data_parallel_sharding_strategy":
+        return {MEGATRON_FSDP_STRATEGY[value]} if value in MEGATRON_FSDP_STRATEGY else set()
+    stage = value.get("stage") if isinstance(value, dict) and set(value) <= {"stage"} else None
+    return zero_stages_of("zero", stage)
+
+
 def grad_bytes(training) -> int:
     """Bytes per gradient element as Megatron keeps and reduces them (its gradient buffer):
     fp32 where `grad_reduce_in_fp32` holds, by default for every precision but fp16."""

@@ -43,7 +43,8 @@ from ..scenario.pipeline_split import layout_stages, megatron_stage_layers
 from ..errors import ScenarioError
 from ..scenario.checks import AXES
 from ..scenario.load import canonical_key
-from ..scenario.schema import SHARDING_SPELLINGS, Scenario
+from ..scenario.schema import Scenario
+from ..scenario.sharding import SHARDING_SPELLINGS
 from ..cluster.placement import Placement
 from ..schedule.specs import SCHEDULES, planned_schedules
 
