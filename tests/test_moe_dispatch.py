@@ -131,3 +131,16 @@ def test_a_profiles_measured_all_to_all_is_scaled_by_deepeps_share():
     ratio = collective_time("all_to_all", 1e8, costs._dispatched(link)).seconds / collective_time("all_to_all", 1e8, link).seconds
     assert costs._collective("all-to-all", 1e8, "ep") == pytest.approx(0.02 * ratio, rel=1e-12)
     assert ratio < 0.6
+
+
+def test_a_nemo_config_names_its_dispatcher_as_megatron_does():
+    from sim3d.scenario.importers import from_nemo
+    model = {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "seq_length": 1024, "vocab_size": 32000,
+             "num_moe_experts": 8, "expert_model_parallel_size": 2, "micro_batch_size": 1, "global_batch_size": 8,
+             "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
+    config = {"trainer": {"num_nodes": 1, "devices": 2}, "model": model}
+    got = from_nemo(config, name="nemo", gpu="h100-sxm")
+    assert got.scenario["training"]["moe_dispatcher"] == "deepep"
+    assert not any("dispatcher" in note for note in got.unmapped)
+    plain = from_nemo({**config, "model": {**model, "moe_token_dispatcher_type": "alltoall"}}, name="nemo", gpu="h100-sxm")
+    assert plain.scenario["training"]["moe_dispatcher"] == "alltoall"

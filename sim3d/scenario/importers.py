@@ -350,7 +350,7 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
             args.append(f"--{flag}")
         elif value is False or value is None:
             continue
-        elif isinstance(value, (int, float, str)) and (flag in VALUE_FLAGS or flag in (
+        elif isinstance(value, (int, float, str)) and (flag in VALUE_FLAGS or flag in DISPATCH_FLAGS or flag in (
                 "recompute_granularity", "recompute_method", "recompute_num_layers")):
             args += [f"--{flag}", str(value)]
         elif flag not in IRRELEVANT:  # a switch with a value that is not true / false lands here too
