@@ -144,3 +144,13 @@ def test_a_nemo_config_names_its_dispatcher_as_megatron_does():
     assert not any("dispatcher" in note for note in got.unmapped)
     plain = from_nemo({**config, "model": {**model, "moe_token_dispatcher_type": "alltoall"}}, name="nemo", gpu="h100-sxm")
     assert plain.scenario["training"]["moe_dispatcher"] == "alltoall"
+
+
+def test_explain_names_deepeps_share():
+    costs = CostModel(load_scenario(DSV3))
+    costs.action(2, "F")  # stages 0 and 1 hold the three dense first layers
+    ep = dict(costs.explain())["ep collectives"]
+    assert "DeepEP" in ep
+    plain = CostModel(load_scenario(DSV3, ["training.moe_dispatcher=alltoall"]))
+    plain.action(2, "F")
+    assert "DeepEP" not in dict(plain.explain())["ep collectives"]
