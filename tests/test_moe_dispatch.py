@@ -154,3 +154,13 @@ def test_explain_names_deepeps_share():
     plain = CostModel(load_scenario(DSV3, ["training.moe_dispatcher=alltoall"]))
     plain.action(2, "F")
     assert "DeepEP" not in dict(plain.explain())["ep collectives"]
+
+
+@pytest.mark.parametrize("sets, warned", [
+    ([], False),
+    (["parallel.ep=8", "parallel.dp=64"], True),  # every expert group inside one node of 8 GPUs
+    (["training.moe_dispatcher=alltoall", "parallel.ep=8", "parallel.dp=64"], False),
+])
+def test_deepep_where_it_changes_nothing_says_so(sets, warned):
+    s = load_scenario(DSV3, sets)
+    assert any("deepep changes only" in w for w in s.warnings()) == warned

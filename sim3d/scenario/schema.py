@@ -420,7 +420,8 @@ class Scenario(Strict):
                        "costs.network: flow makes them share it")
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")
-        if self.training.moe_dispatcher == "deepep" and (self.model.moe is None or self.ep == 1):
+        if self.training.moe_dispatcher == "deepep" and (self.model.moe is None or self.ep == 1 or len(
+                {rank // self.gpus_per_node for rank in Placement.of(self).group("ep", 0)}) == 1):
             out.append("training.moe_dispatcher: deepep changes only an expert all-to-all (model.moe with "
                        "parallel.ep > 1) across nodes; here it changes nothing")
         if self.model.mtp_layers and not self.stage_mtp[-1]:
