@@ -31,8 +31,8 @@ from ..scenario.moe_layers import moe_at
 from ..scenario.sharding import ShardingPlan
 from .ops import Dims, embedding_dims_ops, head_dims_ops, mtp_dims_ops, ops_for
 from .recompute import kept_bytes, layer_policy, mtp_policy
-from .params import (_mtp_is_moe, embedding_params, head_params, layer_counts, layer_params, layer_split, model_params,
-                     mtp_params, params_of)
+from .params import (embedding_params, head_params, layer_counts, layer_params, layer_split, model_params, mtp_params,
+                     params_of, split_mtp_is_moe)
 
 GIB = 2**30
 
@@ -102,7 +102,7 @@ def _stage_bytes(d: Dims, recompute: str, split: tuple, recompute_layers: int | 
     other[-1] += sum(op.act_bytes for op in head_dims_ops(d))
     if split[3]:
         # each module on its stage, and its head (final norm, LM head, loss) on the last
-        other += np.array(split[3]) * _mtp_activation_bytes(d, _mtp_is_moe(split), mtp_policy(recompute, recompute_layers))
+        other += np.array(split[3]) * _mtp_activation_bytes(d, split_mtp_is_moe(split), mtp_policy(recompute, recompute_layers))
         other[-1] += sum(split[3]) * sum(op.act_bytes for op in head_dims_ops(d))
     return layers, other
 
@@ -371,7 +371,7 @@ def _largest_unit(d: Dims, split: tuple, stages: tuple[int, ...]) -> float:
     if len(split[0]) - 1 in stages:
         units.append(head_params(d, 0 in stages))
     if split[3] and any(split[3][stage] for stage in stages):
-        units.append(max(mtp_params(d, _mtp_is_moe(split), stage == 0).total for stage in stages if split[3][stage]))
+        units.append(max(mtp_params(d, split_mtp_is_moe(split), stage == 0).total for stage in stages if split[3][stage]))
     return max(units)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..scenario.moe_layers import moe_at
-from .ops import Dims, is_moe_layer
+from .ops import Dims, is_moe_layer, mtp_is_moe
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def layer_split(s) -> tuple:
     return s.stage_layers, (moe.every if moe else 0), (moe.first_dense_layers if moe else 0), mtp
 
 
-def _mtp_is_moe(split: tuple) -> bool:
+def split_mtp_is_moe(split: tuple) -> bool:
     """As ops.mtp_is_moe: the decoder's last layer's kind."""
     layers, every, first_dense, _ = split
     return bool(every) and moe_at(sum(layers) - 1, every, first_dense)
@@ -132,7 +132,7 @@ def params_of(d: Dims, split: tuple, stages: tuple[int, ...]) -> Params:
         p = p + Params(head_params(d, 0 in stages))
     for stage in stages:
         for _ in range(split[3][stage] if split[3] else 0):
-            p = p + mtp_params(d, _mtp_is_moe(split), stage == 0)
+            p = p + mtp_params(d, split_mtp_is_moe(split), stage == 0)
     return p
 
 
@@ -146,5 +146,5 @@ def model_params(s) -> float:
     d = Dims.of(s).unsharded()
     total = sum(layer_params(d, is_moe_layer(s, i)).total for i in range(s.model.layers))
     # a module's shared embedding counted once, with the model's
-    total += s.model.mtp_layers * mtp_params(d, is_moe_layer(s, s.model.layers - 1), True).total
+    total += s.model.mtp_layers * mtp_params(d, mtp_is_moe(s), True).total
     return total + embedding_params(d) + head_params(d, True)

@@ -120,7 +120,7 @@ IRRELEVANT = {
     "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval", "fp8_amax_history_len",
     "fp8_amax_compute_algo", "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg", "tp_comm_overlap_ag",
     "tp_comm_overlap_rs", "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "batch_p2p_comm"}
-# Read on a command line, but a flat argument dict may hold them without changing a step.
+# Read on a command line; in a flat argument dict they change no step (full recomputation: every layer).
 WITHOUT_EFFECT = {"recompute_method", "recompute_num_layers", "tokenizer_model", "make_vocab_size_divisible_by",
                   "scatter_gather_tensors_in_pipeline"}
 # Vocabulary of well-known tokenizers, by a name fragment of NeMo's `tokenizer.type` / `.model`:
