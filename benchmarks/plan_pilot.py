@@ -21,7 +21,7 @@ CASES = [("scenarios/llama3.1-8b.yaml", 8), ("scenarios/llama3.1-70b.yaml", 64),
 def main() -> None:
     os.environ["SIM3D_MAX_PLAN_SECONDS"] = str(10**8)
     from sim3d.scenario.load import load_scenario
-    from sim3d.studies import pilot as plan_pilot, plan
+    from sim3d.studies import pilot as plan_pilot, tier_one
     from sim3d.studies.space import Space
     from sim3d.util.lifetime import die_with_parent
     cases = [(sys.argv[1], int(sys.argv[2]))] if len(sys.argv) == 3 else CASES
@@ -30,19 +30,19 @@ def main() -> None:
     for path, gpus in cases:
         space = Space(load_scenario(ROOT / path), gpus, {}, ())
         layouts, _ = space.layouts()
-        key = plan._space_key(space)
-        plan._worker_state(key, space.base, space.gpus, space.choices)
-        sample, rows, rate = plan_pilot.pilot(plan._groups(layouts), lambda chunk: plan._tier_one(
+        key = tier_one.space_key(space)
+        tier_one.worker_state(key, space.base, space.gpus, space.choices)
+        sample, rows, rate = plan_pilot.pilot(tier_one.layout_groups(layouts), lambda chunk: tier_one.price_batch(
             (key, space.base, space.gpus, space.choices, chunk)), workers)
         rest = len(layouts) - len(sample)
         estimate = rest / rate / max(1, min(workers, rest))
         chosen = set(map(id, sample))
         started = time.perf_counter()
         with ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) as pool:
-            plan.price(space, [x for x in layouts if id(x) not in chosen], pool, workers, rate=rate, priced=rows)
+            tier_one.price(space, [x for x in layouts if id(x) not in chosen], pool, workers, rate=rate, priced=rows)
         print(f"{path:34} {gpus:>7,} {len(layouts):>9,} {estimate:>11.0f} {time.perf_counter() - started:>11.0f}",
               flush=True)
-        plan._WORKER.clear()
+        tier_one.WORKER.clear()
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@
 
 For each shipped scenario it records the summary (less wall time and version), the memory
 table, the `--explain` sources and SHA-256 digests of the trace and link tables; for each
-validation CSV the predicted value and note of every row (`python -m sim3d.validation --out`).
+validation CSV the predicted value and note of every row (`python -m sim3d.validation --out`);
+for a few plans (PLANS) the picks `sim3d plan` ranks.
 Floats are written with `repr`, so "identical" means bit for bit. Goes through the public
-seams only (`sim3d.simulate`, `python -m sim3d.validation`), so it runs unchanged across a
+seams only (`sim3d.simulate`, `python -m sim3d.validation`, `sim3d plan`), so it runs unchanged across a
 reorganisation of the package.
 """
 
@@ -52,8 +53,26 @@ def validation_fingerprint(csv: Path) -> list[list[str]]:
     return rows[["id", "metric", "predicted", "note"]].values.tolist()
 
 
+# plans whose picks are recorded: the ranked layouts and their simulated steps (a dense model
+# on one node and on 64 GPUs, and an MoE one; the finalists are few to keep this quick)
+PLANS = (("scenarios/llama3.1-8b.yaml", 8), ("scenarios/gpt-13b.yaml", 64), ("scenarios/moe-1024.yaml", 128))
+PICKED = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero",
+          "tp_comm_overlap", "order", "dp_shard", "step_time_s", "est_step_s")
+
+
+def plan_fingerprint(scenario: str, gpus: int) -> list[list[str]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([sys.executable, "-m", "sim3d", "plan", scenario, "--gpus", str(gpus), "--finalists", "20",
+                               "--top", "10", "--json", "--no-plots", "--out", tmp], check=True, capture_output=True,
+                              text=True, cwd=ROOT)
+    return [[repr(row[k]) for k in PICKED] for row in json.loads(done.stdout)["ranked"]]
+
+
 def fingerprint() -> dict:
     record = {}
+    for scenario, gpus in PLANS:
+        print(f"  plan {scenario} --gpus {gpus}", file=sys.stderr)
+        record[f"plan {scenario} --gpus {gpus}"] = plan_fingerprint(scenario, gpus)
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         print(f"  {path.name}", file=sys.stderr)
         record[f"scenarios/{path.name}"] = scenario_fingerprint(path)

@@ -103,7 +103,7 @@ def test_the_planners_best_is_the_best_of_simulating_every_layout(tmp_path):
     path = tmp_path / "small.yaml"
     path.write_text(json.dumps(SMALL))
     choices = parse_choices(["training.recompute=none", "parallel.order=tp-cp-ep-dp-pp"], [])
-    result = plan(path, 8, choices, finalists=1, workers=1)
+    result = plan(path, 8, choices, finalists=1, workers=1, exhaustive=True)
     fitting = result.candidates[result.candidates["fits"]]
     assert len(fitting) > 50
     result = plan(path, 8, choices, finalists=len(fitting) // 5, workers=1)
@@ -120,11 +120,13 @@ def test_plan_writes_every_candidate_with_its_verdict_and_the_finalists_flags(tm
     model = {"layers": 8, "hidden": 1024, "heads": 8, "vocab": 32768, "seq_len": 2048}  # ~130M parameters
     path.write_text(json.dumps({**SMALL, "model": model, "cluster": {**SMALL["cluster"], "hbm_gib": 3}}))
     result = CliRunner().invoke(app, ["plan", str(path), "--gpus", "8", "--workers", "1", "--finalists", "5",
-                                      "--fix", "training.recompute=none", "--json", "--out", str(tmp_path / "out")])
+                                      "--fix", "training.recompute=none", "--json", "--out", str(tmp_path / "out"),
+                                      "--exhaustive"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     candidates = pd.read_csv(tmp_path / "out" / "candidates.csv")
-    assert len(candidates) == report["considered"] and candidates["fits"].sum() == report["fitting"]
+    assert len(candidates) == report["considered"] == report["priced"]
+    assert candidates["fits"].sum() == report["fitting"]
     refused = candidates[~candidates["fits"]]
     assert len(refused) and refused["why_not"].str.contains("GiB >").all()
     assert candidates.loc[candidates["fits"], "est_step_s"].gt(0).all()
@@ -286,7 +288,7 @@ def test_plan_baseline_and_headroom_and_its_table_survive_a_pipe(tmp_path):
     baseline = report["baseline"]["step_time_s"]
     assert baseline == pytest.approx(simulate(path).step_time, rel=1e-12)
     candidates = pd.read_csv(tmp_path / "out" / "candidates.csv")
-    assert candidates.loc[candidates["fits"], "peak_gib"].max() <= 0.7 * 4 + 1e-9
+    assert candidates.loc[candidates["fits"].eq(True), "peak_gib"].max() <= 0.7 * 4 + 1e-9
     assert (candidates["peak_gib"] > 0.7 * 4).any()  # the headroom did rule layouts out
 
 
@@ -341,20 +343,20 @@ def test_the_pilot_samples_the_whole_search_not_its_first_layouts():
     and the estimate came out 25x short of tier one's wall time (gpt3 on 1,024 GPUs: 9 s
     estimated, 246 s priced): the places it times now spread over every group."""
     import os
-    from sim3d.studies import pilot, plan
+    from sim3d.studies import pilot, tier_one
     from sim3d.studies.space import Space
     from sim3d.scenario.load import load_scenario
     space = Space(load_scenario(ROOT / "scenarios" / "llama3.1-8b.yaml"), 8, {}, ())
     layouts, _ = space.layouts()
-    key = plan._space_key(space)
-    sample, rows, rate = pilot.pilot(plan._groups(layouts), lambda chunk: plan._tier_one(
+    key = tier_one.space_key(space)
+    sample, rows, rate = pilot.pilot(tier_one.layout_groups(layouts), lambda chunk: tier_one.price_batch(
         (key, space.base, space.gpus, space.choices, chunk)), 1)
-    order = [layout for group in plan._groups(layouts).values() for layout in group]
+    order = [layout for group in tier_one.layout_groups(layouts).values() for layout in group]
     where = sorted(order.index(layout) for layout in sample)
     assert len(rows) == len(sample) and rate > 0
     assert where[0] == 0 and where[-1] > 0.9 * (len(order) - len(order) // pilot.PILOT_PLACES)
     touched = {(x.tp, x.cp, x.ep, x.pp) for x in sample}
-    assert len(touched) >= min(pilot.PILOT_PLACES, len(plan._groups(layouts))) // 2
+    assert len(touched) >= min(pilot.PILOT_PLACES, len(tier_one.layout_groups(layouts))) // 2
 
 
 def test_an_estimate_under_a_pytorch_stack_does_not_depend_on_what_was_estimated_before():

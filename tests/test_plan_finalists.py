@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim3d.scenario.load import load_scenario
-from sim3d.studies import plan as planner
+from sim3d.studies import plan as planner, tier_one
 from sim3d.studies.space import Layout, Space, parse_choices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,9 +27,9 @@ def test_a_finalist_simulates_in_a_worker_that_priced_the_space_with_headroom():
     and dropped the finalist, which was the second best of this search)."""
     base = load_scenario(LLAMA_8B, planner.headroom_sets(LLAMA_8B, 0.05))
     space = Space(base, 8, parse_choices([], []))
-    key = planner._space_key(space)
-    planner._WORKER.clear()
-    planner._tier_one((key, space.base, space.gpus, space.choices, [_layout()]))
+    key = tier_one.space_key(space)
+    tier_one.WORKER.clear()
+    tier_one.price_batch((key, space.base, space.gpus, space.choices, [_layout()]))
     finalist = _layout(dp=4, cp=2, micro_batch=2)
     summary = planner._tier_two((key, space.base, space.gpus, space.choices, str(LLAMA_8B),
                                  space.overrides(finalist), finalist))
@@ -39,7 +39,7 @@ def test_a_finalist_simulates_in_a_worker_that_priced_the_space_with_headroom():
 def test_equal_estimates_rank_in_layout_order_not_in_the_order_workers_finish():
     space = Space(load_scenario(LLAMA_8B), 8, parse_choices([], []))
     layouts = [_layout(order="tp-cp-ep-pp-dp"), _layout(), _layout(zero=1)]
-    rows = planner._tier_one((planner._space_key(space), space.base, space.gpus, space.choices, layouts))
-    forward = planner.price(space, [], priced=rows)
-    backward = planner.price(space, [], priced=rows[::-1])
+    rows = tier_one.price_batch((tier_one.space_key(space), space.base, space.gpus, space.choices, layouts))
+    forward = tier_one.price(space, [], priced=rows)
+    backward = tier_one.price(space, [], priced=rows[::-1])
     pd.testing.assert_frame_equal(forward, backward)

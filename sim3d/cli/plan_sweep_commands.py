@@ -38,6 +38,9 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          space: list[str] = typer.Option([], "--space", metavar="KEY=V1,V2",
                                          help="The values of a dimension, e.g. parallel.cp=1,2,4,8,16 (repeatable)."),
          workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes (default: cores)."),
+         exhaustive: bool = typer.Option(False, "--exhaustive", help="Estimate every layout, also those whose "
+                                         "floor shows they cannot be among the finalists (candidates.csv complete; "
+                                         "slower)."),
          out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for candidates.csv and finalists.csv "
                                                 "(default reports/<name>-plan-<gpus>/)."),
          megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each ranked layout as "
@@ -75,14 +78,15 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
         def advance(phase: str, n: int, total: int) -> None:
             if phase not in tasks:
-                label = "estimating layouts" if phase == "price" else "simulating finalists"
+                label = {"pilot": "timing a sample", "bound": "bounding layouts", "price": "estimating layouts",
+                         "simulate": "simulating finalists"}[phase]
                 tasks[phase] = progress.add_task(label, total=total, rate="")
             progress.update(tasks[phase], advance=n)
             task = progress.tasks[tasks[phase]]
             if task.elapsed:
                 progress.update(tasks[phase], rate=f"{task.completed / task.elapsed:,.0f}/s")
 
-        result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100, sets)
+        result = search(scenario, gpus, choices, finalists, workers, advance, headroom / 100, sets, exhaustive)
         written = write_tables(result, folder)
         if plots and result.fitting:
             hbm = result.space.base.gpu.hbm_gib
@@ -100,7 +104,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
     yours = baseline_of(scenario, sets) if baseline else None
     if as_json:
         _print_json({"gpus": gpus, "headroom": headroom / 100, "baseline": yours,
-                     "considered": len(result.candidates), "fitting": result.fitting, "excluded": result.dropped,
+                     "considered": len(result.candidates), "priced": result.priced, "fitting": result.fitting, "excluded": result.dropped,
                      "simulated": len(result.finalists), "estimate_error": result.estimate_error(),
                      "estimate_misses": estimate_misses(result),
                      "ranked": [{**json_row(row), "similar": similar, "megatron_args": f}

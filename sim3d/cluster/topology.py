@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import networkx as nx
 import numpy as np
@@ -59,6 +59,19 @@ class GroupLink:
     # run it concurrently share those links. None: not computed (axes without all-to-alls).
     a2a_network_s: float | None = None
     a2a_nvlink_s: float | None = None
+
+    # A link keys the cost model's caches, which look it up for every action priced: its hash
+    # is computed once (16 fields), and left out of a pickle (hash(None) differs between
+    # processes before Python 3.12).
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
 # Cluster fields the graph does not depend on: a planner's headroom lowers hbm_gib, and its

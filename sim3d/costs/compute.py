@@ -108,6 +108,8 @@ class ComputeModel:
         # profile rows: FP8 only for Transformer Engine's linears, 16-bit for everything else
         self.dtype = self.precision16
         self.mask = scenario.training.kernels.mask
+        # an op's time is asked for once per action kind (F, B, BI, BW) of each block it is in
+        self._op_times: dict = {}
 
     def memory_time(self, nbytes: float) -> float:
         return nbytes / (self.hbm * MEMORY_EFFICIENCY) + KERNEL_OVERHEAD_S if nbytes > 0 else 0.0
@@ -127,6 +129,12 @@ class ComputeModel:
         return max(flops / (peak * eff), nbytes / (self.hbm * MEMORY_EFFICIENCY)) + KERNEL_OVERHEAD_S * launches
 
     def op_time(self, op) -> OpTime:
+        known = self._op_times.get(op)
+        if known is None:
+            known = self._op_times[op] = self._op_time(op)
+        return known
+
+    def _op_time(self, op) -> OpTime:
         measured = self._from_profile(op)
         if measured is not None:
             return measured

@@ -172,12 +172,10 @@ class CostModel(PipelineMessages):
         """F, B, BI or BW of one micro-batch on a global stage, priced on `rank`'s process
         groups (no straggler slowdown)."""
         links = self._links_of(rank)
-        shard = self._link(SHARD_AXIS, rank) if self.sharding.collectives_in_compute else None
+        shard = self.shard_link(rank)
         key = (stage, kind, links, shard)
         if key not in self._stage_cache:
-            # stages of the same layers (the middle ones, mostly) cost the same
-            alike = (tuple(self.layer_runs(stage)), stage == 0, stage == self.s.num_stages - 1, self._mtp(stage),
-                     kind, links, shard)
+            alike = (self.stage_alike(stage), kind, links, shard)
             if alike not in self._stage_cache:
                 cost = self._action(stage, kind, dict(zip(("tp", "cp", "ep"), links)))
                 if shard is not None and shard.size > 1:
@@ -185,6 +183,15 @@ class CostModel(PipelineMessages):
                 self._stage_cache[alike] = cost
             self._stage_cache[key] = self._stage_cache[alike]
         return self._stage_cache[key]
+
+    def shard_link(self, rank: int):
+        """The shard group's link where sharded data parallelism runs inside compute actions."""
+        return self._link(SHARD_AXIS, rank) if self.sharding.collectives_in_compute else None
+
+    def stage_alike(self, stage: int) -> tuple:
+        """What a global stage's actions cost depends on besides the kind and the links: stages
+        alike in it (the middle ones, mostly) cost the same."""
+        return tuple(self.layer_runs(stage)), stage == 0, stage == self.s.num_stages - 1, self._mtp(stage)
 
     def _unit_collectives(self, stage: int, kind: str, shard, links: dict) -> ActionCost:
         """What sharded data parallelism adds to one compute action of a stage: its units'
@@ -287,7 +294,7 @@ class CostModel(PipelineMessages):
         PyTorch stack (kernel_stack.py); none where the GEMMs accumulate (te)."""
         if self.s.training.kernels.stack not in TORCH_STACKS:
             return 0.0
-        d = Dims.of(self.s)
+        d = self._dims
         params = {"embedding": lambda: Params(dense=embedding_params(d)),
                   "layer": lambda: layer_params(d, False), "moe_layer": lambda: layer_params(d, True),
                   "mtp": lambda: mtp_params(d, mtp_is_moe(self.s), True),  # the shared embedding: once
@@ -331,7 +338,7 @@ class CostModel(PipelineMessages):
         ops run under (default: the scenario's)."""
         recompute = recompute or self.s.training.recompute
         sms = self.s.gpu.sms
-        d = Dims.of(self.s)
+        d = self._dims
         times, traced = self.compute_model.block_times(ops, TRACED_BLOCKS.get(block))
         plan = overlap_plan(self.s.training, self.s.tp, ops, recompute)
         # the GEMM part each overlapped collective is charged with: BI has no wgrad beside it

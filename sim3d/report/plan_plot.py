@@ -16,7 +16,7 @@ def plot_plan(candidates: pd.DataFrame, finalists: pd.DataFrame, hbm_gib: float,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fitting = candidates[candidates["fits"]]
+    fitting = candidates[candidates["fits"].fillna(False)]
     fig, (space, tiers) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     for schedule, rows in fitting.groupby("schedule"):
         space.scatter(rows["peak_gib"], rows["est_step_s"], s=4, alpha=0.35, label=schedule, rasterized=True)
@@ -37,8 +37,9 @@ def plot_plan(candidates: pd.DataFrame, finalists: pd.DataFrame, hbm_gib: float,
     if not fitting.empty:  # the slowest layouts would squash the ones worth reading
         fastest = fitting["est_step_s"].min()
         space.set_ylim(fastest * 0.95, min(fitting["est_step_s"].max(), 3 * fastest) * 1.02)
-    space.set_title(f"{len(fitting):,} layouts that fit, of {len(candidates):,} (up to 3x the fastest shown)",
-                    fontsize=10)
+    unpriced = int(candidates["fits"].isna().sum())  # a bounded search's: slower than every finalist
+    space.set_title(f"{len(fitting):,} layouts that fit, of {len(candidates):,}"
+                    + (f" ({unpriced:,} unpriced)" if unpriced else "") + " (up to 3x the fastest shown)", fontsize=10)
     space.legend(fontsize=7, markerscale=2, loc="upper left")
     tiers.set_xlabel("simulated step (s)")
     tiers.set_ylabel("tier-one estimate (s)")

@@ -95,7 +95,9 @@ def _interleaved(p: Pipeline) -> float:
 
 
 def _zb_h1(p: Pipeline) -> float:
-    return p.m * max(p.work) + (p.pp - 1) * sum(r["F"] + r["BI"] - r["BW"] for r in p.per_rank) / p.pp
+    # a weight-gradient pass longer than its F and BI (sharded data parallelism's exposed
+    # reduce-scatters ride on it) fills the bubble, and no more: it never shortens the step
+    return p.m * max(p.work) + (p.pp - 1) * sum(max(0.0, r["F"] + r["BI"] - r["BW"]) for r in p.per_rank) / p.pp
 
 
 def _unit_timeline(p: Pipeline) -> float:
@@ -108,6 +110,30 @@ def _unit_timeline(p: Pipeline) -> float:
 # is here, so a new rule cannot fall through to another's formula.
 PIPELINE_TIME = {"fill-drain": _fill_drain, "interleaved": _interleaved, "zb-h1": _zb_h1,
                  "unit-timeline": _unit_timeline}
+
+
+# Each rule's lower bound from the ranks' totals alone (`total`: {kind: seconds of one micro-
+# batch through every stage}, "work" the F plus backward the rule reads): a rule reads the
+# busiest rank's work, never less than the mean, pp * mean being the total. The unit-cost
+# bubble is left out (it needs the schedule replayed; it is not negative).
+def _fill_drain_floor(pp: int, m: int, vpp: int, total: dict) -> float:
+    return (m - 1 + pp) * total["work"] / pp
+
+
+def _interleaved_floor(pp: int, m: int, vpp: int, total: dict) -> float:
+    return (m + (pp - 1) / vpp) * total["work"] / pp
+
+
+def _steady_floor(pp: int, m: int, vpp: int, total: dict) -> float:
+    return m * total["work"] / pp
+
+
+# ZB-H1's bubble (F + BI - BW per rank) is left out too: the collectives a floor leaves out
+# may lengthen BW more than F and BI
+PIPELINE_FLOOR = {"fill-drain": _fill_drain_floor, "interleaved": _interleaved_floor, "zb-h1": _steady_floor,
+                  "unit-timeline": _steady_floor}
+# what the floor gives up so that a different order of the same float additions never puts it above the estimate
+FLOOR_MARGIN = 1e-9
 
 
 class Estimator:
@@ -124,11 +150,13 @@ class Estimator:
             self._cache[key] = compute()
         return self._cache[key]
 
-    def _placed(self, layout: Layout, scenario) -> tuple:
-        """(topology, {axis: GroupLink}) of a layout's process groups. The graph is built once;
+    def _placed(self, layout: Layout, scenario_of) -> tuple:
+        """(topology, {axis: GroupLink}) of a layout's process groups (`scenario_of()`: its
+        scenario, asked for on a miss). The graph is built once;
         a dense axis's groups are fixed by its stride and size, so its link is priced once per
         (stride, size) however many layouts share it; the gradient group (dp x cp) by both axes'."""
         def place():
+            scenario = scenario_of()
             topology = self._memo(("fabric",), lambda: Topology(scenario)).for_layout(scenario)
             stride = topology.placement.stride
             links = {}
@@ -147,34 +175,86 @@ class Estimator:
     def cost_model(self, layout: Layout, scenario) -> CostModel:
         """The folded cost model of a layout's scenario, on the shared fabric and links (what
         a simulation of it prices, without building them again)."""
-        topology, links = self._placed(layout, scenario)
+        topology, links = self._placed(layout, lambda: scenario)
         costs = CostModel(scenario, topology, self.profile, folded=True)
         costs.__dict__["_folded_links"] = links  # priced once per placement, not per layout
         return costs
 
-    def estimate(self, layout: Layout, scenario) -> Estimate:
-        costs = None
-
-        spec = SCHEDULES[layout.schedule]
-        v_shape = spec.placement == "v"
+    def _compute_key(self, layout: Layout, scenario) -> tuple:
+        """What a block's price depends on: layouts that share it share the priced blocks."""
         links = self._placed(layout, scenario)[1]
         compute_key = (layout.tp, layout.cp, layout.ep, layout.micro_batch, layout.recompute,
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
         # under a PyTorch stack a block's backward also carries AccumulateGrad's adds, which depend
         # on the sharding, the pipeline it runs under and the micro-batches (kernel_stack.py
         # accumulation_bytes), and the head's on whether it is the only stage
-        if scenario.training.kernels.stack in TORCH_STACKS:
+        if self.space.base.training.kernels.stack in TORCH_STACKS:
             compute_key += (layout.zero, layout.dp_shard, layout.dp, layout.pp, layout.vpp, layout.schedule,
-                            scenario.num_microbatches)
+                            self._microbatches(layout))
+        return compute_key
 
-        def cost_model() -> CostModel:  # built only when a cache below misses
+    def _microbatches(self, layout: Layout) -> int:
+        return self.space.base.training.global_batch // (layout.micro_batch * layout.dp)
+
+    def _cost_model_for(self, layout: Layout, scenario, compute_key: tuple):
+        """A function building the layout's cost model once, when a cache misses."""
+        costs = None
+
+        def cost_model() -> CostModel:
             nonlocal costs
             if costs is None:
-                costs = self.cost_model(layout, scenario)
+                costs = self.cost_model(layout, scenario())
                 # a layer's price depends on the compute key alone: layouts that share it share
                 # the priced layers
                 costs._layer_cache = self._memo(("layers", compute_key), dict)
             return costs
+        return cost_model
+
+    def floor(self, layout: Layout) -> float:
+        """A lower bound of `estimate(layout, ...)`, read from the blocks' prices alone: the
+        schedule's floor over every stage's compute (PIPELINE_FLOOR), without the pipeline
+        transfers, the data-parallel tail, the optimizer, sharded data parallelism's exposed
+        collectives or the recomputation a count of layers leaves out (none is negative). A
+        search keeping the best N estimates need not price a layout whose floor is above the
+        Nth (plan.py). The layout's scenario is built only where a cache misses."""
+        made = None
+
+        def scenario():
+            nonlocal made
+            made = made or self.space.scenario(layout)
+            return made
+        compute_key = self._compute_key(layout, scenario)
+        spec = SCHEDULES[layout.schedule]
+        # a count of recomputed layers leaves the rest unrecomputed: the floor prices every layer so
+        policy = "none" if self.space.recomputed_layers(layout) is not None else None
+        total = self._memo(("total", compute_key, policy),
+                           lambda: self._totals(self._cost_model_for(layout, scenario, compute_key)(), compute_key,
+                                                policy))
+        total = {**total, "work": total["F"] + (total["BI"] + total["BW"] if spec.split_backward else total["B"])}
+        floor = PIPELINE_FLOOR[spec.bubble_rule](layout.pp, self._microbatches(layout), layout.vpp, total)
+        return floor * (1 - FLOOR_MARGIN)
+
+    def _totals(self, costs: CostModel, compute_key: tuple, policy: str | None) -> dict:
+        """{kind: seconds} of one micro-batch through every stage's blocks (their units' collectives
+        left out)."""
+        s, links = costs.s, links_of(compute_key)
+        dense, moe = (float(n.sum()) for n in stage_layer_counts(s))
+        modules = s.model.mtp_layers
+        total = {}
+        for kind in KINDS:
+            total[kind] = (dense * costs.block("layer", kind, links, policy).seconds
+                           + (moe * costs.block("moe_layer", kind, links, policy).seconds if s.model.moe else 0.0)
+                           + costs.block("embedding", kind, links).seconds
+                           + (1 + modules) * costs.block("head", kind, links).seconds
+                           + (modules * costs.block("mtp", kind, links, "none" if policy else costs.mtp_recompute).seconds
+                              if modules else 0.0))
+        return total
+
+    def estimate(self, layout: Layout, scenario) -> Estimate:
+        spec = SCHEDULES[layout.schedule]
+        v_shape = spec.placement == "v"
+        compute_key = self._compute_key(layout, lambda: scenario)
+        cost_model = self._cost_model_for(layout, lambda: scenario, compute_key)
         # ZeRO-2/3 may price each unit's gathers and reduce-scatters inside the compute actions,
         # on the shard group the placement gives
         in_compute = ShardingPlan.of(scenario).collectives_in_compute
@@ -211,10 +291,17 @@ class Estimator:
         stage_map = _stage_map(layout)
         held = np.array([[stage_map.stage(r, c) for c in range(layout.vpp)] for r in range(layout.pp)])
         work = {}
+        whole_stages = costs.sharding.collectives_in_compute or s.training.recompute_num_layers is not None
+        if whole_stages:  # priced once per kind of stage, for every layout that has it
+            alike = self._memo(("alike", layout.pp, layout.vpp, _v_shaped(layout), layout.recompute),
+                               lambda: _alike_stages(costs))
+            shard = costs.shard_link(0)
         for kind in KINDS:
             # the stage's action: its blocks and its units' collectives, or layers under two policies
-            if costs.sharding.collectives_in_compute or s.training.recompute_num_layers is not None:
-                per_stage = np.array([costs.action(stage, kind).seconds for stage in range(len(dense))])
+            if whole_stages:
+                per_kind = [self._memo(("stage", compute_key, costs.sharding, shard, signature, kind),
+                                       lambda: costs.action(first, kind).seconds) for signature, first in alike[0]]
+                per_stage = np.array(per_kind)[alike[1]]
             else:
                 per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)
                 per_stage[0] += blocks[("embedding", kind)]
@@ -298,6 +385,17 @@ class Estimator:
         held = [tuple(stage_map.stage(r, c) for c in range(layout.vpp)) for r in range(layout.pp)]
         return max(costs.optimizer(pipe[r], held[r]) + costs.embedding_sync(pipe[r], held[r])
                    for r in range(layout.pp))
+
+
+def _alike_stages(costs: CostModel) -> tuple[list[tuple], np.ndarray]:
+    """The distinct kinds of stage of a layout ((signature, its first stage), in order) and each
+    global stage's index among them."""
+    kinds: dict[tuple, int] = {}
+    index = [kinds.setdefault(costs.stage_alike(stage), len(kinds)) for stage in range(costs.s.num_stages)]
+    firsts = {}
+    for stage, i in enumerate(index):
+        firsts.setdefault(i, stage)
+    return [(signature, firsts[i]) for signature, i in kinds.items()], np.array(index)
 
 
 def _v_shaped(layout: Layout) -> bool:

@@ -1,36 +1,34 @@
 """`sim3d plan`: which layout to run a model on N GPUs, in two tiers.
 
-Tier one prices every layout of the space (space.py): the exact memory model first (the
-model states alone, then the full per-rank peak), then, for those that fit, a closed-form
-step estimate (estimate.py). It runs in worker processes, one group of layouts sharing
-tp, cp, ep and pp at a time, so that each worker's caches serve a whole group. Tier two
-simulates the best `finalists` on the event engine, and those are ranked by the simulated
-step; the estimate's error on each is kept, so the first tier's error is visible.
+Tier one (tier_one.py) prices the layouts of the space (space.py): the exact memory model
+first (the model states alone, then the full per-rank peak), then, for those that fit, a
+closed-form step estimate (estimate.py); it leaves unpriced the layouts whose floor shows they
+cannot be among the best `finalists` (unless `exhaustive`). Tier two simulates the best
+`finalists` on the event engine, and those are ranked by the simulated step; the estimate's
+error on each is kept, so the first tier's error is visible.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import astuple, dataclass, fields
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
-from ..costs.profile import load_profile
 from ..engine.run import replay_step
 from ..util.lifetime import die_with_parent
-from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
+from ..model.memory import memory_report
 from ..scenario.load import load_scenario
 from ..errors import ScenarioError
-from .estimate import Estimate, Estimator
-from .pilot import pilot
+from .pilot import PILOT_BATCH, PILOT_PLACES, pilot
 from .space import Layout, Space
+from .tier_one import LAYOUT_COLUMNS, WORKER, completed, layout_groups, price, price_batch, space_key, worker_state
 
 FINALISTS = 200
-LAYOUT_COLUMNS = [f.name for f in fields(Layout)]
 
 
 @dataclass
@@ -44,7 +42,13 @@ class Plan:
 
     @property
     def fitting(self) -> int:
+        """Priced layouts that fit (unpriced ones are not counted: see `priced`)."""
         return int(self.candidates["fits"].sum())
+
+    @property
+    def priced(self) -> int:
+        """Layouts with a memory verdict: all of them, less those the bounded search left out."""
+        return int(self.candidates["fits"].notna().sum())
 
     def estimate_error(self) -> dict:
         """How far tier one was from the simulation over the finalists: median |error| and
@@ -74,135 +78,6 @@ def describe(row) -> str:
     return f"{text} mb{row['micro_batch']} {row['schedule']} {row['recompute']}"
 
 
-# ---- tier one ------------------------------------------------------------------------------
-
-_WORKER: dict[tuple, tuple[Space, Estimator]] = {}  # per process: the space and its caches
-
-
-CANDIDATE_COLUMNS = LAYOUT_COLUMNS + ["fits", "peak_gib", "why_not", "est_step_s", "est_pipeline_s", "est_p2p_s",
-                                     "est_dp_s", "est_optimizer_s"]
-UNPRICED = (None,) * 5
-
-
-def _worker_state(key: tuple, base, gpus: int, choices: dict) -> tuple[Space, Estimator]:
-    """This process's space and estimator caches, made on its first job for that space."""
-    if key not in _WORKER:
-        _WORKER.clear()
-        space = Space(base, gpus, choices)
-        _WORKER[key] = (space, Estimator(space, load_profile(base)))
-    return _WORKER[key]
-
-
-def _space_key(space: Space) -> tuple:
-    return space.base.model_dump_json(), space.gpus, repr(sorted(space.choices.items()))
-
-
-def _tier_one(args: tuple) -> list[tuple]:
-    """Memory verdict and estimate of a batch of layouts (in a worker process), as rows of
-    CANDIDATE_COLUMNS (tuples: 100,000 of them cross a process boundary)."""
-    key, base, gpus, choices, layouts = args
-    space, estimator = _worker_state(key, base, gpus, choices)
-    hbm = base.gpu.hbm_gib * GIB
-    memory: dict[tuple, tuple] = {}
-    states: dict[tuple, float] = {}
-    rows = []
-    for layout in layouts:
-        scenario = None
-        # order and TP overlap change neither what a rank holds nor when
-        mem_key = (layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.vpp, layout.micro_batch,
-                   layout.schedule, layout.recompute, layout.sequence_parallel, layout.zero, layout.dp_shard)
-        if mem_key not in memory:
-            scenario = space.scenario(layout)
-            # the model states depend on fewer fields: a layout whose states alone overflow
-            # rules out every micro-batch, recompute and SP choice with the same states
-            states_key = mem_key[:6] + (layout.schedule, layout.zero, layout.dp_shard)
-            if states_key not in states:
-                states[states_key] = model_state_bytes(scenario) + RESERVE_FIXED_BYTES
-            memory[mem_key] = _memory_verdict(scenario, states[states_key], hbm)
-        fits, peak, why = memory[mem_key]
-        if fits:
-            est: Estimate = estimator.estimate(layout, scenario or space.scenario(layout))
-            rows.append(astuple(layout) + (fits, peak, why, est.step_s, est.pipeline_s, est.p2p_s, est.dp_s,
-                                           est.optimizer_s))
-        else:
-            rows.append(astuple(layout) + (fits, peak, why) + UNPRICED)
-    return rows
-
-
-def _memory_verdict(scenario, states: float, hbm: float) -> tuple[bool, float, str]:
-    """(fits, peak GiB, why not) given the fullest rank's model states + reserve: the whole
-    peak only where those fit (they are a lower bound of the peak, and enough for the verdict)."""
-    if states > hbm:
-        return False, states / GIB, f"model states + reserve {states / GIB:.1f} GiB > {hbm / GIB:g}"
-    report = memory_report(scenario, check_schedule=False)
-    if report.fits:
-        return True, report.peak_gib, ""
-    return False, report.peak_gib, f"peak {report.peak_gib:.1f} GiB > {hbm / GIB:g} (pipeline rank {report.worst.rank})"
-
-
-# A batch is what a worker prices between two progress updates: a few seconds of work.
-SECONDS_PER_BATCH = 2.0
-
-
-def _batches(layouts: list[Layout], workers: int, rate: float | None = None) -> list[list[Layout]]:
-    """Layouts grouped by (tp, cp, ep, pp), the groups dealt into batches of similar size:
-    enough batches to show progress and balance the workers, few enough to keep caches warm.
-    With the measured `rate` (layouts a second per worker), no batch holds more than
-    SECONDS_PER_BATCH of work, so progress shows within seconds."""
-    groups = _groups(layouts)
-    target = max(1, math.ceil(len(layouts) / max(8 * workers, 1)))
-    if rate:
-        target = max(1, min(target, int(rate * SECONDS_PER_BATCH)))
-    batches, current = [], []
-    for group in groups.values():
-        for start in range(0, len(group), target):
-            current += group[start:start + target]
-            if len(current) >= target:
-                batches.append(current)
-                current = []
-    if current:
-        batches.append(current)
-    return batches
-
-
-def _groups(layouts: list[Layout]) -> dict[tuple, list[Layout]]:
-    """Layouts by (tp, cp, ep, pp): the ones that share a worker's priced group links."""
-    groups: dict[tuple, list[Layout]] = {}
-    for layout in layouts:
-        groups.setdefault((layout.tp, layout.cp, layout.ep, layout.pp), []).append(layout)
-    return groups
-
-
-def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None = None, workers: int = 1,
-          progress: Callable[[int], None] | None = None, rate: float | None = None,
-          priced: list[tuple] = ()) -> pd.DataFrame:
-    """Tier one over every layout: a row each, in `pool`'s `workers` processes (no pool: here).
-    `priced`: rows of layouts already priced (the pilot's), which `layouts` leaves out."""
-    jobs = [(_space_key(space), space.base, space.gpus, space.choices, batch)
-            for batch in _batches(layouts, workers, rate)]
-    rows: list[tuple] = list(priced)
-    for done, batch in _completed(pool, _tier_one, jobs):
-        rows += done
-        if progress:
-            progress(len(batch[-1]))
-    frame = pd.DataFrame.from_records(rows, columns=CANDIDATE_COLUMNS)
-    # equal estimates in layout order, not in the order the workers finished them: the
-    # finalists are the head of this table, and must not change from one run to the next
-    keys = ["fits", "est_step_s", *LAYOUT_COLUMNS]
-    return frame.sort_values(keys, ascending=[False] + [True] * (len(keys) - 1), kind="stable").reset_index(drop=True)
-
-
-def _completed(pool: ProcessPoolExecutor | None, fn, jobs: list):
-    """(fn(job), job) as each finishes: in `pool`, or here in order."""
-    if pool is None:
-        for job in jobs:
-            yield fn(job), job
-        return
-    futures = {pool.submit(fn, job): job for job in jobs}
-    for future in as_completed(futures):
-        yield future.result(), futures[future]
-
-
 # ---- tier two ------------------------------------------------------------------------------
 
 def _tier_two(args: tuple) -> dict:
@@ -213,7 +88,7 @@ def _tier_two(args: tuple) -> dict:
     from ..analysis.summary import summarize
     from ..schedule import ScheduleConstraint, ScheduleError
     try:
-        _, estimator = _worker_state(key, base, gpus, choices)
+        estimator = worker_state(key, base, gpus, choices)[1]
         scenario = load_scenario(path, list(overrides))
         run = replay_step(scenario, costs=estimator.cost_model(layout, scenario))
         return {**summarize(run, memory_report(scenario, check_schedule=False)), "error": ""}
@@ -227,13 +102,13 @@ def simulate_finalists(path: Path, space: Space, candidates: pd.DataFrame, count
                        pool: ProcessPoolExecutor | None = None,
                        progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """The `count` best estimates, simulated; ranked by simulated step (errors last)."""
-    best = candidates[candidates["fits"]].head(count)
+    best = candidates[candidates["fits"].fillna(False)].head(count)
     layouts = [Layout(**{k: _plain(row[k]) for k in LAYOUT_COLUMNS}) for _, row in best.iterrows()]
-    key = _space_key(space)
+    key = space_key(space)
     jobs = [(key, space.base, space.gpus, space.choices, str(path), space.overrides(layout), layout)
             for layout in layouts]
     results: dict[Layout, dict] = {}
-    for summary, job in _completed(pool, _tier_two, jobs):
+    for summary, job in completed(pool, _tier_two, jobs):
         results[job[-1]] = summary
         if progress:
             progress(1)
@@ -296,10 +171,12 @@ def headroom_sets(path: Path, headroom: float, sets: tuple[str, ...] = ()) -> li
 
 def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FINALISTS,
          workers: int | None = None, progress: Callable[[str, int, int], None] | None = None,
-         headroom: float = 0.0, sets: tuple[str, ...] = ()) -> Plan:
+         headroom: float = 0.0, sets: tuple[str, ...] = (), exhaustive: bool = False) -> Plan:
     """Search the layout space of `path`'s model (with the `--set` texts `sets`) on `gpus`
     GPUs, leaving `headroom` (a share) of each card's memory free. `progress(phase, advance,
-    total)` with phase "price" or "simulate"."""
+    total)` with phase "pilot" (tier one timed on a sample), "bound" (the floors of a bounded
+    search), "price" or "simulate". `exhaustive`: price every layout, also those that cannot be
+    among the finalists."""
     sets = tuple(sets)
     base = load_scenario(path, [*sets, *headroom_sets(path, headroom, sets)])
     base.gpu  # derived once; every layout's scenario is copied from this one
@@ -311,14 +188,19 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) if workers > 1 else None
     try:
         ticker = tick("price", len(layouts))
-        key = _space_key(space)
-        _worker_state(key, space.base, space.gpus, space.choices)  # this process's set-up, before the pilot times
-        sample, sample_rows, rate = pilot(_groups(layouts), lambda chunk: _tier_one(
-            (key, space.base, space.gpus, space.choices, chunk)), workers, ticker)
-        chosen = set(map(id, sample))
-        candidates = price(space, [x for x in layouts if id(x) not in chosen], pool, workers, ticker, rate,
-                           sample_rows)
-        count = min(finalists, int(candidates["fits"].sum()))
+        key = space_key(space)
+        worker_state(key, space.base, space.gpus, space.choices)  # this process's set-up, before the pilot times
+        sample, sample_rows, rate = pilot(layout_groups(layouts), lambda chunk: price_batch(
+            (key, space.base, space.gpus, space.choices, chunk)), workers,
+            ticker if exhaustive else tick("pilot", PILOT_PLACES * (1 + PILOT_BATCH)))
+        if exhaustive:
+            chosen = set(map(id, sample))
+            candidates = price(space, [x for x in layouts if id(x) not in chosen], pool, workers, ticker, rate,
+                               sample_rows)
+        else:  # the pilot's rows are left out: what a bounded search prices must not depend on its timing
+            candidates = price(space, layouts, pool, workers, ticker, keep=finalists,
+                               bounding=tick("bound", len(layouts)))
+        count = min(finalists, int(candidates["fits"].sum()))  # unpriced layouts: NA, not counted
         done = (simulate_finalists(path, space, candidates, count, pool, tick("simulate", count)) if count
                 else pd.DataFrame())
     except BaseException:  # a refusal, Ctrl-C or SIGTERM: the workers' batches are not waited for
@@ -329,7 +211,7 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        _WORKER.clear()  # in-process caches belong to this space only
+        WORKER.clear()  # in-process caches belong to this space only
     return Plan(space, candidates, dropped, done)
 
 
@@ -396,7 +278,9 @@ def plan_table(result: Plan, top: int, baseline_step: float | None = None):
     (the user's own layout, simulated), a column with each pick's speed-up over it.
     ABBREVIATIONS spells out its abbreviations, for the caller to print beside it."""
     from rich.table import Table
-    title = (f"best layouts: {len(result.candidates):,} candidates, {result.fitting:,} fit in memory, "
+    priced = (f"{result.priced:,} priced (the rest cannot beat the finalists), of which "
+              if result.priced < len(result.candidates) else "")
+    title = (f"best layouts: {len(result.candidates):,} candidates, {priced}{result.fitting:,} fit in memory, "
              f"{len(result.finalists)} simulated")
     table = Table(title=title, title_justify="left")
     columns = ["#", "layout", "schedule", "recompute", "switches", "step s", "est.", "MFU", "bubble", "GiB",

@@ -34,6 +34,7 @@ each named so that a search can count what it dropped and why:
 from __future__ import annotations
 
 import itertools
+from operator import attrgetter
 from dataclasses import dataclass, fields
 from functools import cached_property, lru_cache
 from types import SimpleNamespace
@@ -74,6 +75,12 @@ class Layout:
     def row(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def values(self) -> tuple:
+        """The fields in order (dataclasses.astuple, without its deep copy of each value)."""
+        return _LAYOUT_FIELDS(self)
+
+
+_LAYOUT_FIELDS = attrgetter(*(f.name for f in fields(Layout)))
 
 # layout field -> scenario key (what --fix / --space and the overrides name)
 KEYS = {"tp": "parallel.tp", "pp": "parallel.pp", "dp": "parallel.dp", "cp": "parallel.cp", "ep": "parallel.ep",
@@ -347,10 +354,10 @@ class Space:
         return sets + (f"parallel.dp_shard={_dp_shard(layout) or 'null'}", "parallel.dp_replicate=null",
                        f"training.overlap_param_gather={str(gather).lower()}", f"cluster.nodes={self.nodes}",
                        f"cluster.gpus_per_node={self.gpus_per_node}",
-                       f"training.recompute_num_layers={self._recomputed_layers(layout) or 'null'}",
+                       f"training.recompute_num_layers={self.recomputed_layers(layout) or 'null'}",
                        f"training.recompute_modules={self._recomputed_modules_text(layout)}")
 
-    def _recomputed_layers(self, layout: Layout) -> int | None:
+    def recomputed_layers(self, layout: Layout) -> int | None:
         """The base's count of recomputed layers per stage, kept for its own policy only: another
         policy the planner tries applies to every layer."""
         t = self.base.training
@@ -375,7 +382,7 @@ class Space:
             "dp_shard": _dp_shard(layout), "dp_replicate": None})
         training = base.training.model_copy(update={
             "micro_batch": layout.micro_batch, "recompute": layout.recompute, "tp_comm_overlap": layout.tp_comm_overlap,
-            "recompute_num_layers": self._recomputed_layers(layout),
+            "recompute_num_layers": self.recomputed_layers(layout),
             "recompute_modules": self._recomputed_modules(layout),
             "overlap_param_gather": base.training.overlap_param_gather and layout.zero >= 1})
         cluster = base.cluster.model_copy(update={"nodes": self.nodes, "gpus_per_node": self.gpus_per_node})
