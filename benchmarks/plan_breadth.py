@@ -3,10 +3,14 @@ simulated, and the whole process's wall time (issue 51's target: >= 1,000,000 ca
 >= 100 finalists in under 60 s on the 2-core dev machine); then each tier timed on its own,
 the bounded tier one beside the exhaustive one.
 
-    python benchmarks/plan_breadth.py [--runs 3] [--space parallel.dp_shard=8,16,32,64,128,256,all]
+    python benchmarks/plan_breadth.py [--runs 3] [--space KEY=V1,V2 ...]
 
-`--space` widens the search as `sim3d plan --space` does (the default space holds the
-scenario's own shard group; the HSDP groups above multiply it by about 2.7).
+`--space` widens the search as `sim3d plan --space` does. The default space holds the
+scenario's own shard group and the planned schedules (236,856 candidates); with every HSDP
+group and every schedule it holds 1,126,308:
+
+    python benchmarks/plan_breadth.py --space parallel.dp_shard=2,4,8,16,32,64,128,256,all \
+        --space schedule=gpipe,1f1b,interleaved-1f1b,zb-h1,zb-h2,zbv,dualpipev
 """
 
 from __future__ import annotations

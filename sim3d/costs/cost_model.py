@@ -211,19 +211,11 @@ class CostModel(PipelineMessages):
             units += [(self.block("head", kind, links), 0.0)] * s.model.mtp_layers
         if kind != "F":
             units.reverse()  # the backward runs the units last to first
-        plan = self.sharding
-        gathers_params = (plan.gathers_in_compute and kind == "F") or (plan.regathers_in_backward and kind in ("B", "BI"))
-        reduces_grads = plan.reduces_in_compute and kind in ("B", "BW")
         gathers, reduces, wire = [], [], 0.0
         priced: dict[float, tuple[float, float, float]] = {}  # a unit's parameters -> its collectives, once
         for _, params in units:
             if params not in priced:
-                g = params * plan.gather_bytes if gathers_params else 0.0
-                r = params * plan.grad_bytes if reduces_grads else 0.0
-                priced[params] = (self._collective("all-gather", g, "dp", {"dp": shard}) if g else 0.0,
-                                  self._collective("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0,
-                                  (self._wire("all-gather", g, "dp", {"dp": shard}) if g else 0.0) + (
-                                      self._wire("reduce-scatter", r, "dp", {"dp": shard}) if r else 0.0))
+                priced[params] = self.unit_collectives(params, kind, shard)
             gather, reduce, bytes_ = priced[params]
             gathers.append(gather)
             reduces.append(reduce)
@@ -232,6 +224,17 @@ class CostModel(PipelineMessages):
         together = unit_pipeline(compute, gathers, reduces, self.s.gpu.sms)
         exposed = max(0.0, together - sum(compute))
         return ActionCost(exposed, {"dp": sum(gathers) + sum(reduces)}, exposed={"dp": exposed}, wire={"dp": wire})
+
+    def unit_collectives(self, params: float, kind: str, shard) -> tuple[float, float, float]:
+        """(gather seconds, reduce-scatter seconds, wire bytes) of one unit of `params` parameters
+        in a `kind` action, on the shard group's link `shard` (none where the plan has none)."""
+        plan = self.sharding
+        gathers = (plan.gathers_in_compute and kind == "F") or (plan.regathers_in_backward and kind in ("B", "BI"))
+        reduces = plan.reduces_in_compute and kind in ("B", "BW")
+        moved = (("all-gather", params * plan.gather_bytes if gathers else 0.0),
+                 ("reduce-scatter", params * plan.grad_bytes if reduces else 0.0))
+        gather, reduce = (self._collective(op, n, "dp", {"dp": shard}) if n else 0.0 for op, n in moved)
+        return gather, reduce, sum(self._wire(op, n, "dp", {"dp": shard}) for op, n in moved if n)
 
     def _action(self, stage: int, kind: str, links: dict) -> ActionCost:
         s = self.s

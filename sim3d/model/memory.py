@@ -76,8 +76,10 @@ def stage_activation_bytes(s, stage: int) -> tuple[float, float]:
     return float(layers[stage]), float(other[stage])
 
 
+@lru_cache(maxsize=4096)
 def _policy_counts(split: tuple, recompute: str, recompute_layers: int | None) -> dict:
-    """policy -> (dense, MoE) layers of each global stage under it (model/recompute.py)."""
+    """policy -> (dense, MoE) layers of each global stage under it (model/recompute.py; cached:
+    read, do not write)."""
     layers, every, first_dense, _ = split
     counts: dict[str, np.ndarray] = {}
     start = 0
@@ -341,11 +343,8 @@ def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: ShardingPlan)
         w_bytes = 1
     g_bytes = sharding.grad_bytes
     rows = []
-    for stages in _rank_stages(schedule):
-        dense, moe = layer_counts(split, stages)
-        p = params_of(d, split, stages)
+    for stages, layers, p, unit in _rank_params(d, split, schedule):
         shard = p.dense / sharding.dense_group + p.expert / sharding.expert_group
-        unit = _largest_unit(d, split, stages)
         if sharding.reduces_in_compute:
             g = (ZERO3_STATE_BYTES[1] if sharding.zero == 3 else g_bytes) * shard + g_bytes * unit
         else:
@@ -357,7 +356,18 @@ def _rank_states(d: Dims, split: tuple, schedule: tuple, sharding: ShardingPlan)
         else:
             w = w_bytes * p.total
             o = opt_bytes * shard if sharding.shards_optimizer else opt_bytes * p.total
-        rows.append((stages, dense + moe, p.total, w, g, o))
+        rows.append((stages, layers, p.total, w, g, o))
+    return tuple(rows)
+
+
+@lru_cache(maxsize=16384)
+def _rank_params(d: Dims, split: tuple, schedule: tuple) -> tuple:
+    """Per rank: (stages, layers, parameters, the largest unit's parameters), whatever the
+    sharding (a layout search tries several on the same pipeline)."""
+    rows = []
+    for stages in _rank_stages(schedule):
+        dense, moe = layer_counts(split, stages)
+        rows.append((stages, dense + moe, params_of(d, split, stages), _largest_unit(d, split, stages)))
     return tuple(rows)
 
 

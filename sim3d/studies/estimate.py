@@ -20,6 +20,8 @@ from functools import lru_cache
 import numpy as np
 
 from ..costs.cost_model import CostModel
+from ..model.ops import Dims
+from ..model.params import embedding_params, head_params, layer_params
 from ..model.memory import stage_layer_counts, steady_microbatches
 from ..cluster.placement import EXPERT_GRADIENT_AXIS, GRADIENT_AXIS, REPLICA_AXIS, SHARD_AXIS
 from ..schedule import build
@@ -159,16 +161,14 @@ class Estimator:
             scenario = scenario_of()
             topology = self._memo(("fabric",), lambda: Topology(scenario)).for_layout(scenario)
             stride = topology.placement.stride
-            links = {}
+            keys = {}
             experts = (EXPERT_GRADIENT_AXIS,) if scenario.model.moe is not None else ()
             for axis in ("tp", "cp", "ep", GRADIENT_AXIS, SHARD_AXIS, REPLICA_AXIS) + experts:
-                key = (("link", axis, stride(axis), getattr(layout, axis)) if axis in ("tp", "cp")
-                       else ("link", axis, stride("dp"), layout.dp, stride("cp"), layout.cp, scenario.shard_group)
-                       if axis in (GRADIENT_AXIS, SHARD_AXIS, REPLICA_AXIS)
-                       else ("link", axis, layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order))
-                links[axis] = self._memo(key, lambda: topology.group_link(axis))
-            topology.release_loads()  # the links are priced; the tables behind them are not kept
-            return topology, links
+                keys[axis] = (("link", axis, stride(axis), getattr(layout, axis)) if axis in ("tp", "cp")
+                              else ("link", axis, stride("dp"), layout.dp, stride("cp"), layout.cp,
+                                    scenario.shard_group) if axis in (GRADIENT_AXIS, SHARD_AXIS, REPLICA_AXIS)
+                              else ("link", axis, layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order))
+            return topology, _Links(self, topology, keys)
         return self._memo(("placed", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.order,
                            layout.dp_shard), place)
 
@@ -230,9 +230,44 @@ class Estimator:
         total = self._memo(("total", compute_key, policy),
                            lambda: self._totals(self._cost_model_for(layout, scenario, compute_key)(), compute_key,
                                                 policy))
+        # what ShardingPlan.of reads of a layout: the stage, the shard group, a pipeline's presence
+        # and the expert replicas (from the expert grid)
+        plan = self._memo(("plan", layout.zero, layout.dp_shard, layout.dp, layout.cp, layout.pp, layout.tp, layout.ep,
+                           layout.order), lambda: ShardingPlan.of(scenario()))
+        if plan.collectives_in_compute:
+            shard = self._placed(layout, scenario)[1][SHARD_AXIS]
+            units = self._memo(("units", layout.tp, layout.ep, plan, shard),
+                               lambda: self._unit_bounds(self._cost_model_for(layout, scenario, compute_key)(), shard))
+            if units is not None:
+                stages = layout.pp * layout.vpp
+                total = {kind: max(total[kind] + stages * units[kind][0], units[kind][1]) for kind in KINDS}
         total = {**total, "work": total["F"] + (total["BI"] + total["BW"] if spec.split_backward else total["B"])}
         floor = PIPELINE_FLOOR[spec.bubble_rule](layout.pp, self._microbatches(layout), layout.vpp, total)
         return floor * (1 - FLOOR_MARGIN)
+
+    @staticmethod
+    def _unit_bounds(costs: CostModel, shard) -> dict | None:
+        """{kind: (the least a stage's action lasts beyond its compute, the least all stages'
+        actions of that kind last together)} under sharded data parallelism inside compute.
+        A stage's units (sharded_dp.unit_pipeline) wait for the first one's gather before any
+        computes and end with the last one's reduce-scatter, and all their collectives queue on
+        one network: so an action lasts at least its compute plus the smallest unit's gather and
+        reduce-scatter, and all of them at least every unit's collectives one after the other.
+        None where the units are not all of a layer, the embedding and the head (multi-token
+        prediction) or a stage may hold none (a pipeline layout)."""
+        s = costs.s
+        if s.model.mtp_layers or s.parallel.pipeline_layout is not None:
+            return None
+        d = Dims.of(s)
+        dense, moe = (float(n.sum()) for n in stage_layer_counts(s))
+        units = [(1.0, embedding_params(d)), (1.0, head_params(d, s.num_stages == 1))]
+        units += [(n, layer_params(d, is_moe).total) for n, is_moe in ((dense, False), (moe, True)) if n]
+        bounds = {}
+        for kind in KINDS:
+            priced = [(n, *costs.unit_collectives(params, kind, shard)[:2]) for n, params in units]
+            least = min(g for _, g, _ in priced) + min(r for _, _, r in priced)
+            bounds[kind] = (least, sum(n * (g + r) for n, g, r in priced))
+        return bounds
 
     def _totals(self, costs: CostModel, compute_key: tuple, policy: str | None) -> dict:
         """{kind: seconds} of one micro-batch through every stage's blocks (their units' collectives
@@ -385,6 +420,20 @@ class Estimator:
         held = [tuple(stage_map.stage(r, c) for c in range(layout.vpp)) for r in range(layout.pp)]
         return max(costs.optimizer(pipe[r], held[r]) + costs.embedding_sync(pipe[r], held[r])
                    for r in range(layout.pp))
+
+
+class _Links(dict):
+    """{axis: GroupLink} of one placement, each priced when first asked for (a floor needs the
+    compute's and the shard group's alone), once per key the estimator's memo holds."""
+
+    def __init__(self, estimator: Estimator, topology: Topology, keys: dict):
+        super().__init__()
+        self._estimator, self._topology, self._keys = estimator, topology, keys
+
+    def __missing__(self, axis: str):
+        link = self[axis] = self._estimator._memo(self._keys[axis], lambda: self._topology.group_link(axis))
+        self._topology.release_loads()  # the link is priced; the tables behind it are not kept
+        return link
 
 
 def _alike_stages(costs: CostModel) -> tuple[list[tuple], np.ndarray]:
