@@ -128,8 +128,14 @@ class CostModel(PipelineMessages):
         link = (links or self._folded_links)[group]
         if link.size < 2 or not kind:
             return 0.0
-        if kind == "ring":  # context-parallel ring: cp-1 neighbour exchanges
-            return p2p_time(nbytes, link.bw, link.latency * (link.size - 1), link.nodes > 1, link.intra_efficiency)
+        if kind == "ring":  # context-parallel ring: cp-1 neighbour exchanges of nbytes / (cp-1) each
+            steps = link.size - 1
+            measured = (self.profile.collective_seconds("send_recv", nbytes / steps, 2)
+                        if self.profile is not None else None)
+            if measured is not None:  # the device's own send/recv, as the pipeline's messages are priced
+                self.provenance.record(f"{group} collectives", PROFILE)
+                return steps * measured
+            return p2p_time(nbytes, link.bw, link.latency * steps, link.nodes > 1, link.intra_efficiency)
         op = COLLECTIVE[kind]
         plain = link
         if op == "all_to_all":
