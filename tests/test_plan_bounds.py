@@ -12,7 +12,7 @@ import pytest
 from sim3d.scenario.load import scenario_from_dict
 from sim3d.studies.estimate import Pipeline, PIPELINE_FLOOR, PIPELINE_TIME, _zb_h1
 from sim3d.studies.space import Space
-from sim3d.studies.tier_one import price, space_key, worker_state
+from sim3d.studies.tier_one import WORKER, price, space_key, worker_state
 from sim3d.schedule.specs import BUBBLE_RULES
 
 SMALL = {  # tiny's model on 8-GPU nodes, with a batch that divides many ways
@@ -30,7 +30,8 @@ COUNTED = {**SMALL, "name": "small-counted",
                         "kernels": {"stack": "eager"}}}
 ONE_ORDER = {"order": ("tp-cp-ep-dp-pp",)}
 SPACES = {"dense": (SMALL, 8, {}), "moe": (MOE, 8, ONE_ORDER), "counted, eager": (COUNTED, 8, {"micro_batch": (1, 2, 4), **ONE_ORDER}),
-          "dense, 2 nodes": (SMALL, 16, {"tp_comm_overlap": (False,), **ONE_ORDER})}
+          "dense, 2 nodes": (SMALL, 16, {"tp_comm_overlap": (False,), **ONE_ORDER}),
+          "hsdp": (SMALL, 16, {"dp_shard": (2, 4, "all"), "micro_batch": (1, 2), "tp_comm_overlap": (False,)})}
 
 
 def _space(case: str) -> Space:
@@ -79,6 +80,7 @@ def test_what_a_bounded_search_prices_does_not_depend_on_its_workers():
     space = _space("moe")
     layouts, _ = space.layouts()
     here = price(space, layouts, keep=25)
+    WORKER.clear()  # forked workers must start cold, not from this process's caches
     with ProcessPoolExecutor(max_workers=2) as pool:
         there = price(space, layouts, pool, 2, keep=25)
     assert here["fits"].isna().sum() > len(layouts) // 2
@@ -100,10 +102,11 @@ def test_a_weight_gradient_longer_than_its_forward_and_input_gradient_never_shor
     assert _zb_h1(Pipeline("zb-h1", 4, 8, 1, ranks, work)) == pytest.approx(8 * 3.0 + 3 * 1.0)
 
 
-@pytest.mark.parametrize("case", ["moe", "dense, 2 nodes"])
+@pytest.mark.parametrize("case", ["moe", "dense, 2 nodes", "hsdp"])
 def test_an_estimate_from_the_shared_caches_is_the_estimate_of_a_fresh_estimator(case):
     """The estimator's caches are keyed by the layout fields each part depends on: a key that
-    leaves one out hands a layout another's price (ZeRO-2 and ZeRO-3 share a shard group)."""
+    leaves one out hands a layout another's price (ZeRO-2 and ZeRO-3 share a shard group), or
+    another's floor."""
     import random
 
     from sim3d.studies.estimate import Estimator
@@ -112,9 +115,12 @@ def test_an_estimate_from_the_shared_caches_is_the_estimate_of_a_fresh_estimator
     shared = Estimator(space)
     for layout in layouts:  # every layout through the shared caches first, in the search's order
         shared.estimate(layout, space.scenario(layout))
+    for layout in layouts:
+        shared.floor(layout)
     for layout in random.Random(7).sample(layouts, 150):
         assert shared.estimate(layout, space.scenario(layout)) == Estimator(space).estimate(
             layout, space.scenario(layout)), layout
+        assert shared.floor(layout) == Estimator(space).floor(layout), layout
 
 
 def test_plan_says_which_layouts_it_left_unpriced_and_why(tmp_path):
@@ -135,3 +141,9 @@ def test_plan_says_which_layouts_it_left_unpriced_and_why(tmp_path):
     assert len(candidates) == report["considered"] > report["priced"] == (~unpriced).sum()
     assert candidates.loc[unpriced, "why_not"].str.contains("above the slowest of the 5 best estimates").all()
     assert candidates.loc[unpriced, "est_step_s"].isna().all() and report["simulated"] == 5
+
+
+def test_a_bounded_search_keeps_at_least_one_estimate():
+    space = _space("dense")
+    with pytest.raises(ValueError, match="at least one"):
+        price(space, space.layouts()[0], keep=0)

@@ -49,7 +49,8 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          set_: list[str] = typer.Option([], "--set", help=SET_HELP),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
          force: bool = force_option("candidates.csv, finalists.csv or plan.png")):
-    """Search the layout space: estimate every layout that fits, simulate the best, rank them."""
+    """Search the layout space: estimate the layouts that fit (all that could be among the best), simulate the best,
+    rank them."""
     from ..scenario.limits import GPUS, LOCAL_PROCESSES
     if gpus is not None:
         GPUS.check(gpus, "--gpus")

@@ -211,12 +211,13 @@ class Estimator:
         return cost_model
 
     def floor(self, layout: Layout) -> float:
-        """A lower bound of `estimate(layout, ...)`, read from the blocks' prices alone: the
-        schedule's floor over every stage's compute (PIPELINE_FLOOR), without the pipeline
-        transfers, the data-parallel tail, the optimizer, sharded data parallelism's exposed
-        collectives or the recomputation a count of layers leaves out (none is negative). A
-        search keeping the best N estimates need not price a layout whose floor is above the
-        Nth (plan.py). The layout's scenario is built only where a cache misses."""
+        """A lower bound of `estimate(layout, ...)`, read from the blocks' prices: the schedule's
+        floor over every stage's compute (PIPELINE_FLOOR), with what sharded data parallelism's
+        collectives inside compute cannot hide (`_unit_bounds`), and without the pipeline
+        transfers, the data-parallel tail, the optimizer or the recomputation a count of layers
+        leaves out (none is negative). A search keeping the best N estimates need not price a
+        layout whose floor is above the Nth (tier_one.py). The layout's scenario is built only
+        where a cache misses."""
         made = None
 
         def scenario():
@@ -321,7 +322,6 @@ class Estimator:
 
     def _rank_work(self, layout: Layout, s, costs: CostModel, compute_key: tuple) -> list[dict]:
         """Per pipeline rank, {kind: seconds} of one micro-batch through all its chunks."""
-        blocks = self._memo(("blocks",) + compute_key, lambda: self._blocks(costs, compute_key))
         dense, moe = stage_layer_counts(s)
         stage_map = _stage_map(layout)
         held = np.array([[stage_map.stage(r, c) for c in range(layout.vpp)] for r in range(layout.pp)])
@@ -338,6 +338,7 @@ class Estimator:
                                        lambda: costs.action(first, kind).seconds) for signature, first in alike[0]]
                 per_stage = np.array(per_kind)[alike[1]]
             else:
+                blocks = self._memo(("blocks",) + compute_key, lambda: self._blocks(costs, compute_key))
                 per_stage = dense * blocks[("layer", kind)] + (moe * blocks[("moe_layer", kind)] if s.model.moe else 0.0)
                 per_stage[0] += blocks[("embedding", kind)]
                 per_stage[-1] += (1 + s.model.mtp_layers) * blocks[("head", kind)]  # and each module's head

@@ -193,7 +193,7 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
         sample, sample_rows, rate = pilot(layout_groups(layouts), lambda chunk: price_batch(
             (key, space.base, space.gpus, space.choices, chunk)), workers,
             ticker if exhaustive else tick("pilot", PILOT_PLACES * (1 + PILOT_BATCH)))
-        if exhaustive:
+        if exhaustive or finalists < 1:
             chosen = set(map(id, sample))
             candidates = price(space, [x for x in layouts if id(x) not in chosen], pool, workers, ticker, rate,
                                sample_rows)

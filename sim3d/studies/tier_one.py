@@ -27,7 +27,7 @@ from .space import Layout, Space
 LAYOUT_COLUMNS = [f.name for f in fields(Layout)]
 CANDIDATE_COLUMNS = LAYOUT_COLUMNS + ["fits", "peak_gib", "why_not", "est_step_s", "est_pipeline_s", "est_p2p_s",
                                      "est_dp_s", "est_optimizer_s"]
-UNPRICED = (None,) * 5
+NO_ESTIMATE = (None,) * 5  # a layout that does not fit, or was left unpriced
 
 # per process: the space, its estimator, and the memory verdicts (with the model states they
 # start from) already reached, which later batches of the same space share
@@ -73,7 +73,7 @@ def price_batch(args: tuple) -> list[tuple]:
             rows.append(layout.values() + (fits, peak, why, est.step_s, est.pipeline_s, est.p2p_s, est.dp_s,
                                            est.optimizer_s))
         else:
-            rows.append(layout.values() + (fits, peak, why) + UNPRICED)
+            rows.append(layout.values() + (fits, peak, why) + NO_ESTIMATE)
     return rows
 
 
@@ -103,15 +103,14 @@ BOUNDED_CHUNK = (50, 2000)
 CHUNKS_PER_WAVE = 16
 
 
-def batches(layouts: list[Layout], workers: int, rate: float | None = None,
-            seconds: float = SECONDS_PER_BATCH) -> list[list[Layout]]:
+def batches(layouts: list[Layout], workers: int, rate: float | None = None) -> list[list[Layout]]:
     """Layouts grouped by (tp, cp, ep, pp), the groups dealt into batches of similar size:
     enough batches to show progress and balance the workers, few enough to keep caches warm.
     With the measured `rate` (layouts a second per worker), no batch holds more than
-    `seconds` of work, so progress shows within seconds."""
+    SECONDS_PER_BATCH of work, so progress shows within seconds."""
     target = max(1, math.ceil(len(layouts) / max(8 * workers, 1)))
     if rate:
-        target = max(1, min(target, int(rate * seconds)))
+        target = max(1, min(target, int(rate * SECONDS_PER_BATCH)))
     out, current = [], []
     for group in layout_groups(layouts).values():
         for start in range(0, len(group), target):
@@ -143,8 +142,8 @@ def price(space: Space, layouts: list[Layout], pool: ProcessPoolExecutor | None 
     `bounding(n)`: n more floors."""
     key = space_key(space)
     rows: list[tuple] = list(priced)
-    if keep is not None and priced:
-        raise ValueError("a bounded search prices every layout it needs itself: it takes no rows priced before")
+    if keep is not None and (priced or keep < 1):
+        raise ValueError("a bounded search keeps at least one estimate, and prices every layout it needs itself")
     if keep is None:
         jobs = [(key, space.base, space.gpus, space.choices, batch) for batch in batches(layouts, workers, rate)]
         for done, job in completed(pool, price_batch, jobs):
@@ -208,7 +207,7 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
     if left:
         why = (f"not priced: its floor (a lower bound of its estimate) is above the slowest of the {keep:,} "
                f"best estimates ({bound():.4g} s)")
-        rows += [layout.values() + (None, None, why) + UNPRICED for layout in left]
+        rows += [layout.values() + (None, None, why) + NO_ESTIMATE for layout in left]
         if progress:
             progress(len(left))
     return rows
