@@ -29,13 +29,16 @@ COUNTED = {**SMALL, "name": "small-counted",
            "training": {**SMALL["training"], "recompute": "full", "recompute_num_layers": 1,
                         "kernels": {"stack": "eager"}}}
 ONE_ORDER = {"order": ("tp-cp-ep-dp-pp",)}
-SPACES = {"dense": (SMALL, 8, {}), "moe": (MOE, 8, ONE_ORDER), "counted, eager": (COUNTED, 8, {"micro_batch": (1, 2, 4), **ONE_ORDER}),
-          "dense, 2 nodes": (SMALL, 16, {"tp_comm_overlap": (False,), **ONE_ORDER}),
-          "hsdp": (SMALL, 16, {"dp_shard": (2, 4, "all"), "micro_batch": (1, 2), "tp_comm_overlap": (False,)})}
+SPACES = {"dense": (SMALL, 8, {}), "moe": (MOE, 8, ONE_ORDER),
+          "counted, eager": (COUNTED, 8, {"micro_batch": (1, 2), "zero": (1, 3), **ONE_ORDER}),
+          "dense, 2 nodes": (SMALL, 16, {"tp_comm_overlap": (False,), **ONE_ORDER})}
+# for the cache-key test: HSDP groups (their own shard links and plans), and experts over fewer micro-batches
+KEYS = {"hsdp": (SMALL, 16, {"dp_shard": (2, 4, "all"), "micro_batch": (1, 2), "tp_comm_overlap": (False,)}),
+        "moe, few micro-batches": (MOE, 8, {"micro_batch": (1, 2), **ONE_ORDER})}
 
 
 def _space(case: str) -> Space:
-    spec, gpus, choices = SPACES[case]
+    spec, gpus, choices = KEYS[case] if case in KEYS else SPACES[case]
     return Space(scenario_from_dict(spec), gpus, choices)
 
 
@@ -50,7 +53,7 @@ def test_no_layout_is_estimated_below_its_floor(case):
         estimate = estimator.estimate(layout, space.scenario(layout)).step_s
         assert 0 < floor <= estimate, layout
         checked += 1
-    assert checked > 1000
+    assert checked > 500
     schedules = {layout.schedule for layout in layouts}
     assert {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"} <= schedules
 
@@ -102,7 +105,7 @@ def test_a_weight_gradient_longer_than_its_forward_and_input_gradient_never_shor
     assert _zb_h1(Pipeline("zb-h1", 4, 8, 1, ranks, work)) == pytest.approx(8 * 3.0 + 3 * 1.0)
 
 
-@pytest.mark.parametrize("case", ["moe", "dense, 2 nodes", "hsdp"])
+@pytest.mark.parametrize("case", ["moe, few micro-batches", "dense, 2 nodes", "hsdp"])
 def test_an_estimate_from_the_shared_caches_is_the_estimate_of_a_fresh_estimator(case):
     """The estimator's caches are keyed by the layout fields each part depends on: a key that
     leaves one out hands a layout another's price (ZeRO-2 and ZeRO-3 share a shard group), or
