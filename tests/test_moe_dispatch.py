@@ -10,7 +10,7 @@ import pytest
 
 from sim3d.costs.collectives import NETWORK_EFFICIENCY
 from sim3d.costs.cost_model import CostModel
-from sim3d.costs.moe_dispatch import network_share
+from sim3d.costs.moe_dispatch import dispatched, network_share
 from sim3d.scenario import load_scenario, scenario_from_dict
 from sim3d.scenario.importers import from_megatron
 from sim3d.scenario.load import ScenarioError
@@ -128,7 +128,7 @@ def test_a_profiles_measured_all_to_all_is_scaled_by_deepeps_share():
     costs = CostModel(load_scenario(DSV3))
     link = costs._folded_links["ep"]
     costs.profile = Measured()
-    ratio = collective_time("all_to_all", 1e8, costs._dispatched(link)).seconds / collective_time("all_to_all", 1e8, link).seconds
+    ratio = collective_time("all_to_all", 1e8, dispatched(costs.s, link)).seconds / collective_time("all_to_all", 1e8, link).seconds
     assert costs._collective("all-to-all", 1e8, "ep") == pytest.approx(0.02 * ratio, rel=1e-12)
     assert ratio < 0.6
 

@@ -11,11 +11,10 @@ Point-to-point, data-parallel and optimizer costs come from the topology and col
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 from functools import cached_property
 
 from ..model.kernel_stack import accumulation_bytes
-from ..model.params import Params, embedding_params, head_params, layer_params, mtp_params, stage_params
+from ..model.params import block_params, embedding_params, head_params, layer_params, mtp_params, stage_params
 from ..model.recompute import mtp_policy, redo_fraction, reruns_forward_collective, stage_policies
 from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, mtp_is_moe, mtp_ops, stage_layer_range
 from ..scenario.kernels import TORCH_STACKS
@@ -25,7 +24,7 @@ from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
 from .buckets import GradientBuckets
-from .moe_dispatch import network_share
+from .moe_dispatch import dispatched
 from .compute import ComputeModel, block_shape, is_memory_bound, op_class
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import step_bytes
@@ -139,7 +138,7 @@ class CostModel(PipelineMessages):
         op = COLLECTIVE[kind]
         plain = link
         if op == "all_to_all":
-            link = self._dispatched(link)
+            link = dispatched(self.s, link)
         if self.profile is not None:
             measured = self.profile.collective_seconds(op, nbytes, link.size)
             if measured is not None:  # NCCL's all-to-all as measured; DeepEP's by its share of that price
@@ -149,12 +148,6 @@ class CostModel(PipelineMessages):
                 return measured
         self.provenance.record(f"{group} collectives", ANALYTICAL)
         return collective_time(op, nbytes, link).seconds
-
-    def _dispatched(self, link):
-        """An expert group's link with the network share of its all-to-all that the scenario's
-        dispatcher sends (moe_dispatch.py)."""
-        share = network_share(self.s, link.nodes) if link.a2a_network_s else 1.0
-        return replace(link, a2a_network_s=link.a2a_network_s * share) if share < 1.0 else link
 
     def _wire(self, kind: str, nbytes: float, group: str, links: dict | None) -> float:
         """Bytes one member sends for a collective (see ActionCost.wire)."""
@@ -303,11 +296,7 @@ class CostModel(PipelineMessages):
         PyTorch stack (kernel_stack.py); none where the GEMMs accumulate (te)."""
         if self.s.training.kernels.stack not in TORCH_STACKS:
             return 0.0
-        d = self._dims
-        params = {"embedding": lambda: Params(dense=embedding_params(d)),
-                  "layer": lambda: layer_params(d, False), "moe_layer": lambda: layer_params(d, True),
-                  "mtp": lambda: mtp_params(d, mtp_is_moe(self.s), True),  # the shared embedding: once
-                  "head": lambda: Params(dense=head_params(d, self.s.num_stages == 1))}[block]()
+        params = block_params(self.s, self._dims, block)
         return accumulation_bytes(params.dense, params.expert, self.sharding, self.s.num_microbatches)
 
     def _block_cost(self, block: str, ops, kind: str, links: dict, recompute: str) -> ActionCost:
@@ -482,7 +471,7 @@ class CostModel(PipelineMessages):
         alone = self._alone_link("ep", rank)
         cost = self._action(stage, kind, {"tp": tp, "cp": cp, "ep": alone})
         seconds, buffer = cost.comm.get("ep", 0.0), cost.wire.get("ep", 0.0) * alone.size / (alone.size - 1)
-        pace = all_to_all_s_per_byte(self._dispatched(alone)) if alone.nodes > 1 else None
+        pace = all_to_all_s_per_byte(dispatched(self.s, alone)) if alone.nodes > 1 else None
         latency = max(0.0, seconds - buffer * pace) if pace is not None else 0.0
         return seconds, buffer, latency
 

@@ -21,6 +21,8 @@ price scales (collectives.all_to_all_s_per_byte).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 
 def network_share(s, nodes: int) -> float:
     """The bytes an expert all-to-all sends across nodes under the scenario's dispatcher over
@@ -35,3 +37,10 @@ def network_share(s, nodes: int) -> float:
     else:
         distinct = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)
     return min(1.0, distinct / copies)
+
+
+def dispatched(s, link):
+    """An expert group's link with the network share of its all-to-all that the scenario's
+    dispatcher sends."""
+    share = network_share(s, link.nodes) if link.a2a_network_s else 1.0
+    return replace(link, a2a_network_s=link.a2a_network_s * share) if share < 1.0 else link

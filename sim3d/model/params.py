@@ -148,3 +148,13 @@ def model_params(s) -> float:
     # a module's shared embedding counted once, with the model's
     total += s.model.mtp_layers * mtp_params(d, mtp_is_moe(s), True).total
     return total + embedding_params(d) + head_params(d, True)
+
+
+def block_params(s, d: Dims, block: str) -> Params:
+    """Parameters of one block a cost model prices: the embedding, a dense or MoE layer, a
+    multi-token-prediction module (its shared embedding counted once, on the first stage) or
+    the head."""
+    return {"embedding": lambda: Params(dense=embedding_params(d)),
+            "layer": lambda: layer_params(d, False), "moe_layer": lambda: layer_params(d, True),
+            "mtp": lambda: mtp_params(d, mtp_is_moe(s), True),
+            "head": lambda: Params(dense=head_params(d, s.num_stages == 1))}[block]()
