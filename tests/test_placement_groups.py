@@ -51,3 +51,12 @@ def test_groups_are_what_their_coordinates_define(p, data):
 def test_one_coordinate_is_that_of_all_of_them(p):
     for rank in range(p.world_size):
         assert {axis: p.coord(rank, axis) for axis in DENSE_AXES} == {a: p.coords(rank)[a] for a in DENSE_AXES}
+
+
+@settings(max_examples=60, deadline=None)
+@given(placements())
+def test_group_array_lists_the_groups(p):
+    """The array built from strides (link tables at 131,072 GPUs) holds what `groups` lists one
+    rank at a time, group for group and member for member."""
+    for axis in (*DENSE_AXES, "ep", GRADIENT_AXIS, EXPERT_GRADIENT_AXIS, SHARD_AXIS, REPLICA_AXIS):
+        assert p.group_array(axis).tolist() == p.groups(axis)

@@ -189,10 +189,11 @@ def test_links_csv_is_what_pandas_writes(label):
     ["faults=[{nic: {node: 1, nic: 3, gbps: 0}}]"],
 ])
 def test_paths_laid_piece_by_piece_are_the_paths_laid_whole(sets):
-    """PathLoads sums bytes per sending GPU, leaf pair and receiving GPU (or per path under
+    """path_loads.lay sums bytes per sending GPU, leaf pair and receiving GPU (or per path under
     ECMP): the same bytes on every edge as laying each routed path."""
     from collections import defaultdict
     import random
+    from sim3d.cluster.path_loads import lay
     from sim3d.cluster.topology import Topology
     from sim3d.scenario.load import load_scenario
     topology = Topology(load_scenario("scenarios/gpt3.yaml", sets))
@@ -200,12 +201,37 @@ def test_paths_laid_piece_by_piece_are_the_paths_laid_whole(sets):
     pairs = [(rng.randrange(1024), rng.randrange(1024), rng.uniform(1, 1e6)) for _ in range(3000)]
     pairs += [(8 * n + 3, 8 * n + 5, 10.0) for n in range(4)]  # inside a node
     whole: dict = defaultdict(float)
-    pieces = topology.path_loads()
     for a, b, nbytes in pairs:
         for e in topology.path(a, b):
             whole[e] += nbytes
-        pieces.add(a, b, nbytes)
-    laid = pieces.edges()
+    by_number = lay(topology, *zip(*pairs))
+    assert len(by_number) == 2 * topology.graph.number_of_edges()
+    laid = {edge: by_number[k] for edge, k in topology.edge_index.items()}
     assert set(e for e, v in laid.items() if v) == set(e for e, v in whole.items() if v)
     for e, nbytes in whole.items():
         assert laid[e] == pytest.approx(nbytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp,pp,dp,nodes,gpus", [(8, 2, 4, 8, 8), (2, 2, 4, 4, 4), (1, 2, 8, 4, 4), (4, 1, 4, 2, 8)])
+def test_ring_hops_laid_at_once_are_those_laid_group_by_group(tp, pp, dp, nodes, gpus):
+    """Where every group lies in one node or has one member per node, a link table lays a whole
+    axis's ring hops at once; group by group, through the topology's NIC spreading, gives the
+    same hops in the same order (so the same sums to the last bit)."""
+    import numpy as np
+    from sim3d.analysis.traffic import _ring_hops, _ring_hops_group_by_group
+    from sim3d.cluster.topology import Topology
+    from sim3d.scenario.load import scenario_from_dict
+    topology = Topology(scenario_from_dict(layout(tp, pp, dp, nodes, gpus)))
+    placement = topology.placement
+    weights = np.random.default_rng(3).uniform(1, 1e6, placement.world_size)
+    weights[::5] = 0.0  # a rank that sends nothing on the axis lays no hop
+    for axis in [axis for axis in ("tp", "dp", "dp-cp") if placement.group_size(axis) > 1]:
+        at_once = _ring_hops(topology, placement, axis, weights)
+        by_group = _ring_hops_group_by_group(topology, placement, axis, weights, placement.group_array(axis))
+        for ours, theirs in zip(at_once, by_group):
+            assert np.array_equal(ours, theirs)
+
+
+def test_a_step_that_moves_nothing_has_a_link_table_of_zero_bytes():
+    links = sim3d.simulate("scenarios/tiny.yaml").links  # one GPU: no message, no collective
+    assert len(links) > 0 and links.bytes.dtype == float and (links.bytes == 0).all() and (links.busy_fraction == 0).all()

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..cluster.path_loads import lay
 from ..cluster.placement import GRADIENT_AXIS, SHARD_AXIS
 from ..costs.moe_dispatch import network_share
 
@@ -87,7 +88,9 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
         elif stream in AXIS_OF_STREAM:
             for axis, share in _axes(stream, stage, split, kind):
                 sent[(rank, axis)] += nbytes * share
+    ranks = np.arange(placement.world_size)
     if folded:  # a simulated rank stands for every rank with its pipeline coordinate
+        stage_of = (ranks // placement.stride("pp")) % placement.pp
         by_stage = {(placement.coord(rank, "pp"), axis): b for (rank, axis), b in sent.items()}
         bytes_of = lambda rank, axis: by_stage.get((placement.coord(rank, "pp"), axis), 0.0)  # noqa: E731
         stage_p2p = {(placement.coord(a, "pp"), placement.coord(b, "pp")): n for (a, b), n in p2p.items()}
@@ -95,55 +98,96 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
         for pipe in _pipelines(placement):
             for (a, b), n in stage_p2p.items():
                 p2p[(pipe[a], pipe[b])] = n
+
+        def weights(axis: str) -> np.ndarray:
+            per_stage = np.zeros(placement.pp)
+            for (stage, on), b in by_stage.items():
+                if on == axis:
+                    per_stage[stage] = b
+            return per_stage[stage_of]
     else:
         twin_of = represented or {}
         bytes_of = lambda rank, axis: sent.get((twin_of.get(rank, rank), axis), 0.0)  # noqa: E731
+        replayed = ranks.copy()
         if twin_of:
+            replayed[np.fromiter(twin_of, dtype=np.int64)] = np.fromiter(twin_of.values(), dtype=np.int64)
             by_src: dict[int, list] = defaultdict(list)
             for (a, b), n in p2p.items():
                 by_src[a].append((b, n))
-            for twin, replayed in twin_of.items():
-                for b, n in by_src.get(replayed, ()):
+            for twin, replayed_rank in twin_of.items():
+                for b, n in by_src.get(replayed_rank, ()):
                     p2p[(twin, twin_pair(placement, twin, b))] += n
+
+        def weights(axis: str) -> np.ndarray:
+            own = np.zeros(placement.world_size)
+            for (rank, on), b in sent.items():
+                if on == axis:
+                    own[rank] = b
+            return own[replayed]
     load: dict[tuple, float] = defaultdict(float)  # directed edge -> bytes
-    paths = topology.path_loads()  # ring hops and sends, laid piece by piece (cluster/topology.py)
-    senders, receivers, sizes = [], [], []  # every ring hop and pipeline send, laid at once
+    hops = []  # every ring hop and pipeline send, laid at once: (senders, receivers, bytes)
     for axis in sorted({axis for _, axis in sent}):
         if axis == "ep":
             _lay_all_to_alls(topology, placement, bytes_of, load)
             continue
-        for listed in placement.groups(axis):
-            if len(listed) < 2:
-                continue
-            group = placement.shared_group(axis, listed[0])[0]  # the tuple the topology caches by
-            crossings = topology.ring_crossings(group)  # the hops that leave a node (Topology.ring_hop_pairs)
-            for i, rank in enumerate(group):
-                nbytes = bytes_of(rank, axis)
-                if not nbytes:
-                    continue
-                if i not in crossings:  # inside a node: the hop itself
-                    senders.append(rank), receivers.append(group[(i + 1) % len(group)]), sizes.append(nbytes)
-                    continue
-                for a, b, share in crossings[i]:
-                    senders.append(a), receivers.append(b), sizes.append(nbytes * share)
-    for (a, b), nbytes in p2p.items():
-        senders.append(a), receivers.append(b), sizes.append(nbytes)
-    paths.add_many(senders, receivers, sizes)
-    for edge, nbytes in paths.edges().items():
-        load[edge] += nbytes
-    ends, kinds, bandwidths = [], [], []
-    for u, v, data in topology.graph.edges(data=True):
-        ends += [(u, v), (v, u)]
-        kinds += [data["kind"]] * 2
-        bandwidths += [data["bw"]] * 2
-    names = {node: _name(node) for node in topology.graph}
-    src, dst = (np.array([names[end[i]] for end in ends], dtype=object) for i in (0, 1))
-    nbytes = np.array([load.get(end, 0.0) for end in ends], dtype=float)
-    bandwidth = np.array(bandwidths)
-    busy = nbytes / (bandwidth * step_time) if step_time > 0 else np.zeros(len(ends))
+        hops.append(_ring_hops(topology, placement, axis, weights(axis)))
+    sends = list(p2p)  # after the rings, as they were always summed
+    hops.append((np.array([a for a, _ in sends], dtype=np.int64), np.array([b for _, b in sends], dtype=np.int64),
+                 np.array(list(p2p.values()), dtype=float)))
+    nbytes = lay(topology, *(np.concatenate(column) for column in zip(*hops)))  # cluster/path_loads.py
+    if load:  # the all-to-alls first, as they were always summed
+        index = topology.edge_index
+        nbytes = np.bincount([index[edge] for edge in load], weights=list(load.values()),
+                             minlength=len(nbytes)) + nbytes
+    graph, names = topology.graph, {}
+    us, vs = zip(*topology.edge_order)  # each edge both ways: (u, v) then (v, u)
+    data = [graph._adj[u][v] for u, v in topology.edge_order]
+    kinds = np.repeat(np.array([d["kind"] for d in data], dtype=object), 2)
+    bandwidth = np.repeat(np.array([d["bw"] for d in data], dtype=float), 2)
+    for node in graph:
+        names[node] = _name(node)
+    src, dst = np.empty(len(nbytes), dtype=object), np.empty(len(nbytes), dtype=object)
+    src[0::2] = dst[1::2] = [names[u] for u in us]
+    src[1::2] = dst[0::2] = [names[v] for v in vs]
+    busy = nbytes / (bandwidth * step_time) if step_time > 0 else np.zeros(len(nbytes))
     order = np.lexsort((dst, src, -busy))  # stable, as pandas' sort_values was
     return {name: column[order] for name, column in zip(
-        LINK_COLUMNS, (src, dst, np.array(kinds, dtype=object), bandwidth, nbytes, busy))}
+        LINK_COLUMNS, (src, dst, kinds, bandwidth, nbytes, busy))}
+
+
+def _ring_hops(topology, placement, axis: str, weights: np.ndarray):
+    """(senders, receivers, bytes) of every member's ring hop along `axis`, each member sending
+    `weights[rank]`, in group order (the order the loads are summed in). A hop inside a node is
+    itself; one that leaves it is spread over the NICs its group drives there
+    (`Topology.ring_crossings`). Where every group lies in one node or has one member per node,
+    each crossing is the hop itself too, and the whole axis is laid at once."""
+    groups = placement.group_array(axis)
+    if groups.shape[1] < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+    nodes = np.sort(groups // topology.gpus_per_node, axis=1)
+    one_node, spread = nodes[:, 0] == nodes[:, -1], np.all(np.diff(nodes, axis=1) != 0, axis=1)
+    if np.all(one_node | spread):
+        sent = weights[groups]
+        moved = sent != 0
+        return groups[moved], np.roll(groups, -1, axis=1)[moved], sent[moved]
+    return _ring_hops_group_by_group(topology, placement, axis, weights, groups)
+
+
+def _ring_hops_group_by_group(topology, placement, axis: str, weights: np.ndarray, groups: np.ndarray):
+    """`_ring_hops` for any groups, each crossing spread over its NICs by the topology."""
+    senders, receivers, sizes = [], [], []
+    for first in groups[:, 0].tolist():
+        group = placement.shared_group(axis, first)[0]  # the tuple the topology caches by
+        crossings = topology.ring_crossings(group)
+        for i, nbytes in enumerate(weights[list(group)].tolist()):
+            if not nbytes:
+                continue
+            if i not in crossings:  # inside a node: the hop itself
+                senders.append(group[i]), receivers.append(group[(i + 1) % len(group)]), sizes.append(nbytes)
+                continue
+            for a, b, share in crossings[i]:
+                senders.append(a), receivers.append(b), sizes.append(nbytes * share)
+    return np.array(senders, dtype=np.int64), np.array(receivers, dtype=np.int64), np.array(sizes, dtype=float)
 
 
 def _lay_all_to_alls(topology, placement, bytes_of, load: dict) -> None:
@@ -278,5 +322,4 @@ def _pipelines(placement) -> list[list[int]]:
 @lru_cache(maxsize=None)
 def _name(node: tuple) -> str:
     """("gpu", 3, 5) -> "gpu3.5", ("leaf", 2) -> "leaf2": a link end readable in a CSV."""
-    kind, *where = node
-    return kind + ".".join(str(w) for w in where)
+    return node[0] + ".".join(map(str, node[1:]))

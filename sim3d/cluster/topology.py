@@ -19,10 +19,12 @@ import copy
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, fields
+from functools import cached_property
 
 import networkx as nx
 import numpy as np
 
+from ..util.gc_control import gc_paused
 from .fabric import Fabric
 from .loads import GroupLoads
 from .placement import Placement
@@ -164,27 +166,44 @@ class Topology(GroupLoads):
         per_server = self.nics // self.domain_nodes
         return self.fabric.leaf_of(node * self.domain_nodes + nic // per_server, nic % per_server)
 
+    @gc_paused()  # hundreds of thousands of node and edge tuples, no cycles among them
     def _build(self) -> nx.Graph:
         s = self.scenario
         intra, inter = s.cluster.intra_node, s.cluster.inter_node
         g = nx.Graph()
         nvlink = s.nvlink_gbps * GBIT
+        nvlink_edge = dict(bw=nvlink, latency=intra.latency_us * 1e-6 / 2, kind="nvlink")  # copied per edge
+        # Every edge is numbered as it is added (`edge_order`), and a GPU's and a NIC's own edges
+        # are kept by number, so that a link table sums bytes over numbers (path_loads.py).
+        order: list[tuple] = []
+        gpu_edge, pcie_edge, nic_edge, nic_leaf = [], [], [], []  # -1: no such edge (failed NIC)
         for n in range(self.nodes):
             g.add_node(("switch", n), kind=intra.fabric)
-            for local in range(self.gpus_per_node):
-                g.add_edge(("gpu", n, local), ("switch", n), bw=nvlink, latency=intra.latency_us * 1e-6 / 2,
-                           kind="nvlink")
+            edges = [(("gpu", n, local), ("switch", n), nvlink_edge) for local in range(self.gpus_per_node)]
+            gpu_edge += range(len(order), len(order) + self.gpus_per_node)
             for i in range(self.nics):
+                leaf = ("leaf", self.leaf_of(n, i))
+                nic_leaf.append(leaf[1])
                 rate = self._nic_rate[(n, i)]
                 if rate <= 0:  # failed: its GPUs go out through another NIC (nic_of)
+                    nic_edge.append(-1)
                     continue
-                g.add_edge(("nic", n, i), ("leaf", self.leaf_of(n, i)), bw=rate, latency=inter.latency_us * 1e-6 / 4, kind="ib")
+                self._leaves[(n, i)] = leaf
+                nic_edge.append(len(order) + len(edges))
+                edges.append((("nic", n, i), leaf, dict(bw=rate, latency=inter.latency_us * 1e-6 / 4, kind="ib")))
             for local in range(self.gpus_per_node):
                 own = self.own_nic(local)
                 if self._nic_rate[(n, own)] > 0:
                     # PCIe Gen4/Gen5 x16 switch between GPU and NIC is faster than the NIC
-                    g.add_edge(("gpu", n, local), ("nic", n, own), bw=max(self._nic_rate[(n, own)], 32e9),
-                               latency=0.0, kind="pcie")
+                    pcie_edge.append(len(order) + len(edges))
+                    edges.append((("gpu", n, local), ("nic", n, own),
+                                  dict(bw=max(self._nic_rate[(n, own)], 32e9), latency=0.0, kind="pcie")))
+                else:
+                    pcie_edge.append(-1)
+            g.add_edges_from(edges)  # a node's edges at once, in the order they were always added
+            order += [(u, v) for u, v, _ in edges]
+        self._gpu_edge, self._pcie_edge, self._nic_edge, self._nic_leaf = (
+            np.array(ids, dtype=np.int64) for ids in (gpu_edge, pcie_edge, nic_edge, nic_leaf))
         # a leaf's uplinks are sized for the NIC ports cabled to it at their line rate: a slow
         # or dead server NIC does not shrink the switch's uplinks
         line_rate = s.nic_gbps * GBIT * s.nics_per_node * self.domain_nodes / self.nics
@@ -192,12 +211,14 @@ class Topology(GroupLoads):
         uplink_faults = {f.uplink.leaf: f.uplink.gbps * GBIT for f in s.faults if f.uplink}
         hop = inter.latency_us * 1e-6 / 4
         fabric = self.fabric
+        self._fabric_start = len(order)
         for leaf in sorted(x for x in g.nodes if x[0] == "leaf"):
             planes = fabric.planes(leaf[1])  # ECMP: its uplinks to as many spines, else one aggregate
             total = uplink_faults.get(leaf[1], ports[leaf[1]] * line_rate / inter.oversubscription)
             for plane in range(planes):
-                g.add_edge(leaf, fabric.spine(fabric.pod_of(leaf[1]), plane), bw=total / planes, latency=hop,
-                           kind="uplink")
+                spine = fabric.spine(fabric.pod_of(leaf[1]), plane)
+                order += [] if g.has_edge(leaf, spine) else [(leaf, spine)]
+                g.add_edge(leaf, spine, bw=total / planes, latency=hop, kind="uplink")
         if fabric.pods > 1:  # the core carries a pod's leaf uplinks at the pod's ratio, as cabled
             pod_uplinks: Counter = Counter()
             for leaf, count in ports.items():
@@ -205,9 +226,28 @@ class Topology(GroupLoads):
             spines = {pod: sorted({s for s in g.nodes if s[0] == "spine" and s[1] == pod}) for pod in pod_uplinks}
             for pod, capacity in pod_uplinks.items():
                 for spine in spines[pod]:
+                    order += [] if g.has_edge(spine, ("core", 0)) else [(spine, ("core", 0))]
                     g.add_edge(spine, ("core", 0), bw=capacity / fabric.pod_oversubscription / len(spines[pod]),
                                latency=hop, kind="core")
+        self.edge_order = order
         return g
+
+    @cached_property
+    def edge_index(self) -> dict[tuple, int]:
+        """Directed edge -> its number: edge k of `edge_order` is 2k as listed, 2k + 1 reversed."""
+        index = {}
+        for k, (u, v) in enumerate(self.edge_order):
+            index[(u, v)], index[(v, u)] = 2 * k, 2 * k + 1
+        return index
+
+    @cached_property
+    def edge_index_of_fabric(self) -> dict[tuple, int]:
+        """`edge_index` of the switches' edges alone (leaf, spine, core): a leaf pair's climb."""
+        index = {}
+        for k in range(self._fabric_start, len(self.edge_order)):
+            u, v = self.edge_order[k]
+            index[(u, v)], index[(v, u)] = 2 * k, 2 * k + 1
+        return index
 
     def gpu_of(self, rank: int) -> tuple[int, int]:
         """(node, local GPU) of a global rank: ranks fill nodes in order."""
@@ -266,10 +306,6 @@ class Topology(GroupLoads):
         leaf_a, leaf_b = self._leaf(*nic_a[1:]), self._leaf(*nic_b[1:])
         edges = self._to_nic(na, la) + [(nic_a, leaf_a)] + self.fabric.climb(leaf_a[1], leaf_b[1], (a, b))
         return edges + [(leaf_b, nic_b)] + [(v, u) for u, v in reversed(self._to_nic(nb, lb))]
-
-    def path_loads(self) -> "PathLoads":
-        """A sum of bytes over many paths, laid piece by piece (`PathLoads`)."""
-        return PathLoads(self)
 
     def pxn_path(self, a: int, b: int) -> tuple:
         """Edges a share of an all-to-all takes from rank a to rank b. Across nodes NCCL's PXN
@@ -353,101 +389,3 @@ class Topology(GroupLoads):
                 f"{s.nvlink_gbps:g} Gb/s per GPU, {s.cluster.inter_node.fabric} {self.nics} x {s.nic_gbps:g} Gb/s "
                 f"per node, {self.fabric.leaf_count} leaves of {self.fabric.nodes_per_leaf} servers, "
                 f"oversubscription {s.cluster.inter_node.oversubscription:g}{pods}")
-
-
-class PathLoads:
-    """Bytes sent over many GPU-to-GPU paths, summed per directed edge without routing each
-    path: a fixed route between two nodes is the sender's way out to its leaf, the two leaves'
-    climb and the receiver's way in (`Topology._route`), so bytes are summed per sending GPU,
-    per leaf pair and per receiving GPU, and each piece is laid on its edges once. Under ECMP a
-    route depends on its two ranks, and each path is laid whole. 131,072 GPUs' ring hops then
-    cost a dictionary update each instead of a route each."""
-
-    def __init__(self, topology: "Topology"):
-        self.topology = topology
-        self.out: dict[tuple[int, int], float] = defaultdict(float)  # (node, local) -> bytes leaving its node
-        self.into: dict[tuple[int, int], float] = defaultdict(float)  # (node, local) -> bytes arriving from another
-        self.climbs: dict[tuple[int, int], float] = defaultdict(float)  # (leaf, leaf) -> bytes
-        self.inside: dict[tuple, float] = defaultdict(float)  # edges inside a node -> bytes
-        self.whole: dict[tuple, float] = defaultdict(float)  # edges of paths laid whole (ECMP)
-        self._leaf_of: dict[tuple[int, int], int] = {}  # (node, local) -> the leaf its NIC hangs off
-
-    def _leaf_id(self, node: int, local: int) -> int:
-        leaf = self._leaf_of.get((node, local))
-        if leaf is None:
-            topo = self.topology
-            leaf = self._leaf_of[(node, local)] = topo._leaf(node, topo.nic_of(node, local))[1]
-        return leaf
-
-    def add(self, a: int, b: int, nbytes: float) -> None:
-        topo = self.topology
-        na, la = divmod(a, topo.gpus_per_node)
-        nb, lb = divmod(b, topo.gpus_per_node)
-        if na == nb:
-            if la != lb:
-                self.inside[(("gpu", na, la), ("switch", na))] += nbytes
-                self.inside[(("switch", nb), ("gpu", nb, lb))] += nbytes
-        elif topo.fabric.ecmp:
-            for edge in topo.path(a, b):
-                self.whole[edge] += nbytes
-        else:
-            self.out[(na, la)] += nbytes
-            self.into[(nb, lb)] += nbytes
-            self.climbs[(self._leaf_id(na, la), self._leaf_id(nb, lb))] += nbytes
-
-    def add_many(self, a, b, nbytes) -> None:
-        """`add` for many (a, b, bytes) at once: the pieces summed with numpy per sending GPU,
-        receiving GPU and leaf pair (a ring hop of each of 131,072 GPUs is one row here)."""
-        topo, gpn = self.topology, self.topology.gpus_per_node
-        a, b, w = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64), np.asarray(nbytes, dtype=float)
-        node_a, node_b = a // gpn, b // gpn
-        cross = node_a != node_b
-        inside = ~cross & (a != b)
-        for rank, bytes_, towards in ((a[inside], w[inside], True), (b[inside], w[inside], False)):
-            for r, total in zip(*_summed(rank, bytes_)):
-                node, local = divmod(r, gpn)
-                edge = (("gpu", node, local), ("switch", node)) if towards else (("switch", node), ("gpu", node, local))
-                self.inside[edge] += total
-        if topo.fabric.ecmp:
-            for x, y, z in zip(a[cross].tolist(), b[cross].tolist(), w[cross].tolist()):
-                self.add(x, y, z)
-            return
-        a, b, w = a[cross], b[cross], w[cross]
-        for r, total in zip(*_summed(a, w)):
-            self.out[divmod(r, gpn)] += total
-        for r, total in zip(*_summed(b, w)):
-            self.into[divmod(r, gpn)] += total
-        leaf = {r: self._leaf_id(*divmod(r, gpn)) for r in np.unique(np.concatenate((a, b))).tolist()}
-        leaves = np.array([leaf[r] for r in a.tolist()], dtype=np.int64), np.array([leaf[r] for r in b.tolist()],
-                                                                                     dtype=np.int64)
-        span = int(max(leaves[0].max(initial=0), leaves[1].max(initial=0))) + 1
-        for key, total in zip(*_summed(leaves[0] * span + leaves[1], w)):
-            self.climbs[divmod(key, span)] += total
-
-    def edges(self) -> dict[tuple, float]:
-        """Directed edge -> bytes, as laying every path added on `Topology.path` would give."""
-        topo = self.topology
-        load: dict[tuple, float] = defaultdict(float, self.inside)
-        for edge, nbytes in self.whole.items():
-            load[edge] += nbytes
-        for (node, local), nbytes in self.out.items():
-            nic = ("nic", node, topo.nic_of(node, local))
-            for edge in topo._to_nic(node, local) + [(nic, topo._leaf(*nic[1:]))]:
-                load[edge] += nbytes
-        for (node, local), nbytes in self.into.items():
-            nic = ("nic", node, topo.nic_of(node, local))
-            for edge in [(topo._leaf(*nic[1:]), nic)] + [(v, u) for u, v in reversed(topo._to_nic(node, local))]:
-                load[edge] += nbytes
-        for (leaf_a, leaf_b), nbytes in self.climbs.items():
-            for edge in topo.fabric.climb(leaf_a, leaf_b):
-                load[edge] += nbytes
-        return load
-
-
-def _summed(keys, weights) -> tuple[list[int], list[float]]:
-    """Each distinct key, in the order it first occurs, and the sum of its weights added in
-    that order: what `PathLoads.add` one by one would hold, to the last bit."""
-    unique, first, where = np.unique(keys, return_index=True, return_inverse=True)
-    sums = np.bincount(where, weights=weights, minlength=len(unique))
-    order = np.argsort(first, kind="stable")
-    return unique[order].tolist(), sums[order].tolist()
