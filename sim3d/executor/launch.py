@@ -319,21 +319,14 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
         while len(payloads) < world:
             for step in _drain(results_q, payloads, failures, 0.1):
                 say(f"step {step + 1} of {steps} done on rank 0")
-            for rank, p in enumerate(procs):
-                if rank not in payloads and rank not in failures and p.exitcode not in (None, 0):
-                    code = p.exitcode
-                    if code > 0:
-                        failures[rank] = f"process exited with code {code}"
-                    else:
-                        failures[rank] = f"process killed by signal {-code} ({_signal_name(-code)})"
-                        if -code not in CRASH_SIGNALS:
-                            killed.add(rank)
-                            failures[rank] += (", sent from outside sim3d (the OOM killer, a job scheduler or "
-                                               "a user)")
+            _note_exits(procs, payloads, failures, killed)
             if failures:
-                grace = time.monotonic() + 1.5  # collect the tracebacks that are on their way
+                # collect the tracebacks on their way, and the exit codes: a rank's peers may
+                # report the broken connection before the forkserver reports that rank's death
+                grace = time.monotonic() + 1.5
                 while time.monotonic() < grace:
                     list(_drain(results_q, payloads, failures, 0.1))
+                    _note_exits(procs, payloads, failures, killed)
                 rank, error = _root_cause(failures, {r: p for r, p in enumerate(procs)
                                                      if r not in payloads and r not in failures})
                 stopped = rank not in failures and _process_state(procs[rank].pid).startswith("process stopped")
@@ -347,6 +340,21 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     if check:
         say("checking against the single-process reference")
     return assemble(spec, [payloads[r] for r in range(world)], out_dir)
+
+
+def _note_exits(procs, payloads: dict, failures: dict, killed: set) -> None:
+    """File each rank process that ended without a result: its exit code, or the signal that
+    killed it (`killed`: one sent from outside sim3d)."""
+    for rank, p in enumerate(procs):
+        if rank not in payloads and rank not in failures and p.exitcode not in (None, 0):
+            code = p.exitcode
+            if code > 0:
+                failures[rank] = f"process exited with code {code}"
+            else:
+                failures[rank] = f"process killed by signal {-code} ({_signal_name(-code)})"
+                if -code not in CRASH_SIGNALS:
+                    killed.add(rank)
+                    failures[rank] += ", sent from outside sim3d (the OOM killer, a job scheduler or a user)"
 
 
 def _child(rank, world, init_method, spec, results_q, launcher: int) -> None:
