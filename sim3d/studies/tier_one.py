@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import fields
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from ..costs.profile import load_profile
@@ -167,13 +168,18 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
     """Rows of `layouts` priced in the order of their floors until the next floor is above the
     slowest of the best `keep` estimates, and of the rest unpriced."""
     base, gpus, choices = space.base, space.gpus, space.choices
-    floors: dict[Layout, float] = {}
+    at = {id(layout): i for i, layout in enumerate(layouts)}  # a batch's layouts are these objects
+    floors = np.empty(len(layouts))
     jobs = [(key, base, gpus, choices, batch) for batch in batches(layouts, workers)]
     for done, job in completed(pool, floor_batch, jobs):
-        floors.update(zip(job[-1], done))
+        floors[[at[id(layout)] for layout in job[-1]]] = done
         if bounding:
             bounding(len(done))
-    ordered = sorted(layouts, key=lambda layout: (floors[layout], layout))
+    # by floor, equal floors in layout order: numbers sorted, not a million layouts compared
+    rank = np.empty(len(layouts), dtype=np.int64)
+    rank[sorted(range(len(layouts)), key=layouts.__getitem__)] = np.arange(len(layouts))
+    order = np.lexsort((rank, floors))
+    ordered, floors = [layouts[i] for i in order.tolist()], floors[order]
     # chunks and waves of a fixed size, and the bound updated between waves only: which layouts
     # are priced depends on the space alone, not on the workers, their speed or their order
     size = min(BOUNDED_CHUNK[1], max(BOUNDED_CHUNK[0], len(ordered) // 400))
@@ -189,7 +195,7 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
     while True:
         wave = []
         while (next_chunk < len(chunks) and len(wave) < CHUNKS_PER_WAVE
-               and floors[chunks[next_chunk][0]] <= bound()):
+               and floors[next_chunk * size] <= bound()):
             wave.append((key, base, gpus, choices, chunks[next_chunk]))
             next_chunk += 1
         if not wave:
