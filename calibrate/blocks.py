@@ -12,8 +12,9 @@ the executor's post-accumulate hook adds into `main_grad` (sim3d/executor/optimi
 run's gradient format. Forward and backward are timed in each repeat, on that repeat's graph.
 On a CPU the rows keep the mean of the repeats (timing.py says why), on a GPU the median.
 
-Measured single-process, so only for tp = cp = 1 dense layers (a tensor-parallel block
-needs its process group); other scenarios skip this part and say so in the provenance.
+Measured single-process, so only for tp = cp = 1 dense layers; other scenarios skip this part
+and say so in the provenance. On a CPU, calibrate/group_blocks.py measures the same block at
+tp 2 and cp 2 with its process group.
 """
 from __future__ import annotations
 

@@ -131,6 +131,11 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
                 block_rows, skipped = measure_blocks(sc, device, dt, quick, say)
                 rows = block_rows + rows
                 extra["blocks"][sc.name] = skipped or f"{len(block_rows)} rows"
+            if device == "cpu":  # a tp or cp layer with its collectives, as two of the executor's ranks run it
+                from .group_blocks import measure_group_blocks
+                grouped, skipped = measure_group_blocks(scenarios[0], dt, quick, say)
+                rows = grouped + rows
+                extra["group_blocks"] = skipped or f"{len(grouped)} rows"
             if device == "cpu":  # the executor's ranks share this CPU: how much they slow each other
                 shared, skipped = measure_concurrency(scenarios[0], dt, quick, say, processes)
                 rows = shared + rows

@@ -123,3 +123,44 @@ def test_the_scenario_an_execution_writes_reads_back_as_the_same_scenario(path, 
     scenario = load_scenario(path)
     (tmp_path / "scenario.yaml").write_text(scenario_yaml(scenario))
     assert load_scenario(tmp_path / "scenario.yaml") == scenario
+
+
+def test_a_block_measured_beside_another_process_is_priced_as_one_alone_then_shared():
+    """A row of two processes in their group (calibrate/group_blocks.py) ran at the two-process
+    slowdown of the concurrency rows: alone it is that much quicker, and shared by n ranks it
+    is slowed as every block is (the ratio at n)."""
+    shape = "b=1,s=8,h=8,heads=2,kv=2,ffn=32,vocab=16,act=gelu,tp=1,cp=2"
+    rows = [dict(op="block", kind="concurrency", **{"pass": p}, shape=shape, numel=64, group_size=n, dtype="fp32",
+                 device="cpu", seconds=s) for n, f in ((1, 1.0), (2, 1.5), (4, 3.0)) for p, s in (("fwd", f), ("bwd", f))]
+    rows += [dict(op="block", kind="block", **{"pass": p}, shape=shape, numel=64, group_size=2, dtype="fp32",
+                  device="cpu", seconds=s) for p, s in (("fwd", 0.003), ("bwd", 0.006))]
+    profile = Profile(pd.DataFrame(rows).reindex(columns=COLUMNS))
+    assert profile.block_measured_with_group("block", shape, "fp32")
+    assert profile.block_seconds("block", shape, "fp32", "bwd") == pytest.approx(0.006 / 1.5)
+    assert profile.shared_by(2).block_seconds("block", shape, "fp32", "fwd") == pytest.approx(0.003)
+    assert profile.shared_by(4).block_seconds("block", shape, "fp32", "fwd") == pytest.approx(0.003 / 1.5 * 3.0)
+    assert not profile.block_measured_with_group("block", shape.replace(",cp=2", ""), "fp32")
+
+
+def test_tp_and_cp_layers_are_priced_as_their_group_ran_them(loop):
+    """The profile holds the executor's block measured with its tp 2 and its cp 2 group; a
+    layout of either prices its layers from those rows (collectives included), a layout of
+    neither does not use them."""
+    import sim3d
+    from sim3d.costs.compute import block_shape
+    from sim3d_calibrate.group_blocks import group_variants
+    profile = Profile.load(loop / "profile.csv")
+    t = profile.table
+    grouped = t[(t.kind == "block") & (t.group_size == 2)]
+    variants = group_variants(load_scenario(TINY))
+    assert {(v.tp, v.cp) for v in variants} == {(2, 1), (1, 2)}
+    assert set(grouped["shape"]) == {block_shape(v) for v in variants}
+    for sets in (["parallel.cp=2"], ["parallel.tp=2"]):
+        result = sim3d.simulate(TINY, sets=[*sets, "cluster.gpus_per_node=2", f"costs.profile={loop / 'profile.csv'}"])
+        layer = grouped[(grouped["shape"] == block_shape(result.scenario)) & (grouped["pass"] == "fwd")]
+        forward = result.trace[(result.trace["rank"] == 0) & (result.trace["kind"] == "F")]
+        # a stage of four layers (and the embedding and head) takes at least its four measured layers
+        assert (forward.end_s - forward.start_s).min() >= 4 * float(layer.seconds.iloc[0]) * (1 - 1e-9)
+        assert any("measured whole" in what for what, _ in result.explain())
+    plain = sim3d.simulate(TINY, sets=["parallel.pp=2", "cluster.gpus_per_node=2", f"costs.profile={loop / 'profile.csv'}"])
+    assert block_shape(plain.scenario) not in set(grouped["shape"])

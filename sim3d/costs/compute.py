@@ -74,7 +74,8 @@ def block_shape(scenario) -> str:
     """Key of a measured block (calibrate/blocks.py): every dimension its time depends on."""
     m = scenario.model
     return (f"b={scenario.training.micro_batch},s={m.seq_len},h={m.hidden},heads={m.heads},kv={m.num_kv_heads},"
-            f"ffn={m.ffn},vocab={m.vocab},act={m.activation},tp={scenario.tp}")
+            f"ffn={m.ffn},vocab={m.vocab},act={m.activation},tp={scenario.tp}"
+            + (f",cp={scenario.cp}" if scenario.cp > 1 else ""))
 
 
 @dataclass(frozen=True)

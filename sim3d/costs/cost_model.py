@@ -305,13 +305,13 @@ class CostModel(PipelineMessages):
 
     def _measured_block(self, block: str, ops, kind: str, links: dict, recompute: str) -> ActionCost | None:
         """A whole embedding / layer / head measured by the calibration harness at exactly
-        this shape: it includes the glue ops and dispatch that per-op rows miss. Only for
-        blocks without collectives (the harness measures tp = cp = 1)."""
-        if self.profile is None or any(op.comm or op.bwd_comm for op in ops):
+        this shape: it includes the glue ops and dispatch that per-op rows miss. A block with
+        collectives only where it was measured with its group, which ran them."""
+        dtype, shape = self.compute_model.dtype, self._block_shape
+        if self.profile is None or (any(op.comm or op.bwd_comm for op in ops)
+                                    and not self.profile.block_measured_with_group(block, shape, dtype)):
             return None
-        dtype = self.compute_model.dtype
-        fwd = self.profile.block_seconds(block, self._block_shape, dtype, "fwd")
-        bwd = self.profile.block_seconds(block, self._block_shape, dtype, "bwd")
+        fwd, bwd = (self.profile.block_seconds(block, shape, dtype, pass_) for pass_ in ("fwd", "bwd"))
         if fwd is None or bwd is None:
             return None
         self.provenance.record(f"compute: {block.replace('_', ' ')}s (measured whole)", PROFILE)

@@ -301,10 +301,24 @@ class Profile:
     def block_seconds(self, op: str, shape: str, dtype: str, pass_: str = "fwd") -> float | None:
         """A whole measured block (``block``, ``embedding_block``, ``head_block``) of exactly
         this shape key (calibrate/blocks.py: block_shape), or None: never interpolated, since
-        a block's time depends on every one of its dimensions."""
+        a block's time depends on every one of its dimensions. A block measured in a group of
+        processes (calibrate/group_blocks.py: `group_size` 2) was slowed by the other one
+        computing beside it: its time is taken back to one process's by the concurrency rows'
+        slowdown at that count, then priced as every block is (`compute_scale`)."""
         rows = self.table[(self.table["kind"] == "block") & (self.table["op"] == op) & (self.table["shape"] == shape)
                           & (self.table["dtype"] == _dtype(dtype)) & (self.table["pass"] == _pass(pass_))]
-        return None if rows.empty else float(rows["seconds"].median()) * self.compute_scale
+        if rows.empty:
+            return None
+        together = int(rows["group_size"].fillna(1).max())
+        alone = max(1.0, slowdown(self.table, together) or 1.0) if together > 1 else 1.0
+        return float(rows["seconds"].median()) / alone * self.compute_scale
+
+    def block_measured_with_group(self, op: str, shape: str, dtype: str) -> bool:
+        """Whether `block_seconds` of this block holds its collectives: measured by processes
+        joined in their tensor- or context-parallel group (calibrate/group_blocks.py)."""
+        rows = self.table[(self.table["kind"] == "block") & (self.table["op"] == op) & (self.table["shape"] == shape)
+                          & (self.table["dtype"] == _dtype(dtype))]
+        return bool((rows["group_size"].fillna(1) > 1).any())
 
     def collective_seconds(self, op: str, nbytes: float, group_size: int) -> float | None:
         """Seconds of a collective moving ``nbytes`` (nccl-tests size) among ``group_size`` ranks."""
