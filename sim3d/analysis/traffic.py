@@ -141,7 +141,8 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
                              minlength=len(nbytes)) + nbytes
     graph, names = topology.graph, {}
     us, vs = zip(*topology.edge_order)  # each edge both ways: (u, v) then (v, u)
-    data = [graph._adj[u][v] for u, v in topology.edge_order]
+    adjacency = graph.adj
+    data = [adjacency[u][v] for u, v in topology.edge_order]
     kinds = np.repeat(np.array([d["kind"] for d in data], dtype=object), 2)
     bandwidth = np.repeat(np.array([d["bw"] for d in data], dtype=float), 2)
     for node in graph:
