@@ -197,3 +197,24 @@ def test_torchrun_and_slurm_runs_size_the_cluster_from_the_launcher():
         ["cluster.nodes=1", "cluster.gpus_per_node=4"]
     with pytest.raises(ValueError, match="whole number of nodes"):
         launcher_cluster(tiny, [], {"RANK": "0", "WORLD_SIZE": "12", "LOCAL_WORLD_SIZE": "8"})
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH keeps the working folder off sys.path from 3.11")
+def test_ranks_import_the_installed_sim3d_not_a_folder_of_that_name_where_they_run(tmp_path):
+    """The forkserver starts as `python -c`, which would put the working folder first on its
+    path: a `sim3d` folder there (another checkout) must not be what the ranks run."""
+    marker = tmp_path / "imported"
+    shadow = tmp_path / "sim3d" / "executor"
+    shadow.mkdir(parents=True)
+    (tmp_path / "sim3d" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('shadow')\n")
+    (shadow / "__init__.py").write_text("")
+    (shadow / "runtime.py").write_text("")
+    script = Path(sys.executable).with_name("sim3d")  # as a user runs it: the folder is not on its own path
+    if not script.exists():
+        pytest.skip("no `sim3d` script beside this interpreter")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    done = subprocess.run([str(script), "execute", str(TINY), "--set", "parallel.pp=2",
+                           "--steps", "2", "--out", str(tmp_path / "out")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()

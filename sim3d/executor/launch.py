@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import queue as queue_mod
-import signal
 import socket
 import statistics
 import time
 import traceback
+from contextlib import contextmanager
 from typing import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +28,7 @@ import pandas as pd
 
 from ..trace import rows_to_frame, write_trace_csv
 from ..scenario.sharding import ShardingPlan
-
-SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe",
-             "econnreset", "socket closed", "read error", "connection refused", "peer")
+from .failures import note_exits, process_state, root_cause
 
 
 class ExecutorRefusal(ValueError):
@@ -58,17 +56,6 @@ class ExecutorError(RuntimeError):
 class RankKilled(ExecutorError):
     """A rank died of a signal it did not raise itself (SIGKILL from the OOM killer or a user,
     SIGTERM from a job scheduler): the machine failed the run, not sim3d nor the input."""
-
-
-# Signals a process raises on itself when it crashes; any other came from outside.
-CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL}
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 @dataclass
@@ -308,8 +295,9 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     procs = [ctx.Process(target=_child, args=(r, world, init_method, spec, results_q, os.getpid()),
                          daemon=True)
              for r in range(world)]
-    for p in procs:
-        p.start()
+    with _safe_path():
+        for p in procs:
+            p.start()
     say(f"started {world} rank process(es) ({backend}); each imports torch first")
     deadline = time.monotonic() + (deadline_s or 600 + 60 * steps)
     payloads: dict[int, dict] = {}
@@ -319,17 +307,17 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
         while len(payloads) < world:
             for step in _drain(results_q, payloads, failures, 0.1):
                 say(f"step {step + 1} of {steps} done on rank 0")
-            _note_exits(procs, payloads, failures, killed)
+            note_exits(procs, payloads, failures, killed)
             if failures:
                 # collect the tracebacks on their way, and the exit codes: a rank's peers may
                 # report the broken connection before the forkserver reports that rank's death
                 grace = time.monotonic() + 1.5
                 while time.monotonic() < grace:
                     list(_drain(results_q, payloads, failures, 0.1))
-                    _note_exits(procs, payloads, failures, killed)
-                rank, error = _root_cause(failures, {r: p for r, p in enumerate(procs)
+                    note_exits(procs, payloads, failures, killed)
+                rank, error = root_cause(failures, {r: p for r, p in enumerate(procs)
                                                      if r not in payloads and r not in failures})
-                stopped = rank not in failures and _process_state(procs[rank].pid).startswith("process stopped")
+                stopped = rank not in failures and process_state(procs[rank].pid).startswith("process stopped")
                 raise (RankKilled if rank in killed or stopped else ExecutorError)(  # SIGSTOP: from outside too
                     rank, error, {r: e for r, e in failures.items() if r != rank})
             if time.monotonic() > deadline:
@@ -342,19 +330,20 @@ def execute(scenario, steps: int = 3, backend: str = "gloo", check: bool = False
     return assemble(spec, [payloads[r] for r in range(world)], out_dir)
 
 
-def _note_exits(procs, payloads: dict, failures: dict, killed: set) -> None:
-    """File each rank process that ended without a result: its exit code, or the signal that
-    killed it (`killed`: one sent from outside sim3d)."""
-    for rank, p in enumerate(procs):
-        if rank not in payloads and rank not in failures and p.exitcode not in (None, 0):
-            code = p.exitcode
-            if code > 0:
-                failures[rank] = f"process exited with code {code}"
-            else:
-                failures[rank] = f"process killed by signal {-code} ({_signal_name(-code)})"
-                if -code not in CRASH_SIGNALS:
-                    killed.add(rank)
-                    failures[rank] += ", sent from outside sim3d (the OOM killer, a job scheduler or a user)"
+@contextmanager
+def _safe_path():
+    """The forkserver starts as `python -c ...`, which puts the working folder first on its
+    sys.path, so a `sim3d` folder there (another checkout) would be what the ranks import.
+    PYTHONSAFEPATH (Python 3.11+) leaves it off; the ranks fork from that server."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def _child(rank, world, init_method, spec, results_q, launcher: int) -> None:
@@ -393,41 +382,11 @@ def _drain(results_q, payloads, failures, timeout) -> list[int]:
     return steps
 
 
-def _root_cause(failures: dict[int, str], silent: dict) -> tuple[int, str]:
-    """The rank to blame and why. A rank that raised for its own reasons comes first; when
-    every report is a consequence (a timeout, a closed connection), a rank that has said
-    nothing at all while the others gave up waiting is the one that hung."""
-    def secondary(text: str) -> bool:
-        last = text.strip().splitlines()[-1].lower() if text.strip() else ""
-        return any(word in last for word in SECONDARY)
-    primary = [r for r, e in failures.items() if not secondary(e)]
-    if primary:
-        return min(primary), failures[min(primary)]
-    if silent:  # a stopped or dead process first: a healthy one may just not have reported yet
-        stuck = [r for r in sorted(silent) if _process_state(silent[r].pid).startswith(("process stopped",
-                                                                                          "process exited"))]
-        rank = stuck[0] if stuck else min(silent)
-        return rank, (f"stopped responding ({_process_state(silent[rank].pid)}); ranks {sorted(failures)} "
-                      "timed out waiting for it")
-    return min(failures), failures[min(failures)]
-
-
-def _process_state(pid: int | None) -> str:
-    states = {"T": "process stopped, e.g. by SIGSTOP or a debugger", "t": "process stopped by a tracer",
-              "D": "process in uninterruptible I/O", "Z": "process exited", "R": "process running but silent",
-              "S": "process sleeping, blocked on something other than its peers"}
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "process state unknown"
-    return states.get(state, f"process state {state}")
-
-
 def _stop(procs) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
-            if _process_state(p.pid).startswith("process stopped"):
+            if process_state(p.pid).startswith("process stopped"):
                 p.kill()  # a stopped process never handles SIGTERM
     end = time.monotonic() + 5
     for p in procs:
