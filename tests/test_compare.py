@@ -55,3 +55,13 @@ def test_v_placement_pp_rank_and_render():
 def test_missing_column_is_named():
     with pytest.raises(ValueError, match="peer"):
         compare_traces(pd.DataFrame(columns=TRACE_COLUMNS[:-1]), pd.DataFrame(columns=TRACE_COLUMNS))
+
+
+def test_a_trace_whose_step_takes_no_time_is_refused_not_divided_by():
+    from sim3d.report.compare import UnusableTrace
+    sim = pd.DataFrame([row(0, 0, "F", 0, 0.0, 1.0), row(0, 0, "B", 0, 1.0, 3.0)], columns=TRACE_COLUMNS)
+    frozen = pd.DataFrame([row(0, 0, "F", 0, 0.0, 0.0), row(0, 0, "B", 0, 0.0, 0.0)], columns=TRACE_COLUMNS)
+    with pytest.raises(UnusableTrace, match="executed trace's step lasts 0 s"):
+        compare_traces(sim, frozen)
+    with pytest.raises(UnusableTrace, match="simulated trace's step lasts 0 s"):
+        compare_traces(frozen, sim)

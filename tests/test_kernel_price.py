@@ -57,6 +57,8 @@ def test_memory_bound_kernels_and_collectives():
     ("gemm", dict(m=1, n=2, k=3, depth=4), "unknown argument"),
     ("attention", dict(batch=1, heads=6, seq=64, head_dim=64, kv_heads=4), "not a multiple"),
     ("all_gather", dict(nbytes=1, group=16), "at most 8"),
+    ("attention", dict(batch=1, heads=4, seq=64, head_dim=64, causal="no"), "causal must be true or false"),
+    ("attention", dict(batch=1, heads=4, seq=64, head_dim=64, causal=1), "causal must be true or false"),
 ])
 def test_bad_shapes_are_refused_by_name(op, shape, message):
     with pytest.raises(sim3d.ScenarioError, match=message):

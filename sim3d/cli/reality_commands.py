@@ -98,7 +98,7 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of 
     if more_traces:
         raise BadInput(f"{', '.join(map(str, more_traces))}: more than two traces compare only as profiler traces "
                        "(.json / .json.gz) of one job's ranks")
-    from ..report.compare import compare_traces
+    from ..report.compare import UnusableTrace, compare_traces
     from ..trace import read_trace
 
     def load(path: Path):
@@ -120,6 +120,8 @@ def compare(sim_trace: Path = typer.Argument(..., help="trace.csv / .parquet of 
         result = compare_traces(sim, real, executed_median(real_trace))
     except UnrelatedTraces as e:
         raise BadInput(f"{sim_trace} vs {real_trace}: {e}" + (f"; {differ}" if differ else "")) from None
+    except UnusableTrace as e:
+        raise BadInput(f"{sim_trace} vs {real_trace}: {e}") from None
     for why in (differ, differences and differences.unpriced()):
         if why:
             say("warning:", why, "yellow")

@@ -100,6 +100,9 @@ def _take(op: str, shape: dict, required: tuple[str, ...], optional: dict) -> di
     for key, choices in (("precision", tuple(_BYTES)), ("direction", ("fwd", "bwd"))):
         if key in args and args[key] not in choices:
             raise ScenarioError(f"kernel {op}: {key} must be one of {', '.join(choices)}, not {args[key]!r}")
+    for key in (k for k, default in optional.items() if isinstance(default, bool)):  # never bool("no")
+        if not isinstance(args[key], bool):
+            raise ScenarioError(f"kernel {op}: {key} must be true or false, not {args[key]!r}")
     width = _BYTES.get(args.get("precision", "bf16"), 2)
     tensors = {"gemm": lambda a: a["m"] * a["k"] + a["k"] * a["n"] + a["m"] * a["n"],
                "attention": lambda a: 4 * a["batch"] * a["heads"] * a["seq"] * a["head_dim"]}

@@ -97,6 +97,10 @@ class CompareResult:
         return table
 
 
+class UnusableTrace(ValueError):
+    """A trace that holds no step to compare (its compute rows take no time)."""
+
+
 class UnrelatedTraces(ValueError):
     """The two traces are not of the same layout and schedule; a table of their differences
     would be noise."""
@@ -127,6 +131,10 @@ def compare_traces(sim: pd.DataFrame, real: pd.DataFrame,
     """Align two traces action by action (see the module docstring) and report errors;
     `real_median`: the executed run's (median step, steps timed), shown beside its traced step."""
     sim, real = check_trace(sim), check_trace(real)
+    for name, trace in (("simulated", sim), ("executed", real)):
+        if step_time(trace) <= 0:  # every error would be infinite
+            raise UnusableTrace(f"the {name} trace's step lasts 0 s: its compute rows start and end at the same "
+                             "time (start_s, end_s); is it a trace of a run?")
     s, r = _with_pp_rank(sim), _with_pp_rank(real)
     s, r = s[s["kind"].isin(KIND_ORDER)], r[r["kind"].isin(KIND_ORDER)]
     s_mean = s.groupby(KEY, as_index=False)["duration_s"].mean().rename(columns={"duration_s": "sim_s"})
