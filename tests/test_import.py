@@ -358,3 +358,24 @@ def test_a_misspelled_megatron_argument_is_refused_with_the_one_meant():
     real = from_megatron([*base, "--tp-comm-overlap-rs-dgrad", "--log-interval", "1"], name="x", gpu="a100-80gb",
                          gpus=8)  # Megatron's own arguments sim3d does not map are noted, not refused
     assert any("tp-comm-overlap-rs-dgrad" in u for u in real.unmapped)
+
+
+@pytest.mark.parametrize("value, precision", [(32, "fp32"), ("32-true", "fp32"), ("bf16-mixed", "bf16"),
+                                              ("16-mixed", "fp16"), (16, "fp16")])
+def test_nemo_trainer_precision_is_read_as_lightning_names_it(value, precision):
+    config = read_scenario_yaml(FIXTURES / "nemo_llama31_70b.yaml")
+    config["trainer"]["precision"] = value
+    imported = from_nemo(config, name="x", gpu="h100-sxm")
+    assert imported.scenario["training"]["precision"] == precision
+    assert not any(a.startswith("training.precision") for a in imported.assumed)  # the config said it
+
+
+def test_nemo_precision_unknown_is_refused_and_missing_is_said():
+    config = read_scenario_yaml(FIXTURES / "nemo_llama31_70b.yaml")
+    config["trainer"]["precision"] = "transformer-engine"
+    with pytest.raises(ValueError, match="trainer.precision 'transformer-engine'"):
+        from_nemo(config, name="x", gpu="h100-sxm")
+    del config["trainer"]["precision"]
+    imported = from_nemo(config, name="x", gpu="h100-sxm")
+    assert imported.scenario["training"]["precision"] == "bf16"
+    assert any(a.startswith("training.precision bf16: trainer.precision not given") for a in imported.assumed)

@@ -176,3 +176,23 @@ def test_deep_toml_is_refused_before_it_is_parsed(tmp_path, text):
     with pytest.raises(ValueError, match="levels deep"):
         read_toml(path)
     assert read_toml(FIXTURE)["parallelism"]  # the real config passes
+
+
+@pytest.mark.parametrize("converters, precision, unmapped", [
+    (["quantize.linear.float8"], "fp8", []), (["float8"], "fp8", []),
+    (["quantize.linear.mx"], "bf16", ["quantize.linear.mx"]), (["bogus"], "bf16", ["bogus"]),
+])
+def test_converters_sim3d_does_not_price_are_named(converters, precision, unmapped):
+    config = read_toml(FIXTURE)
+    config["model"]["converters"] = converters
+    imported = from_torchtitan(config, name="x", gpu="h100-sxm", gpus=64)
+    assert imported.scenario["training"]["precision"] == precision
+    assert [u for u in imported.unmapped if u.startswith("model.converters")] == \
+        [f"model.converters: {c} (not priced: the run is priced without it)" for c in unmapped]
+
+
+def test_converters_given_as_text_not_a_list_are_refused():
+    config = read_toml(FIXTURE)
+    config["model"]["converters"] = "quantize.linear.float8"
+    with pytest.raises(ValueError, match="a list of converter names"):
+        from_torchtitan(config, name="x", gpu="h100-sxm", gpus=64)

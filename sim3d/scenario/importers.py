@@ -355,12 +355,17 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
             args += [f"--{flag}", str(value)]
         elif flag not in IRRELEVANT:  # a switch with a value that is not true / false lands here too
             unmapped.append(f"model.{key}: {value}")
-    precision = str(trainer.get("precision", "bf16"))
-    args.append("--fp16" if precision.startswith("16") or precision == "fp16" else "--bf16")
+    precision_flag = _nemo_precision(trainer)
+    args += [precision_flag] if precision_flag else []
     nodes, devices = trainer.get("num_nodes"), trainer.get("devices")
     if gpus is None and isinstance(nodes, int) and isinstance(devices, int):
         gpus = nodes * devices
     out = from_megatron(args, name=name, gpu=gpu, gpus=gpus, gpus_per_node=devices if isinstance(devices, int) else 8)
+    if "precision" in trainer and precision_flag is None:  # 32-bit, as the config says: not assumed
+        out.assumed = [a for a in out.assumed if not a.startswith("training.precision")]
+    if "precision" not in trainer:
+        out.assumed.append("training.precision bf16: trainer.precision not given; NeMo's recipes train in "
+                           "bf16 (Lightning's own default is 32-bit)")
     tokenizer = model.get("tokenizer") if isinstance(model.get("tokenizer"), dict) else {}
     name_text = " ".join(str(tokenizer[k]) for k in ("type", "model") if tokenizer.get(k)).lower().replace("_", "-")
     known = next((v for k, v in TOKENIZER_VOCAB.items() if k in name_text), None)
@@ -409,6 +414,22 @@ NEMO_NAMES = {"encoder_seq_length": "seq_length", "activations_checkpoint_granul
 NEMO_READS = {"activation", "recompute_method", "recompute_num_layers", "virtual_pipeline_model_parallel_size",
               "make_vocab_size_divisible_by",
               "fp8", "fp8_hybrid", "fp8_e4m3"}
+
+
+# Lightning's trainer.precision (lightning/fabric/connector.py, _PRECISION_INPUT): 16-bit and
+# bf16 mixed precision, or 32-bit; NeMo's configs also write bf16 / 16 / 32 as numbers or text.
+NEMO_PRECISION = {"16": "--fp16", "16-mixed": "--fp16", "fp16": "--fp16", "16-true": "--fp16",
+                  "bf16": "--bf16", "bf16-mixed": "--bf16", "bf16-true": "--bf16",
+                  "32": None, "32-true": None, "fp32": None}
+
+
+def _nemo_precision(trainer: dict) -> str | None:
+    """Megatron's precision flag for `trainer.precision` (None: fp32); bf16 where it is missing."""
+    value = str(trainer.get("precision", "bf16")).lower()
+    if value not in NEMO_PRECISION:
+        raise ValueError(f"trainer.precision {trainer['precision']!r}: sim3d reads "
+                         f"{', '.join(sorted(NEMO_PRECISION))}")
+    return NEMO_PRECISION[value]
 
 
 def _refuse_interpolation(model: dict, trainer: dict) -> None:

@@ -211,13 +211,23 @@ def from_torchtitan(config: dict, *, name: str, gpu: str, gpus: int | None = Non
     return out
 
 
+# torchtitan's float8 linear converter, by its registered names: "float8" (2025 TOML configs),
+# "quantize.linear.float8" (components/quantization, 2025-26); MX formats and others are not priced
+FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
+
+
 def _training(config: dict, d: dict, dp: int, sharded: bool, out: Imported, stage_layers: int) -> dict:
     local = _get(config, "training", "local_batch_size", 8)
     global_batch = _get(config, "training", "global_batch_size", -1)
     global_batch = global_batch if global_batch and global_batch > 0 else local * dp
     micro = _get(config, "parallelism", "pipeline_parallel_microbatch_size", 1) if d["pp"] > 1 else local
     converters = _get(config, "model", "converters", [])
-    fp8 = any("float8" in str(c) for c in converters)
+    if not isinstance(converters, list):
+        raise ValueError(f"model.converters {converters!r}: torchtitan takes a list of converter names "
+                         "(converters = [\"quantize.linear.float8\"])")
+    fp8 = any(str(c) in FLOAT8_CONVERTERS for c in converters)
+    out.unmapped += [f"model.converters: {c} (not priced: the run is priced without it)" for c in converters
+                     if str(c) not in FLOAT8_CONVERTERS]
     param_dtype = _get(config, "training", "mixed_precision_param", "bfloat16")
     # torchtitan runs plain PyTorch modules, compiled or not; its RMSNorm is torch.nn.RMSNorm,
     # one fused kernel on CUDA (scenario/kernels.py)
