@@ -100,7 +100,9 @@ def check_trace_values(df):
     for column, bad, expected in problems:
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ValueError(f"data row {row + 1}: {column}={df[column].iloc[row]!r}, expected {expected}")
+            value = df[column].iloc[row]
+            value = value.item() if hasattr(value, "item") else value  # 0.0, not np.float64(0.0)
+            raise ValueError(f"data row {row + 1}: {column}={value!r}, expected {expected}")
     return df
 
 
@@ -249,8 +251,33 @@ def read_trace_csv(path: str | Path):
     try:
         df = pd.read_csv(path, dtype=dtypes, keep_default_na=False, **exact)
     except (ValueError, OverflowError) as exc:  # a blank in an integer column, an id beyond int64
-        raise ValueError(f"{path}: not a valid trace CSV ({str(exc).splitlines()[0]})") from None
+        raise ValueError(f"{path}: not a valid trace CSV ({_first_bad_cell(path) or str(exc).splitlines()[0]})") \
+            from None
     return check_trace_values(canonical(df))
+
+
+def _first_bad_cell(path) -> str | None:
+    """Where a trace CSV that does not parse goes wrong: its first row with the wrong number
+    of fields, or the first value its column cannot hold; None where that cannot be found."""
+    import csv
+    try:
+        with open(path, newline="") as f:
+            rows = csv.reader(f)
+            header = next(rows)
+            for number, row in enumerate(rows, start=1):
+                if len(row) != len(header):
+                    return f"data row {number} has {len(row)} fields, the header {len(header)}"
+                for column, text in zip(header, row):
+                    kind = int if column in _INT_COLUMNS else float if column in _FLOAT_COLUMNS else None
+                    try:
+                        if kind is not None:
+                            kind(text)
+                    except ValueError:
+                        return (f"data row {number}: {column}={text!r}, expected "
+                                f"{'a whole number' if kind is int else 'a number'}")
+    except (OSError, UnicodeDecodeError, StopIteration, csv.Error):
+        return None
+    return None
 
 
 # ---- Parquet (when pyarrow is installed: pip install 'sim3d[parquet]') ---------------------

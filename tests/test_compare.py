@@ -65,3 +65,11 @@ def test_a_trace_whose_step_takes_no_time_is_refused_not_divided_by():
         compare_traces(sim, frozen)
     with pytest.raises(UnusableTrace, match="simulated trace's step lasts 0 s"):
         compare_traces(frozen, sim)
+
+
+def test_a_trace_with_a_kind_no_run_writes_is_refused_by_row():
+    from sim3d.report.compare import UnusableTrace
+    sim = pd.DataFrame([row(0, 0, "F", 0, 0.0, 1.0), row(0, 0, "B", 0, 1.0, 3.0)], columns=TRACE_COLUMNS)
+    odd = pd.DataFrame([row(0, 0, "F", 0, 0.0, 1.0), row(0, 0, "ZZZ", 0, 1.0, 3.0)], columns=TRACE_COLUMNS)
+    with pytest.raises(UnusableTrace, match="executed trace's data row 2: kind='ZZZ' is none of F, B"):
+        compare_traces(sim, odd)

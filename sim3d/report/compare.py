@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..schedule.ir import Kind
-from ..trace import check_trace
+from ..trace import STREAM_OF_KIND, check_trace
 
 KEY = ["pp_rank", "kind", "microbatch", "chunk"]
 KIND_ORDER = [k.value for k in Kind]  # the IR's order: compute, point-to-point, data parallel
@@ -132,6 +132,11 @@ def compare_traces(sim: pd.DataFrame, real: pd.DataFrame,
     `real_median`: the executed run's (median step, steps timed), shown beside its traced step."""
     sim, real = check_trace(sim), check_trace(real)
     for name, trace in (("simulated", sim), ("executed", real)):
+        unknown = ~trace["kind"].astype(str).isin(list(STREAM_OF_KIND))
+        if unknown.any():  # it would align with nothing, and the runs would look unrelated
+            row = int(unknown.to_numpy().argmax())
+            raise UnusableTrace(f"the {name} trace's data row {row + 1}: kind={trace['kind'].iloc[row]!r} is none of "
+                                f"{', '.join(STREAM_OF_KIND)} (docs/contracts.md#trace-columns)")
         if step_time(trace) <= 0:  # every error would be infinite
             raise UnusableTrace(f"the {name} trace's step lasts 0 s: its compute rows start and end at the same "
                              "time (start_s, end_s); is it a trace of a run?")
