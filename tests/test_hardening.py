@@ -264,6 +264,8 @@ def test_a_ray_backend_without_ray_is_refused(tmp_path, monkeypatch):
       "--grid", "training.micro_batch=" + ",".join(map(str, range(1, 200)))], "SIM3D_MAX_SWEEP_POINTS"),
     (["calibrate", "--device", "cuda", "--quick"], "no CUDA GPU"),
     (["plan", ROOT / "scenarios" / "tiny.yaml", "--gpus", 7], "no valid layout of this model on 7 GPUs"),
+    (["plan", ROOT / "scenarios" / "tiny.yaml", "--gpus", 8, "--fix", "parallel.tp=3"],
+     "--fix parallel.tp=3 does not divide 8 GPUs"),
     (["run", ROOT / "scenarios" / "tiny.yaml", "--out", ""], "name a folder"),
     (["validate", ROOT / "scenarios"], "is a folder"),
     (["validate", ROOT / "scenarios" / "tiny.yaml", "--set", "cluster.gpu=H100-SXM"], "did you mean h100-sxm"),

@@ -64,7 +64,12 @@ class Plan:
         gpus = self.space.gpus
         if self.candidates.empty:
             reasons = ", ".join(f"{n:,} {why}" for why, n in self.dropped.items() if n)
-            return f"no valid layout of this model on {gpus} GPUs (excluded: {reasons})"
+            # a fixed size that divides no GPU count of this plan is the whole story
+            misfit = [f"parallel.{k}={v[0]}" for k, v in self.space.choices.items()
+                      if k in ("tp", "pp", "cp", "dp") and len(v) == 1 and gpus % v[0]]
+            hint = (f"; --fix {' '.join(misfit)} does not divide {gpus} GPUs (tp x pp x cp x dp is the GPU count)"
+                    if misfit else "")
+            return f"no valid layout of this model on {gpus} GPUs (excluded: {reasons}){hint}"
         best = self.candidates.sort_values("peak_gib").iloc[0]
         bound = "at least " if best["why_not"].startswith("model states") else ""
         return (f"none of {len(self.candidates):,} layouts of this model on {gpus} GPUs fits in memory; the "
