@@ -129,3 +129,8 @@ def test_the_jobs_own_size_is_in_the_table_beyond_the_powers_of_two(tmp_path):
                                     "--no-plots", "--json"])
     assert done.exit_code == 0, done.output
     assert 262144 in [row["gpus"] for row in json.loads(done.stdout)["by_gpus"]]
+
+
+def test_an_expected_count_below_one_is_not_printed_as_none():
+    from sim3d.cli.goodput_command import _expected
+    assert [_expected(x) for x in (0.5, 0.0018, 3.46, 15.2, 1234.0)] == ["0.5", "0.0018", "3.5", "15", "1,234"]

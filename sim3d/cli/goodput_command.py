@@ -132,7 +132,7 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
     table.add_row("lost per day", f"{chosen.hours_lost_per_day:.2f} h")
     if run is not None:
         table.add_row(f"a {run_days:g}-day run", f"{run['training_days']:.2f} days training, "
-                      f"{run['interruptions']:.0f} interruptions expected")
+                      f"{_expected(run['interruptions'])} interruptions expected")
         table.add_row("", f"{run['steps']:,.0f} steps, {run['tokens'] / 1e9:,.1f} B tokens")
     out.print(table)
     by_gpus = Table(title="against GPU count", title_justify="left")
@@ -157,3 +157,8 @@ def run_of(chosen, step_s: float, scenario, days: float) -> dict:
     return {"days": days, "training_days": training_s / 86400.0, "steps": steps,
             "tokens": steps * scenario.training.global_batch * scenario.model.seq_len,
             "interruptions": wall_s / chosen.mtbf_s}
+
+
+def _expected(count: float) -> str:
+    """An expected count as a reader takes it: 234, 3.5, 0.0018 (never 0 for 0.5)."""
+    return f"{count:,.0f}" if count >= 10 else f"{count:.2g}"
