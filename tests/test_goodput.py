@@ -134,3 +134,10 @@ def test_the_jobs_own_size_is_in_the_table_beyond_the_powers_of_two(tmp_path):
 def test_an_expected_count_below_one_is_not_printed_as_none():
     from sim3d.cli.goodput_command import _expected
     assert [_expected(x) for x in (0.5, 0.0018, 3.46, 15.2, 1234.0)] == ["0.5", "0.0018", "3.5", "15", "1,234"]
+
+
+def test_a_restart_longer_than_a_week_is_refused_not_printed_as_inf():
+    from typer.testing import CliRunner
+    from sim3d.cli.app import app
+    result = CliRunner().invoke(app, ["goodput", "scenarios/tiny.yaml", "--restart-minutes", "1e308", "--no-plots"])
+    assert result.exit_code == 2 and "0.0<=x<=10080.0" in result.output.replace("\n", "").replace("│", "").replace(" ", "")

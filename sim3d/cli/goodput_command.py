@@ -25,7 +25,8 @@ def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its m
                                              "the whole job, GB/s (default: Llama 3's Tectonic, 2 TB/s sustained)."),
             read_gb_s: Optional[float] = typer.Option(None, "--read-gb-s", min=1e-3, help="Read bandwidth when "
                                                       "restoring, GB/s (default: the write bandwidth)."),
-            restart_minutes: Optional[float] = typer.Option(None, "--restart-minutes", min=0.0, help="Restart "
+            restart_minutes: Optional[float] = typer.Option(None, "--restart-minutes", min=0.0, max=7 * 1440.0,
+                                                            help="Restart "
                                                             "time before the checkpoint is read (default: 10, "
                                                             "assumed)."),
             checkpoint_seconds: Optional[float] = typer.Option(None, "--checkpoint-seconds", min=0.0, max=7 * 86400.0,
