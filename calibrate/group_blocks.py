@@ -55,11 +55,20 @@ def group_variants(scenario) -> list:
     return out
 
 
-def measure_group_blocks(scenario, dtype: str, quick: bool,
-                         progress: Callable[[str], None] | None = None) -> tuple[list[dict], str | None]:
-    """Rows of the executor's block at tp 2 and at cp 2 (CPU, dense models), or ([], why not)."""
+# A layer whose single-process forward + backward takes longer than this is not one the
+# executor runs on a CPU: two processes of it would take minutes and twice its memory.
+MAX_BLOCK_S = 0.5
+
+
+def measure_group_blocks(scenario, dtype: str, quick: bool, progress: Callable[[str], None] | None = None,
+                         alone_s: float | None = None) -> tuple[list[dict], str | None]:
+    """Rows of the executor's block at tp 2 and at cp 2 (CPU, dense models), or ([], why not).
+    `alone_s`: the block's forward + backward in one process, where measured (calibrate/blocks.py)."""
     if scenario.model.moe is not None:
         return [], "measured on dense blocks only"
+    if alone_s is not None and alone_s > MAX_BLOCK_S:
+        return [], (f"the layer takes {alone_s:.2f} s alone (forward + backward), more than the {MAX_BLOCK_S} s of "
+                    "a layer the executor runs on a CPU")
     say = progress or (lambda _m: None)
     rows = []
     for variant in group_variants(scenario):

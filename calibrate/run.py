@@ -132,8 +132,12 @@ def run_calibration(device: str = "cpu", quick: bool = False, scenario_path: str
                 rows = block_rows + rows
                 extra["blocks"][sc.name] = skipped or f"{len(block_rows)} rows"
             if device == "cpu":  # a tp or cp layer with its collectives, as two of the executor's ranks run it
+                from sim3d.costs.compute import block_shape
+
                 from .group_blocks import measure_group_blocks
-                grouped, skipped = measure_group_blocks(scenarios[0], dt, quick, say)
+                alone = [r["seconds"] for r in rows if r.get("kind") == "block" and r.get("op") == "block"
+                         and r.get("shape") == block_shape(scenarios[0])]
+                grouped, skipped = measure_group_blocks(scenarios[0], dt, quick, say, sum(alone) if alone else None)
                 rows = grouped + rows
                 extra["group_blocks"] = skipped or f"{len(grouped)} rows"
             if device == "cpu":  # the executor's ranks share this CPU: how much they slow each other

@@ -164,3 +164,9 @@ def test_tp_and_cp_layers_are_priced_as_their_group_ran_them(loop):
         assert any("measured whole" in what for what, _ in result.explain())
     plain = sim3d.simulate(TINY, sets=["parallel.pp=2", "cluster.gpus_per_node=2", f"costs.profile={loop / 'profile.csv'}"])
     assert block_shape(plain.scenario) not in set(grouped["shape"])
+
+
+def test_a_layer_too_slow_for_a_cpu_run_is_not_measured_in_two_processes():
+    from sim3d_calibrate.group_blocks import MAX_BLOCK_S, measure_group_blocks
+    rows, why = measure_group_blocks(load_scenario(TINY), "fp32", True, alone_s=2 * MAX_BLOCK_S)
+    assert rows == [] and "more than the" in why
