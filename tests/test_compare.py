@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 
 from sim3d.report.compare import compare_traces
-from sim3d.trace import TRACE_COLUMNS, TraceRow
+from sim3d.trace import TRACE_COLUMNS, TraceRow, read_trace_csv, write_trace_csv
 
 
 def row(rank, stage, kind, mb, start, end, chunk=0, stream="compute"):
@@ -73,3 +73,19 @@ def test_a_trace_with_a_kind_no_run_writes_is_refused_by_row():
     odd = pd.DataFrame([row(0, 0, "F", 0, 0.0, 1.0), row(0, 0, "ZZZ", 0, 1.0, 3.0)], columns=TRACE_COLUMNS)
     with pytest.raises(UnusableTrace, match="executed trace's data row 2: kind='ZZZ' is none of F, B"):
         compare_traces(sim, odd)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda lines: lines[:3] + [lines[3] + ",F"] + lines[4:], "data row 3 has 11 fields, the header 10"),
+    (lambda lines: lines[:2] + ["x" + lines[2][1:]] + lines[3:], "data row 2: rank='x', expected a whole number"),
+    (lambda lines: lines[:1] + [",".join(lines[1].split(",")[:6] + [""] + lines[1].split(",")[7:])] + lines[2:],
+     "data row 1: start_s='', expected a number"),
+])
+def test_a_broken_trace_csv_is_refused_naming_its_row_and_field(tmp_path, edit, message):
+    trace = pd.DataFrame([row(0, 0, kind, mb, 3.0 * mb + (kind == "B"), 3.0 * mb + (1 if kind == "F" else 3))
+                          for mb in range(3) for kind in ("F", "B")], columns=TRACE_COLUMNS)
+    path = write_trace_csv(trace, tmp_path / "t.csv")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(edit(lines)) + "\n")
+    with pytest.raises(ValueError, match=message):
+        read_trace_csv(path)

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 import sim3d
 from sim3d.cli.app import app
-from sim3d.scenario.importers import from_megatron, from_nemo, parse_megatron_args
+from sim3d.scenario.importers import from_megatron, parse_megatron_args
+from sim3d.scenario.nemo_import import from_nemo
 from sim3d.scenario.load import read_scenario_yaml, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -134,7 +134,7 @@ def test_a_profiles_measured_all_to_all_is_scaled_by_deepeps_share():
 
 
 def test_a_nemo_config_names_its_dispatcher_as_megatron_does():
-    from sim3d.scenario.importers import from_nemo
+    from sim3d.scenario.nemo_import import from_nemo
     model = {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "seq_length": 1024, "vocab_size": 32000,
              "num_moe_experts": 8, "expert_model_parallel_size": 2, "micro_batch_size": 1, "global_batch_size": 8,
              "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}

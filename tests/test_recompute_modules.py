@@ -115,7 +115,8 @@ def test_modules_the_model_or_policy_cannot_take_are_refused(sets, message):
 
 
 def test_megatron_and_nemo_carry_the_modules_both_ways():
-    from sim3d.scenario.importers import from_megatron, from_nemo
+    from sim3d.scenario.importers import from_megatron
+    from sim3d.scenario.nemo_import import from_nemo
     from sim3d.scenario.megatron_export import to_megatron_args
     args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 "
             "--global-batch-size 8 --bf16 --recompute-granularity selective --recompute-modules core_attn layernorm")

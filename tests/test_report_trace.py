@@ -488,17 +488,3 @@ def test_the_straggler_short_form_sets_the_scenarios_one_straggler():
         scenario_from_dict(two, ["straggler.rank=3"])
     with pytest.raises(ScenarioError, match="a rank and a slowdown"):
         scenario_from_dict(raw, ["straggler.speed=3"])
-
-
-@pytest.mark.parametrize("edit, message", [
-    (lambda lines: lines[:3] + [lines[3] + ",F"] + lines[4:], "data row 3 has 11 fields, the header 10"),
-    (lambda lines: lines[:2] + ["x" + lines[2][1:]] + lines[3:], "data row 2: rank='x', expected a whole number"),
-    (lambda lines: lines[:1] + [",".join(lines[1].split(",")[:6] + [""] + lines[1].split(",")[7:])] + lines[2:],
-     "data row 1: start_s='', expected a number"),
-])
-def test_a_broken_trace_csv_is_refused_naming_its_row_and_field(tmp_path, edit, message):
-    path = write_trace_csv(with_comm(unit_trace(tf=1.0, tb=2.0), pp=2), tmp_path / "t.csv")
-    lines = path.read_text().splitlines()
-    path.write_text("\n".join(edit(lines)) + "\n")
-    with pytest.raises(ValueError, match=message):
-        read_trace_csv(path)

@@ -98,13 +98,7 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
         for pipe in _pipelines(placement):
             for (a, b), n in stage_p2p.items():
                 p2p[(pipe[a], pipe[b])] = n
-
-        def weights(axis: str) -> np.ndarray:
-            per_stage = np.zeros(placement.pp)
-            for (stage, on), b in by_stage.items():
-                if on == axis:
-                    per_stage[stage] = b
-            return per_stage[stage_of]
+        laid, size, at = by_stage, placement.pp, stage_of  # bytes by stage, read at each rank's stage
     else:
         twin_of = represented or {}
         bytes_of = lambda rank, axis: sent.get((twin_of.get(rank, rank), axis), 0.0)  # noqa: E731
@@ -117,13 +111,15 @@ def link_table(rows, topology, step_time: float, folded: bool, represented: dict
             for twin, replayed_rank in twin_of.items():
                 for b, n in by_src.get(replayed_rank, ()):
                     p2p[(twin, twin_pair(placement, twin, b))] += n
+        laid, size, at = sent, placement.world_size, replayed  # bytes by rank, read at each rank's twin
 
-        def weights(axis: str) -> np.ndarray:
-            own = np.zeros(placement.world_size)
-            for (rank, on), b in sent.items():
-                if on == axis:
-                    own[rank] = b
-            return own[replayed]
+    def weights(axis: str) -> np.ndarray:
+        """What each rank sends along `axis`."""
+        own = np.zeros(size)
+        for (where, on), b in laid.items():
+            if on == axis:
+                own[where] = b
+        return own[at]
     load: dict[tuple, float] = defaultdict(float)  # directed edge -> bytes
     hops = []  # every ring hop and pipeline send, laid at once: (senders, receivers, bytes)
     for axis in sorted({axis for _, axis in sent}):

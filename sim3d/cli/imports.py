@@ -1,6 +1,6 @@
 """`sim3d import megatron -- ARGS...`, `sim3d import nemo RECIPE.yaml` and `sim3d import torchtitan
 CONFIG.toml`: write a scenario
-from the configuration a user already has (sim3d/importers.py), and say what was not mapped
+from the configuration a user already has (sim3d/scenario/importers.py, nemo_import.py, torchtitan.py), and say what was not mapped
 and what was assumed."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def nemo(recipe: Path = typer.Argument(..., help="NeMo training YAML (trainer: a
          force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """A scenario from a NeMo training config (the megatron_gpt_config.yaml layout)."""
-    from ..scenario.importers import from_nemo
+    from ..scenario.nemo_import import from_nemo
     from ..scenario.load import read_scenario_yaml
     _check_gpu(gpu)
     config = read_scenario_yaml(recipe)  # the same strict reading as a scenario file
