@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, fields
 from functools import cached_property
 
