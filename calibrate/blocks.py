@@ -12,6 +12,12 @@ the executor's post-accumulate hook adds into `main_grad` (sim3d/executor/optimi
 run's gradient format. Forward and backward are timed in each repeat, on that repeat's graph.
 On a CPU the rows keep the mean of the repeats (timing.py says why), on a GPU the median.
 
+Each block's parameters also get the executor's own optimizer step and the host copies around
+a bucket's data-parallel all-reduce (sim3d/executor/optimizer.py: `step`, `flatten_grads` and
+`average_back`): rows of kind `optimizer`, ops `<block>.step` and `<block>.grad_copies`. The
+executor steps every parameter tensor on its own, so on a CPU these cost a dispatch per tensor
+that the byte count of an optimizer kernel (sim3d/costs/optimizer_step.py) does not see.
+
 Measured single-process, so only for tp = cp = 1 dense layers; other scenarios skip this part
 and say so in the provenance. On a CPU, calibrate/group_blocks.py measures the same block at
 tp 2 and cp 2 with its process group.
@@ -36,42 +42,63 @@ def measure_blocks(scenario, device: str, dtype: str, quick: bool,
         return [], "blocks are measured for tp = cp = 1 dense models only"
     say = progress or (lambda _m: None)
     shape = block_shape(scenario)
-    block, embed, head, x, tokens, targets = executor_modules(scenario, device, dtype)
-    cases = {"block": lambda: block(x), "embedding_block": lambda: embed(tokens),
-             "head_block": lambda: head(x, targets)}
+    (block, embed, head), x, tokens, targets, optimizers = executor_modules(scenario, device, dtype)
+    cases = {"block": (lambda: block(x), block), "embedding_block": (lambda: embed(tokens), embed),
+             "head_block": (lambda: head(x, targets), head)}
     b, s, h = scenario.training.micro_batch, scenario.model.seq_len, scenario.model.hidden
     rows = []
-    for op, fn in cases.items():
+    for op, (fn, module) in cases.items():
         say(f"block {op} {shape} ({dtype}, {device})")
         fwd, bwd = _time(fn, x, device, quick)
         for pass_, seconds in (("fwd", fwd), ("bwd", bwd)):
             rows.append(make_row(op=op, kind="block", **{"pass": pass_}, shape=shape, m=b * s, n=h,
                                  k=scenario.model.ffn, numel=b * s * h, dtype=dtype, device=device, seconds=seconds))
+        opt, params = optimizers[module], list(module.parameters())
+        numel = sum(p.numel() for p in params)
+        for what, call in (("step", opt.step), ("grad_copies", lambda: opt.average_back(opt.flatten_grads(params), params))):
+            rows.append(make_row(op=f"{op}.{what}", kind="optimizer", shape=shape, numel=numel, dtype=dtype,
+                                 device=device, seconds=_time_call(call, device, quick)))
     return rows, None
 
 
 def executor_modules(scenario, device: str, dtype: str) -> tuple:
-    """(layer, embedding, head, a received activation x, tokens, targets) of one micro-batch
-    of the scenario as the executor builds them (tp = 1), with its gradient hooks."""
+    """((layer, embedding, head), a received activation x, tokens, targets, {module: its
+    optimizer}) of one micro-batch of the scenario as the executor builds them (tp = 1): each
+    module's parameters held by the executor's GradientsAndOptimizer, whose gradient hooks add
+    every backward into `main_grad` in the run's gradient format (fp32 under bf16)."""
     from sim3d.executor.gpt import Block, Embedding, GPTConfig, Head, _Builder, token_batch
-    from sim3d.executor.optimizer import _accumulate_main_grad
+    from sim3d.executor.optimizer import GradientsAndOptimizer
     from sim3d.executor.precision import resolve_precision
+    from sim3d.executor.runtime import RunSpec
     from sim3d.executor.tensor_parallel import TPContext
 
     tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    # the gradient buffer of a run in this format (fp32 under bf16, as Megatron keeps it)
-    grad_dtype = resolve_precision(scenario.training.model_copy(update={"precision": dtype}), False).dtype("grad")
+    precision = resolve_precision(scenario.training.model_copy(update={"precision": dtype}), False)
     cfg = GPTConfig.of(scenario)
     builder = _Builder(0, TPContext(), tdtype, device)
     b, s, h = scenario.training.micro_batch, cfg.seq_len, cfg.hidden
     ids = token_batch(0, 0, b, cfg).to(device)
     modules = Block(builder, 0, cfg), Embedding(builder, cfg), Head(builder, cfg)
-    for module in modules:
-        for p in module.parameters():
-            p.main_grad = torch.zeros_like(p, dtype=grad_dtype)
-            p.register_post_accumulate_grad_hook(_accumulate_main_grad)
+    optimizers = {m: GradientsAndOptimizer({0: list(m.parameters())}, precision, TPContext(), TPContext(),
+                                           dist_opt=False, lr=RunSpec.lr) for m in modules}
     x = torch.randn(s, b, h, device=device, dtype=tdtype, requires_grad=True)
-    return (*modules, x, ids[:, :s], ids[:, 1:s + 1])
+    return modules, x, ids[:, :s], ids[:, 1:s + 1], optimizers
+
+
+def _time_call(call, device: str, quick: bool) -> float:
+    """Seconds of one `call` (an optimizer step, a bucket's copies): warm-up, then repeats
+    within a time budget; the mean on a CPU, as the blocks (timing.py)."""
+    budget, warmup, most = (0.1, 3, 200) if quick else (0.5, 5, 1000)
+    times: list[float] = []
+    for _ in range(warmup):
+        call()
+    while len(times) < most and (sum(times) < budget or len(times) < 5):
+        sync(device)
+        t0 = time.perf_counter()
+        call()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return STATISTICS["mean" if device == "cpu" else "median"](times)
 
 
 def _time(fn, x: torch.Tensor, device: str, quick: bool) -> tuple[float, float]:

@@ -89,7 +89,7 @@ def _worker(index: int, scenario, dtype: str, barriers: dict, commands, results)
 
     from .blocks import executor_modules
     torch.set_num_threads(1)  # as every rank of `sim3d execute`
-    block, _, _, x, _, _ = executor_modules(scenario, "cpu", dtype)
+    (block, _, _), x, _, _, _ = executor_modules(scenario, "cpu", dtype)
     for _ in range(5):  # warm-up: the allocator, the first autograd graph
         block(x).sum().backward()
     while (command := commands.get()) is not None:

@@ -12,12 +12,15 @@ op             what was measured: ``gemm`` (general grid), ``gemm.qkv`` / ``gemm
                ``attention.flash`` / ``attention.cudnn`` (one SDPA backend forced; CUDA only),
                ``swiglu``, ``softmax``, ``dropout``, ``add``, ``embedding``, ``cross_entropy``,
                ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``send_recv``,
-               ``block`` / ``embedding_block`` / ``head_block`` (the executor's own modules)
+               ``block`` / ``embedding_block`` / ``head_block`` (the executor's own modules),
+               ``<block>.step`` / ``<block>.grad_copies`` (the executor's optimizer step and
+               the copies around a data-parallel all-reduce over that block's parameters)
 kind           ``gemm | attention | elementwise | norm | softmax | embedding | loss | collective |
-               block | concurrency`` (concurrency: the executor's block in ``group_size``
-               processes at once on a CPU, calibrate/concurrency.py)
+               block | concurrency | optimizer`` (concurrency: the executor's block in
+               ``group_size`` processes at once on a CPU, calibrate/concurrency.py; optimizer:
+               the ``.step`` and ``.grad_copies`` rows, calibrate/blocks.py)
 pass           ``fwd`` or ``bwd`` (kernels; ``bwd`` = all input and weight gradients of the op);
-               empty for collectives
+               empty for collectives and optimizer rows
 shape          human-readable shape: ``m=..,n=..,k=..`` (GEMM: (m,k) x (k,n)),
                ``b=..,h=..,s=..,d=..`` (attention), ``rows=..,cols=..`` (row-wise ops),
                ``numel=..`` (pure elementwise), ``bytes=..,n=..`` (collectives)

@@ -62,6 +62,9 @@ def test_the_cpu_profile_prices_what_the_executor_runs(loop):
     assert provenance["threads"] == 1 and provenance["dtype"] == "fp32"  # one thread per rank, tiny's precision
     t = profile.table
     assert set(t.loc[t.kind == "block", "op"]) == {"block", "embedding_block", "head_block"}
+    # the executor's optimizer step and gradient copies, per block (sim3d/costs/executor_host.py)
+    assert set(t.loc[t.kind == "optimizer", "op"]) == {f"{block}.{what}" for block in ("block", "embedding_block", "head_block")
+                                                      for what in ("step", "grad_copies")}
     assert sorted(set(t.loc[t.kind == "concurrency", "group_size"])) == [1, 2]
     scenario = load_scenario(loop / "exec" / "scenario.yaml")
     from sim3d.costs.compute import block_shape

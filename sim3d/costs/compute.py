@@ -70,12 +70,13 @@ def op_class(op) -> str:
     return "+".join(op.kernels) if op.kernels else "other"
 
 
-def block_shape(scenario) -> str:
-    """Key of a measured block (calibrate/blocks.py): every dimension its time depends on."""
+def block_shape(scenario, with_cp: bool = True) -> str:
+    """Key of a measured block (calibrate/blocks.py): every dimension its time depends on.
+    Without `with_cp`: the key of its parameters, which context parallelism does not split."""
     m = scenario.model
     return (f"b={scenario.training.micro_batch},s={m.seq_len},h={m.hidden},heads={m.heads},kv={m.num_kv_heads},"
             f"ffn={m.ffn},vocab={m.vocab},act={m.activation},tp={scenario.tp}"
-            + (f",cp={scenario.cp}" if scenario.cp > 1 else ""))
+            + (f",cp={scenario.cp}" if scenario.cp > 1 and with_cp else ""))
 
 
 @dataclass(frozen=True)

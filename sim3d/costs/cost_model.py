@@ -14,7 +14,7 @@ from collections import defaultdict
 from functools import cached_property
 
 from ..model.kernel_stack import accumulation_bytes
-from ..model.params import block_params, embedding_params, head_params, layer_params, mtp_params, stage_params
+from ..model.params import block_params, embedding_params, head_params, layer_params, mtp_params
 from ..model.recompute import mtp_policy, redo_fraction, reruns_forward_collective, stage_policies
 from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, mtp_is_moe, mtp_ops, stage_layer_range
 from ..scenario.kernels import TORCH_STACKS
@@ -26,8 +26,9 @@ from .action_cost import ActionCost
 from .buckets import GradientBuckets
 from .moe_dispatch import dispatched
 from .compute import ComputeModel, block_shape, is_memory_bound, op_class
+from .executor_host import gradient_copies
 from .flows import FlowSpec, NetworkFlows
-from .optimizer_step import step_bytes
+from .optimizer_step import optimizer_seconds
 from .pipeline_p2p import PipelineMessages
 from .provenance import ANALYTICAL, PROFILE, ProvenanceRecorder
 from .sharded_dp import unit_pipeline
@@ -434,7 +435,13 @@ class CostModel(PipelineMessages):
         return self._collective(op, nbytes, "dp", {"dp": link}), self._wire(op, nbytes, "dp", {"dp": link})
 
     def dp_reduce(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:  # (seconds, wire bytes)
-        return self._dp_collective("reduce", rank, stage, buckets)
+        seconds, wire = self._dp_collective("reduce", rank, stage, buckets)
+        return seconds + self.gradient_copies(stage, buckets), wire
+
+    def gradient_copies(self, stage: int, buckets: int) -> float:
+        """Host copies around one bucket's all-reduce where the profile measured the executor's
+        (executor_host.py); Megatron's contiguous gradient buffer has none."""
+        return gradient_copies(self, stage, buckets)
 
     def param_gather(self, rank: int, stage: int, buckets: int) -> tuple[float, float]:
         return self._dp_collective("gather", rank, stage, buckets)
@@ -476,19 +483,10 @@ class CostModel(PipelineMessages):
         return seconds, buffer, latency
 
     def optimizer(self, rank: int, stages: tuple[int, ...]) -> float:
-        """The optimizer step of a rank holding `stages`, from the bytes each of its kernels
-        moves (optimizer_step.py): memory-bound, so priced at the HBM roofline. The tied
+        """The optimizer step of a rank holding `stages` (optimizer_step.py: the executor's
+        measured per block, else the bytes each kernel moves at the HBM roofline). The tied
         embedding's all-reduce before it is `embedding_sync`, network time booked apart."""
-        held = [stage_params(self.s, (stage,)) for stage in stages]
-        count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
-        if self.sharding.shards_optimizer:
-            p = self.placement
-            count["shard"] = sum(h.dense / p.shard_group_size + h.expert / p.expert_data_parallel for h in held)
-        moved = defaultdict(float)
-        for nbytes, per in step_bytes(self.s.training).values():
-            moved[per] += nbytes * count[per]
-        seconds = sum(self.compute_model.memory_time(moved[per]) for per in ("shard", "local"))
-        return seconds * self.slowdown(rank)
+        return optimizer_seconds(self, stages) * self.slowdown(rank)
 
     def priced_by_profile(self) -> bool:
         """Whether any price so far came from the measured profile."""

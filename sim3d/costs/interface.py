@@ -52,6 +52,10 @@ class RankCosts(Protocol):
         gradient group, or of the experts over their replicas (folded: bundled over every
         such group of its pipeline stage)."""
 
+    def gradient_copies(self, stage: int, buckets: int) -> float:
+        """Host seconds around one bucket's reduce beside its flows (the executor's copies of its
+        gradients into one buffer and back; `dp_reduce` already holds them)."""
+
     def ep_flows(self, rank: int, stage: int, kind: str) -> FlowSpec:
         """The flow of the expert-parallel all-to-alls inside one compute action (folded:
         bundled over every expert-parallel group of its pipeline stage)."""

@@ -17,7 +17,11 @@ Per local parameter: zero_grad_buffer rewrites the whole gradient buffer (its wi
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+from ..model.params import stage_params
 from ..scenario.sharding import grad_bytes
+from .executor_host import host_seconds
 
 GRAD_CAST_BYTES = 6
 UNSCALE_BYTES = 8
@@ -38,3 +42,22 @@ def step_bytes(training) -> dict[str, tuple[int, str]]:
         kernels["master copy"] = (MASTER_COPY_BYTES, "shard")
     kernels["zero-grad"] = (grad_bytes(training), "local")
     return kernels
+
+
+def optimizer_seconds(costs, stages) -> float:
+    """One optimizer step of a rank holding `stages` under a cost model: the executor's own,
+    where the profile measured it per block (executor_host.py; not for a sharded optimizer,
+    whose shards it did not measure), else these bytes at the HBM roofline."""
+    sharded = costs.sharding.shards_optimizer
+    measured = None if sharded else host_seconds(costs, tuple(stages), "step")
+    if measured is not None:
+        return measured
+    held = [stage_params(costs.s, (stage,)) for stage in stages]
+    count = {"local": sum(p.total for p in held), "shard": sum(p.total for p in held)}
+    if sharded:
+        p = costs.placement
+        count["shard"] = sum(h.dense / p.shard_group_size + h.expert / p.expert_data_parallel for h in held)
+    moved = defaultdict(float)
+    for nbytes, per in step_bytes(costs.s.training).values():
+        moved[per] += nbytes * count[per]
+    return sum(costs.compute_model.memory_time(moved[per]) for per in ("shard", "local"))

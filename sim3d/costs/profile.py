@@ -50,7 +50,7 @@ from .profile_cpu import slowdown
 COLUMNS = ["op", "kind", "pass", "shape", "m", "n", "k", "numel", "bytes", "group_size",
            "dtype", "device", "seconds", "tflops", "gbps"]
 KINDS = {"gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss", "collective", "block",
-         "concurrency"}
+         "concurrency", "optimizer"}
 _DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "tf32": "fp32",
            "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
            "fp8": "fp8", "float8": "fp8"}
@@ -183,7 +183,7 @@ class Profile:
         for c in ("m", "n", "k", "numel", "bytes", "group_size", "tflops", "gbps"):
             bad(np.isinf(t[c]), f"{c} must be finite")
         kern = t["kind"] != "collective"
-        bad(kern & ~t["pass"].isin(["fwd", "bwd"]), "pass must be fwd or bwd")
+        bad(kern & (t["kind"] != "optimizer") & ~t["pass"].isin(["fwd", "bwd"]), "pass must be fwd or bwd")
         bad(kern & (t["dtype"] == ""), "dtype is empty")
         gemm = t["kind"] == "gemm"
         bad(gemm & ~((t["m"] > 0) & (t["n"] > 0) & (t["k"] > 0)), "gemm rows need positive m, n, k")
@@ -312,6 +312,14 @@ class Profile:
         together = int(rows["group_size"].fillna(1).max())
         alone = max(1.0, slowdown(self.table, together) or 1.0) if together > 1 else 1.0
         return float(rows["seconds"].median()) / alone * self.compute_scale
+
+    def executor_host_seconds(self, block: str, what: str, shape: str, dtype: str) -> float | None:
+        """The executor's optimizer step (`what` "step") or the host copies around one bucket's
+        all-reduce ("grad_copies") over one block's parameters at exactly this shape key, or
+        None (calibrate/blocks.py). Measured by one process, priced as every block is."""
+        rows = self.table[(self.table["kind"] == "optimizer") & (self.table["op"] == f"{block}.{what}")
+                          & (self.table["shape"] == shape) & (self.table["dtype"] == _dtype(dtype))]
+        return None if rows.empty else float(rows["seconds"].median()) * self.compute_scale
 
     def block_measured_with_group(self, op: str, shape: str, dtype: str) -> bool:
         """Whether `block_seconds` of this block holds its collectives: measured by processes

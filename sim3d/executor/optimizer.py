@@ -105,18 +105,25 @@ class GradientsAndOptimizer:
             dist.all_reduce(flat, group=self.tp.group)
             self._unflatten(flat, sp, lambda p: p.main_grad)
         expert_bytes = self._reduce_experts(experts) if experts else 0
-        if not params:
+        if not params or (self.dp.size == 1 and not self.dist_opt):  # nothing to average
             return expert_bytes
-        flat = self._flat([p.main_grad for p in params])
+        flat = self.flatten_grads(params)
         if self.dist_opt:
             if self.sabotage == "dp_reduce":
                 self.grad_shards[bucket] = self._own(flat)
             else:
                 self.grad_shards[bucket] = reduce_scatter_dim0(flat, self.dp) / self.dp.size
-        elif self.dp.size > 1 and self.sabotage != "dp_reduce":
+        elif self.sabotage != "dp_reduce":
             dist.all_reduce(flat, group=self.dp.group)
-            self._unflatten(flat / self.dp.size, params, lambda p: p.main_grad)
+            self.average_back(flat, params)
         return wire_bytes("reduce_scatter" if self.dist_opt else "all_reduce", flat, self.dp.size) + expert_bytes
+
+    # The host copies around a bucket's all-reduce; calibrate/blocks.py times them per block.
+    def flatten_grads(self, params: list) -> torch.Tensor:
+        return self._flat([p.main_grad for p in params])
+
+    def average_back(self, flat: torch.Tensor, params: list) -> None:
+        self._unflatten(flat / self.dp.size, params, lambda p: p.main_grad)
 
     def _reduce_experts(self, experts: list) -> int:
         """Experts' gradients: summed over the ranks holding the same experts (each saw the
@@ -140,7 +147,8 @@ class GradientsAndOptimizer:
         if self.scaler is not None:
             bad = torch.tensor([float(any(not torch.isfinite(g).all() for g in self.grads.values()))],
                                device=self.params[0].device)  # NCCL reduces device tensors only
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX)  # every rank skips, or none does
+            if dist.is_initialized():  # a lone process (calibrate/blocks.py) has nobody to agree with
+                dist.all_reduce(bad, op=dist.ReduceOp.MAX)  # every rank skips, or none does
             self.overflowed = bool(bad.item())
             self.scaler.update(self.overflowed)
         if self.dist_opt:
