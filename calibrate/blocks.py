@@ -32,7 +32,7 @@ import torch
 from sim3d.costs.compute import block_shape
 
 from .profile_io import make_row
-from .timing import STATISTICS, sync
+from .timing import STATISTICS, measure, sync
 
 
 def measure_blocks(scenario, device: str, dtype: str, quick: bool,
@@ -56,8 +56,10 @@ def measure_blocks(scenario, device: str, dtype: str, quick: bool,
         opt, params = optimizers[module], list(module.parameters())
         numel = sum(p.numel() for p in params)
         for what, call in (("step", opt.step), ("grad_copies", lambda: opt.average_back(opt.flatten_grads(params), params))):
+            seconds = measure([call], device, warmup=3, min_repeats=5, max_repeats=200 if quick else 1000,
+                              budget_s=0.1 if quick else 0.5, statistic="mean" if device == "cpu" else "median")
             rows.append(make_row(op=f"{op}.{what}", kind="optimizer", shape=shape, numel=numel, dtype=dtype,
-                                 device=device, seconds=_time_call(call, device, quick)))
+                                 device=device, seconds=seconds))
     return rows, None
 
 
@@ -83,22 +85,6 @@ def executor_modules(scenario, device: str, dtype: str) -> tuple:
                                            dist_opt=False, lr=RunSpec.lr) for m in modules}
     x = torch.randn(s, b, h, device=device, dtype=tdtype, requires_grad=True)
     return modules, x, ids[:, :s], ids[:, 1:s + 1], optimizers
-
-
-def _time_call(call, device: str, quick: bool) -> float:
-    """Seconds of one `call` (an optimizer step, a bucket's copies): warm-up, then repeats
-    within a time budget; the mean on a CPU, as the blocks (timing.py)."""
-    budget, warmup, most = (0.1, 3, 200) if quick else (0.5, 5, 1000)
-    times: list[float] = []
-    for _ in range(warmup):
-        call()
-    while len(times) < most and (sum(times) < budget or len(times) < 5):
-        sync(device)
-        t0 = time.perf_counter()
-        call()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return STATISTICS["mean" if device == "cpu" else "median"](times)
 
 
 def _time(fn, x: torch.Tensor, device: str, quick: bool) -> tuple[float, float]:

@@ -59,8 +59,8 @@ STATISTICS = {"median": statistics.median, "mean": statistics.fmean}
 
 
 def measure(calls: Sequence[Callable[[], object]], device: str, *, warmup: int = 2,
-            min_repeats: int = 3, max_repeats: int = 20, budget_s: float = 1.0) -> float:
-    """Median seconds of one call, rotating among ``calls``."""
+            min_repeats: int = 3, max_repeats: int = 20, budget_s: float = 1.0, statistic: str = "median") -> float:
+    """Seconds of one call, rotating among ``calls``: the `statistic` (STATISTICS) of the repeats."""
     n = len(calls)
     t0 = time.perf_counter()
     for i in range(max(warmup, 1)):
@@ -83,4 +83,4 @@ def measure(calls: Sequence[Callable[[], object]], device: str, *, warmup: int =
             t = time.perf_counter()
             calls[i % n]()
             times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return STATISTICS[statistic](times)

@@ -317,9 +317,12 @@ class Profile:
         """The executor's optimizer step (`what` "step") or the host copies around one bucket's
         all-reduce ("grad_copies") over one block's parameters at exactly this shape key, or
         None (calibrate/blocks.py). Measured by one process, priced as every block is."""
-        rows = self.table[(self.table["kind"] == "optimizer") & (self.table["op"] == f"{block}.{what}")
-                          & (self.table["shape"] == shape) & (self.table["dtype"] == _dtype(dtype))]
-        return None if rows.empty else float(rows["seconds"].median()) * self.compute_scale
+        key = ("host", block, what, shape, _dtype(dtype))
+        if key not in self._cache:  # asked once per bucket and step by the engine
+            rows = self.table[(self.table["kind"] == "optimizer") & (self.table["op"] == f"{block}.{what}")
+                              & (self.table["shape"] == shape) & (self.table["dtype"] == key[-1])]
+            self._cache[key] = None if rows.empty else float(rows["seconds"].median())
+        return None if self._cache[key] is None else self._cache[key] * self.compute_scale
 
     def block_measured_with_group(self, op: str, shape: str, dtype: str) -> bool:
         """Whether `block_seconds` of this block holds its collectives: measured by processes

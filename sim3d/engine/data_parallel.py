@@ -179,8 +179,9 @@ class FlowDataParallel(DataParallelStream):
                 yield self.transport.collective(key, lambda expert=expert: self.costs.dp_flows(
                     what, me, stage, self.buckets, expert))
             self.seq += 1
-            if what == "reduce":  # the executor's host copies around it, where a profile measured them
-                yield self.env.timeout(self.costs.gradient_copies(stage, self.buckets))
+            copies = self.costs.gradient_copies(stage, self.buckets) if what == "reduce" else 0.0
+            if copies:  # the executor's host copies around it, where a profile measured them
+                yield self.env.timeout(copies)
         nbytes = self.cost(what, stage)[1]
         kind = "DP_REDUCE" if what == "reduce" else "PARAM_GATHER"
         self.record(_new(TraceRow, (me, stage, a.chunk, a.bucket, kind, "dp", begin, env.now, round(nbytes), -1)))
