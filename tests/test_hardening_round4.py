@@ -310,3 +310,18 @@ def test_a_huge_byte_count_is_echoed_as_its_magnitude():
     """Hostile re-run, cosmetic: nbytes=1e300 was echoed as a 300-digit number."""
     ran = runner.invoke(app, ["kernel", "all_reduce", "nbytes=1e300", "group=8", "nodes=1"])
     assert ran.exit_code == 2 and "nbytes=1e+300 exceeds" in ran.stderr, ran.output
+
+
+@pytest.mark.parametrize("command", [["run", "--no-plots"], ["validate"], ["plan", "--gpus", "8"]])
+def test_a_key_set_twice_with_two_values_is_refused_not_left_to_the_last(command, tmp_path):
+    """`--set parallel.tp=2 --set parallel.tp=4` ran tp 4 without a word; the same key in
+    another spelling (Megatron's) counts as the same key."""
+    for second in ("parallel.tp=4", "parallel.tensor_model_parallel_size=4"):
+        ran = runner.invoke(app, [command[0], str(TINY), "--set", "parallel.tp=2", "--set", second, *command[1:],
+                                  *(["--out", str(tmp_path / "o")] if command[0] != "validate" else [])])
+        assert ran.exit_code == 2, ran.output
+        message = " ".join(ran.output.split())
+        assert "parallel.tp is set twice" in message and "give it once" in message
+    same = runner.invoke(app, ["validate", str(TINY), "--set", "parallel.tp=2", "--set",
+                               "parallel.tensor_model_parallel_size=2", "--set", "cluster.gpus_per_node=2"])
+    assert same.exit_code == 0, same.output

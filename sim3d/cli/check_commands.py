@@ -9,13 +9,14 @@ import typer
 from rich.text import Text
 
 from .figure_options import check_size, pdf_option, size_option, title_option, with_pdf
-from .support import JSON_HELP, SET_HELP, BadInput, _load, _print_json, _writable_file, out, print_whole, say
+from .support import (JSON_HELP, SET_HELP, BadInput, distinct_sets, _load, _print_json, _writable_file, out, print_whole,
+                      say)
 
 STDOUT_NAMES = ("-", "/dev/stdout")  # `--csv -`: the table on standard output instead of a file
 
 
 def validate(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-             set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+             set_: list[str] = typer.Option([], "--set", callback=distinct_sets, help=SET_HELP, metavar="KEY=VALUE"),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)):
     """Check a scenario; print the derived layout and whether it fits in memory."""
     from ..costs.profile import profile_warnings

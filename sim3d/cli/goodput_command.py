@@ -11,14 +11,15 @@ from typing import Optional
 import typer
 
 from .figure_options import check_size, force_option, pdf_option, size_option, title_option
-from .support import JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_folder, out, say
+from .support import (JSON_HELP, SET_HELP, BadInput, distinct_sets, _default_folder, _load, _print_json, _writable_folder,
+                      out, say)
 
 TABLE_NAME = "goodput.csv"
 FIGURE_NAMES = ("goodput.png", "goodput.pdf")
 
 
 def goodput(scenario: Path = typer.Argument(..., help="Scenario YAML file (its model sets the checkpoint size)."),
-            set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+            set_: list[str] = typer.Option([], "--set", callback=distinct_sets, help=SET_HELP, metavar="KEY=VALUE"),
             gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs of the job (default: the "
                                                "scenario's)."),
             write_gb_s: float = typer.Option(2000.0, "--write-gb-s", min=1e-3, help="Storage write bandwidth for "

@@ -11,9 +11,8 @@ import typer
 
 from .figure_options import check_size, force_option, pdf_option, size_option, title_option
 from .progress import progress_bars
-from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _print_json, _writable_folder, err, megatron_line,
-                      out,
-                      print_whole, say)
+from .support import (JSON_HELP, SET_HELP, BadInput, distinct_sets, _default_folder, _print_json, _writable_folder, err,
+                      megatron_line, out, print_whole, say)
 
 
 # Of the 104 published runs in validation/ that ran, sim3d predicts 95% with more than 5% of the
@@ -46,7 +45,7 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
          megatron_args: bool = typer.Option(False, "--megatron-args", help="Also print each ranked layout as "
                                             "Megatron-LM arguments."),
          plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plan.png."),
-         set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+         set_: list[str] = typer.Option([], "--set", callback=distinct_sets, help=SET_HELP),
          as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
          force: bool = force_option("candidates.csv, finalists.csv or plan.png")):
     """Search the layout space: estimate the layouts that fit (all that could be among the best), simulate the best,
@@ -160,7 +159,8 @@ def sweep(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
                                                  "sweep.pdf) (default reports/<name>-sweep/)."),
           workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes for the local "
                                                 "backend (default: cores)."),
-          set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applied before each grid point's values."),
+          set_: list[str] = typer.Option([], "--set", callback=distinct_sets,
+                                          help=SET_HELP + " Applied before each grid point's values."),
           backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
           resume: bool = typer.Option(False, "--resume", help="Skip grid points already in OUT/results.csv."),
           size: str = size_option("screen", "sweep.png"),

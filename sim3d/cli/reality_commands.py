@@ -10,12 +10,12 @@ import typer
 
 from .figure_options import force_option
 from .progress import status_messages
-from .support import (JSON_HELP, SET_HELP, BadInput, _default_folder, _load, _print_json, _writable_file,
+from .support import (JSON_HELP, SET_HELP, BadInput, distinct_sets, _default_folder, _load, _print_json, _writable_file,
                       _writable_folder, err, out, say)
 
 
 def execute(scenario: Path = typer.Argument(..., help="Scenario YAML file (a small model)."),
-            set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+            set_: list[str] = typer.Option([], "--set", callback=distinct_sets, help=SET_HELP, metavar="KEY=VALUE"),
             steps: int = typer.Option(3, "--steps", min=1, help="Training steps to run and time (the first is not timed)."),
             backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (GPUs)."),
             check: bool = typer.Option(False, "--check", help="Compare with a single-process reference."),

@@ -11,7 +11,7 @@ import typer
 
 from .figure_options import check_size, force_option, pdf_option, size_option, title_option
 from .progress import progress_bars
-from .support import (SET_HELP, BadInput, _default_folder, _gantt_options, _load, _writable_folder, err,
+from .support import (SET_HELP, BadInput, distinct_sets, _default_folder, _gantt_options, _load, _writable_folder, err,
                       megatron_line, out, say)
 
 # True in the `sim3d` command's own process only (app.main): what the imports built then lasts as
@@ -22,7 +22,7 @@ STARTED_PLOTTER = None
 
 
 def run(scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-        set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+        set_: list[str] = typer.Option([], "--set", callback=distinct_sets, help=SET_HELP),
         out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder (default reports/<name>/)."),
         as_json: bool = typer.Option(False, "--json", help="Print only the summary JSON."),
         full_fidelity: bool = typer.Option(False, "--full-fidelity", help="Simulate every GPU, not one pipeline."),

@@ -30,6 +30,24 @@ SET_HELP = ("Override a scenario value, e.g. --set parallel.tp=4 (repeatable); s
             "straggler.slowdown set the scenario's one slow GPU (docs/what-if.md).")
 
 
+def distinct_sets(values: list[str]) -> list[str]:
+    """The `--set` option's check: a key given twice with different values is refused, where
+    the last would silently win (a key given twice alike, or in two spellings alike, passes)."""
+    from ..errors import ScenarioError
+    from ..scenario.load import canonical_key, parse_override
+    seen: dict[str, tuple[str, object]] = {}
+    for text in values or []:
+        try:
+            key, value = parse_override(text)
+        except ScenarioError:
+            continue  # loading the scenario names what is wrong with it
+        key = canonical_key(key)
+        if key in seen and seen[key][1] != value:
+            raise typer.BadParameter(f"{key} is set twice ({seen[key][0]!r}, then {text!r}); give it once")
+        seen[key] = (text, value)
+    return values
+
+
 def print_whole(console: Console, renderable) -> None:
     """A table printed with every column whole: on a terminal as wide as the terminal; piped
     into a file or a pager (where `out` is 120 wide to suit logs) as wide as it needs, since
