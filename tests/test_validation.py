@@ -105,6 +105,21 @@ def test_runs_of_2021_trained_in_fp16_unless_their_notes_say():
     assert scenario_of(_published("kor22_22B_full")).training.precision == "bf16"  # 2022: as its notes allow
 
 
+def test_the_2021_megatron_stack_blocks_on_pipeline_sends_and_overlaps_only_torch_ddp():
+    """megatron/p2p_communication.py of 2021 waited for every exchange (interleaved schedule too);
+    --DDP-impl torch (PyTorch's DDP, the sc21 script of the rows without a pipeline) all-reduced
+    during the last backward, --DDP-impl local after it."""
+    table = pd.read_csv(REPO_ROOT / "validation" / "published_extra.csv").set_index("id")
+    small, big = ({"id": rid, **table.loc[rid].to_dict()} for rid in ("narayanan21_7p5B", "narayanan21_529p6B"))
+    assert "DDP-impl=torch" in small["notes"] and "DDP-impl=local" in big["notes"]
+    for row, overlapped in ((small, True), (big, False)):
+        training = scenario_of(row).training
+        assert training.overlap_p2p is False and training.overlap_grad_reduce is overlapped
+    assert scenario_of(big).schedule == "interleaved-1f1b" and scenario_of(big).parallel.vpp == 3
+    assert scenario_of(small).training.micro_batch == 16  # examples/sc21/run_table_1.sh
+    assert scenario_of(_published("kor22_22B_full")).training.overlap_p2p is False
+
+
 def test_notes_parsing_ignores_what_it_does_not_know():
     settings = note_settings("precision=fp16/bf16-mixed (not stated); num_query_groups=8; tokens/s (x) = 5; "
                              "grad-accum=4; ub_tp_comm_overlap=true, whatever=1")

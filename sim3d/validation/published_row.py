@@ -241,7 +241,12 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
     --scatter-gather-tensors-in-pipeline, on by default until Megatron-Core's p2p of 2023 left it
     unused); DeepSpeed's pipeline engine, which Megatron-DeepSpeed runs, sends it whole."""
     training = {"attention_backend": "unfused", "tp_comm_overlap": False, "overlap_grad_reduce": False,
-                "p2p_scatter_gather": not _DEEPSPEED.search(f"{notes} {_text(row.get('source'))}")}
+                "p2p_scatter_gather": not _DEEPSPEED.search(f"{notes} {_text(row.get('source'))}"),
+                # every pipeline exchange waited for its batch_isend_irecv and then the device
+                # (megatron/p2p_communication.py @de7dc40 _communicate: req.wait(), then
+                # torch.cuda.synchronize()), under the interleaved schedule too; --overlap-p2p-comm
+                # came with Megatron-Core
+                "overlap_p2p": False}
     if (year := _year_of(_text(row.get("source")))) is not None and year <= 2021:
         # runs dated 2021 or earlier (Narayanan et al., arXiv:2104.04473) ran before Megatron-LM
         # overlapped the backward input-gradient all-reduce with the weight-gradient GEMM (its
@@ -252,6 +257,12 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
         training["async_tensor_model_parallel_allreduce"] = False
         if "precision" not in settings:
             training["precision"] = "fp16"
+    if settings.get("ddp-impl") == "torch":
+        # --DDP-impl torch: PyTorch's DistributedDataParallel, whose reducer all-reduces each
+        # bucket as the backward fills it; Megatron-LM ran every micro-batch but the last under
+        # its no_sync (megatron/schedules.py @de7dc40, forward_backward_no_pipelining), so the
+        # reduction overlaps the last backward, as --overlap-grad-reduce does today
+        training["overlap_grad_reduce"] = True
     return {"model": {"hidden_dropout": 0.1, "attention_dropout": 0.1}, "training": training}
 
 
