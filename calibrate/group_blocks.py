@@ -165,8 +165,9 @@ def _block(variant, rank: int, dtype: str):
     import torch.distributed as dist
     from sim3d.executor.context_parallel import CPContext
     from sim3d.executor.gpt import Block, GPTConfig, _Builder, activation_shape
-    from sim3d.executor.optimizer import _accumulate_main_grad
+    from sim3d.executor.optimizer import GradientsAndOptimizer
     from sim3d.executor.precision import resolve_precision
+    from sim3d.executor.runtime import RunSpec
     from sim3d.executor.tensor_parallel import TPContext
 
     tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
@@ -176,9 +177,8 @@ def _block(variant, rank: int, dtype: str):
     cp = CPContext(variant.cp, rank % variant.cp, group if variant.cp > 1 else None, tuple(range(variant.cp)))
     cfg = GPTConfig.of(variant)
     block = Block(_Builder(0, tp, tdtype, "cpu", cp), 0, cfg)
-    grad_dtype = resolve_precision(variant.training.model_copy(update={"precision": dtype}), False).dtype("grad")
-    for p in block.parameters():  # the executor's gradient buffer, as calibrate/blocks.py sets it up
-        p.main_grad = torch.zeros_like(p, dtype=grad_dtype)
-        p.register_post_accumulate_grad_hook(_accumulate_main_grad)
+    precision = resolve_precision(variant.training.model_copy(update={"precision": dtype}), False)
+    # the executor's gradient buffer and its hooks, as calibrate/blocks.py holds its blocks
+    GradientsAndOptimizer({0: list(block.parameters())}, precision, tp, TPContext(), dist_opt=False, lr=RunSpec.lr)
     shape = activation_shape(cfg, variant.training.micro_batch, tp, variant.cp)
     return block, torch.randn(*shape, dtype=tdtype, requires_grad=True)
