@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.text import Text
 
+from ..util.comma_items import comma_items
 from .figure_options import check_size, pdf_option, size_option, title_option, with_pdf
 from .support import (JSON_HELP, SET_HELP, BadInput, distinct_sets, _load, _print_json, _writable_file, out, print_whole,
                       say)
@@ -147,7 +148,7 @@ def _compare(names: str, pp: int, microbatches: int, vpp: int | None, figure: Pa
     from ..scenario.limits import check_schedule_size
     from ..schedule.specs import schedule_spec
 
-    picked = [n.strip() for n in names.split(",") if n.strip()]
+    picked = comma_items(names, "--compare")
     if not picked:
         raise BadInput("--compare: name schedules, e.g. --compare 1f1b,interleaved-1f1b,zb-h1,zbv")
     if len(set(picked)) != len(picked):

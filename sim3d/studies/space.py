@@ -39,6 +39,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property, lru_cache
 from types import SimpleNamespace
 
+from ..util.comma_items import comma_items
 from ..scenario.limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded, check_schedule_size
 from ..scenario.pipeline_split import layout_stages, megatron_stage_layers
 from ..errors import ScenarioError
@@ -139,7 +140,7 @@ def parse_choices(fix: list[str], space: list[str]) -> dict[str, tuple]:
                 raise ScenarioError(f"{option} {key!r}: not a layout dimension; known: {', '.join(KEYS.values())}")
             if name in out:
                 raise ScenarioError(f"{option} {key}: given twice")
-            parts = values.split(",") if many else [values]
+            parts = comma_items(values, option, item) if many else [values]
             if name == "schedule":
                 unknown = [p for p in parts if p.strip() not in SCHEDULES]
                 if unknown:

@@ -20,6 +20,7 @@ from ..scenario.safe_yaml import YamlInputError, read_yaml_text
 from ..scenario.limits import SWEEP_POINTS
 from ..scenario.load import canonical_key, load_scenario, parse_override
 from ..errors import ScenarioError
+from ..util.comma_items import comma_items
 from ..util.safe_files import folder_lock
 from .results_log import META_NAME, ResultsLog, file_digest
 from .runner import run_jobs
@@ -41,7 +42,7 @@ def parse_zip(items: list[str]) -> list[list[str]]:
     groups: list[list[str]] = []
     seen: set[str] = set()
     for item in items:
-        keys = [canonical_key(k.strip()) for k in item.split(",") if k.strip()]
+        keys = [canonical_key(k) for k in comma_items(item, "--zip")]
         if len(keys) < 2:
             raise ScenarioError(f"--zip {item!r}: expected {ZIP_FORM}")
         for key in keys:
@@ -93,7 +94,7 @@ def _check_zip(grid: dict[str, list[str]], group: list[str]) -> None:
 
 def _choices(item: str, values: str) -> list[str]:
     if not values.strip().startswith("["):
-        return [v.strip() for v in values.split(",") if v.strip()]
+        return comma_items(values, "--grid", item)
     try:
         parsed = read_yaml_text(values)
     except YamlInputError as e:
