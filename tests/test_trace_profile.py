@@ -348,6 +348,22 @@ def test_traces_without_gpu_kernels_or_steps_or_shapes_are_refused(tmp_path):
     assert not (tmp_path / "p.csv").exists()
 
 
+def test_kernels_of_zero_duration_are_named_not_read_as_infinitely_fast(tmp_path):
+    """A trace rewritten without its timing said "record_shapes=True" (its shapes were there)
+    and compared as a step whose every traced part took 0 s."""
+    doc = _rank0()
+    gpu = ("kernel", "gpu_memcpy", "gpu_memset")
+    untimed = dict(doc, traceEvents=[dict(e, dur=0) if e.get("cat") in gpu else e for e in doc["traceEvents"]])
+    with pytest.raises(ScenarioError, match=r"GPU kernel events last 0 us, so the trace holds no kernel timing"):
+        read_trace(_write(tmp_path / "untimed.json", untimed))
+    gemms = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and classify(e["name"], "kernel", None)[0] == "gemm"]
+    assert gemms
+    no_gemm_time = dict(doc, traceEvents=[dict(e, dur=0) if e in gemms else e for e in doc["traceEvents"]])
+    provenance = write_profile([read_trace(_write(tmp_path / "half.json", no_gemm_time))], tmp_path / "p.csv")
+    assert provenance["left_out"]["calls whose kernels all last 0 us"] > 0
+    assert "gemm" not in set(Profile.load(tmp_path / "p.csv").table["kind"])
+
+
 def test_two_files_of_one_rank_and_missing_files_are_refused(tmp_path):
     with pytest.raises(ScenarioError, match="two traces are of rank 0"):
         read_traces([TWO_RANKS[0], TWO_RANKS[0]])

@@ -411,6 +411,11 @@ def read_trace(path: str | Path, rank: int = 0) -> RankTrace:
                               pass_, launcher, launch_us, comm, thread))
     if not kernels:
         raise ScenarioError(f"{path}: no GPU kernel event has a start and a duration")
+    if not any(k.dur_us > 0 for k in kernels):
+        # a trace whose kernels all last 0 us was cut or rewritten without its timing: every
+        # rate read from it would be infinite, every traced part of a step zero
+        raise ScenarioError(f"{path}: all {len(kernels)} GPU kernel events last 0 us, so the trace holds no kernel "
+                            "timing; record the steps again with torch.profiler (ProfilerActivity.CUDA)")
     named = _int(info.get("rank"))
     return RankTrace(str(path), _sha256(path), rank if named is None else named, _int(info.get("world_size")),
                      ", ".join(names) or "unknown GPU", _version(doc.get("cuda_runtime_version")),

@@ -154,6 +154,7 @@ def _call_rows(trace: RankTrace, notes: Counter) -> list[dict]:
     for launch_id, kernels in calls.items():
         op, seconds = trace.ops[launch_id], sum(k.dur_us for k in kernels) / 1e6
         if seconds <= 0:
+            notes["calls whose kernels all last 0 us"] += 1
             continue
         if op.name in _GEMM_OPS and any(k.kind == "gemm" for k in kernels):
             rows += _gemm(op, seconds, notes)
@@ -276,8 +277,8 @@ def write_profile(traces: list[RankTrace], out: str | Path, command: str = "",
     rows, notes = profile_rows(traces)
     rows, notes = rows + list(more[0]), {**notes, **more[1]}
     if not rows:
-        raise ScenarioError("no GEMM, attention, norm or collective call in these traces has its shape recorded: "
-                            "profile with torch.profiler.profile(record_shapes=True)" + "".join(
+        raise ScenarioError("no GEMM, attention, norm or collective call in these traces has both its shape recorded "
+                            "and a duration: profile with torch.profiler.profile(record_shapes=True)" + "".join(
                                 f"; {n} {why}" for why, n in sorted(notes.items())))
     shares, unknown = kernel_shares(traces)
     provenance = {
