@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from sim3d.cli.app import app
 from sim3d.errors import ScenarioError
-from sim3d.util.comma_items import comma_items
+from sim3d.scenario.comma_items import comma_items
 
 TINY = str(Path(__file__).resolve().parents[1] / "scenarios" / "tiny.yaml")
 runner = CliRunner()

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.text import Text
 
-from ..util.comma_items import comma_items
+from ..scenario.comma_items import comma_items
 from .figure_options import check_size, pdf_option, size_option, title_option, with_pdf
 from .support import (JSON_HELP, SET_HELP, BadInput, distinct_sets, _load, _print_json, _writable_file, out, print_whole,
                       say)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property, lru_cache
 from types import SimpleNamespace
 
-from ..util.comma_items import comma_items
+from ..scenario.comma_items import comma_items
 from ..scenario.limits import PLAN_COMBINATIONS, PLAN_LAYOUTS, WorkLimitExceeded, check_schedule_size
 from ..scenario.pipeline_split import layout_stages, megatron_stage_layers
 from ..errors import ScenarioError

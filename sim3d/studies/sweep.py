@@ -20,7 +20,7 @@ from ..scenario.safe_yaml import YamlInputError, read_yaml_text
 from ..scenario.limits import SWEEP_POINTS
 from ..scenario.load import canonical_key, load_scenario, parse_override
 from ..errors import ScenarioError
-from ..util.comma_items import comma_items
+from ..scenario.comma_items import comma_items
 from ..util.safe_files import folder_lock
 from .results_log import META_NAME, ResultsLog, file_digest
 from .runner import run_jobs
