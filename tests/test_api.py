@@ -99,7 +99,7 @@ def test_a_sweep_predicts_what_run_predicts_with_a_profile(tmp_path):
                                               f"training.micro_batch={row['training.micro_batch']}")).step_time
         assert math.isclose(float(row["step_time_s"]), expected, rel_tol=1e-12)
     # and the profile changed the answer (the analytical A100 model is far faster than this CPU)
-    assert float(rows[0]["step_time_s"]) > 10 * sim3d.simulate(TINY).step_time
+    assert float(rows[0]["step_time_s"]) > 3 * sim3d.simulate(TINY).step_time
 
 
 @pytest.mark.parametrize("command", [

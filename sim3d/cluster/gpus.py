@@ -147,16 +147,20 @@ _H100_SUSTAINED_FP8 = 1238.8 / (1402.6 * _S_8192_FP8)
 # the README's MAMF/MSMF table). Assumed, no measurement found: FP8 drops with the same clock as
 # bf16.
 _B200_SUSTAINED = 1429.0 / 1745.0
-# A100 SXM (not measured here): Horace He timed torch.matmul (cuBLAS) on 8192^3 bf16 at 257-258
-# TFLOP/s with torch.randn inputs and 295 with zeros on an A100 at its 400 W limit, and traced the
-# gap to the power limiter lowering the clock for the random data's switching power ("Strangely,
-# Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!", thonking.ai, 2024).
-# Training data is random, so its 258 is the A100's rate at the limit; through the same GEMM
-# model as the H100's soak (costs/gemm.py prices 8192^3 at _S_8192_A100 of the best shape's rate)
-# over MAMF's 271.2 burst. MAMF's mean of 100 calls after 50 warm-ups is itself short enough to
-# run above the limiter's settled clock, as the H100's 717 burst over its 687.6 soak shows.
+# A100 SXM (not measured here): the rate a random-data 16-bit GEMM holds when it runs back to
+# back for seconds, as the H100's soak above. Mu Li's micro-benchmark times `a @ b` on
+# torch.randn fp16 8192^3 matrices with torch.utils.benchmark's blocked_autorange for at least
+# 3 s of back-to-back calls and reads 230 TFLOP/s on an A100 80GB (the 2,039 GB/s SXM part;
+# mli/transformers-benchmarks @3370b2b, README.md's micro-benchmarking table and
+# micro_bench.ipynb, on PyTorch's NGC 22.07 container of 2022); through the same GEMM model
+# (costs/gemm.py prices 8192^3 at _S_8192_A100 of the best shape's rate) over MAMF's 271.2 burst.
+# Short timings land near the burst: Horace He's 257-258 TFLOP/s for the same shape on random
+# bf16 data at the 400 W limit ("Strangely, Matrix Multiplications on GPUs Run Faster When Given
+# 'Predictable' Data!", thonking.ai, 2024) is 3% under MAMF's burst rate for that shape (itself a
+# mean of 100 calls after 50 warm-ups); his 295 on zeros shows the limiter already cutting the
+# clock for random data, not where it settles after seconds.
 _S_8192_A100 = 0.982696  # costs/gemm.py gemm_shape_efficiency(8192, 8192, 8192, 108)
-_A100_SUSTAINED = 258.0 / (271.2 * _S_8192_A100)
+_A100_SUSTAINED = 230.0 / (271.2 * _S_8192_A100)
 
 # Idle draw of a Hopper board with its CUDA context up and clocks at 1980 MHz, before the first
 # GEMM: the first nvidia-smi sample of each soak, 105.8-133.9 W on the H100, 128.1-131.1 W on
@@ -173,8 +177,8 @@ _SHIPPED = (
     # max TDP 400 W (SXM).
     # DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute.
     # Ring busbw ~230 GB/s on 8 A100 (NCCL maintainer, NVIDIA/nccl-tests#149; validation/nccl.csv).
-    # MAMF: A100 SXM bf16 271.2 of 312; sustained clock from a random-data 8192^3 GEMM at the
-    # 400 W limit (_A100_SUSTAINED, above).
+    # MAMF: A100 SXM bf16 271.2 of 312; sustained clock from random-data 8192^3 GEMMs run back to
+    # back for 3 s (_A100_SUSTAINED, above).
     # Attention: FlashAttention-2's figures on A100; cuDNN on an A100 runs, but no figures for it
     # are known here. Named by its size beside the part's name (an A100 without one is the 80GB).
     GpuSpec("a100-40gb", 312.0, 312.0, None, 19.5, 156.0, 40.0, 1.555, 2400.0, 200.0, 8, 8, 108, 230.0,
