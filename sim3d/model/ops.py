@@ -181,11 +181,16 @@ def _unfused_core(d: Dims) -> list[Op]:
         Op("attn_qk", 2.0 * scores * d.head_dim, 4.0 * scores * d.head_dim, 0.0,
            ab * (b * sl * (q_dim + kv_dim) + scores), 0.0, recompute_selective=True,
            gemm=(round(heads * b * sl), d.s, d.head_dim)),  # batched over heads, flattened
-        _elementwise("attn_softmax", d, scores, act=ab * scores, selective=True, kernels=("softmax",)),  # keeps its output
+        replace(_elementwise("attn_softmax", d, scores, act=ab * scores, selective=True, kernels=("softmax",)),
+                kernel_bytes=_score_softmax_bytes(d, scores)),  # keeps its output
     ]
     if d.attention_dropout:
-        ops.append(_elementwise("attn_dropout", d, scores, act=MASK_BYTES * scores, selective=True,
-                                kernels=("dropout",)))  # mask
+        # torch's fused dropout (aten/src/ATen/native/cuda/Dropout.cu): forward reads the
+        # probabilities and writes them dropped with a 1-byte mask; backward reads the gradient
+        # and the mask and writes the input gradient
+        dropout = (ab + ab + MASK_BYTES) * scores
+        ops.append(replace(_elementwise("attn_dropout", d, scores, act=MASK_BYTES * scores, selective=True,
+                                        kernels=("dropout",)), kernel_bytes=((dropout,), (dropout,))))  # mask
     # AV keeps the dropped-out probabilities (without dropout: the softmax output, already
     # kept above); V is booked on qkv.
     kept = ab * scores if d.attention_dropout else 0.0
@@ -193,6 +198,23 @@ def _unfused_core(d: Dims) -> list[Op]:
                   ab * (scores + b * sl * (kv_dim + q_dim)), kept, recompute_selective=True,
                   gemm=(round(heads * b * sl), d.head_dim, d.s)))
     return ops
+
+
+# Megatron's causal softmax kernel (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h
+# @de7dc40) runs for 16-bit scores of 16 < s <= 2048 (megatron/model/fused_softmax.py @de7dc40),
+# <= 4096 from 2022 (@55ba1f7): row i reads only its first i + 1 scores, forward and backward,
+# and writes the whole row (zeros above the diagonal)
+CAUSAL_SOFTMAX_MAX_SEQ = 4096
+
+
+def _score_softmax_bytes(d: Dims, scores: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(forward, backward) bytes of the softmax over `scores` elements: Megatron's causal
+    kernel where it runs, else a full read and write forward and two reads and a write backward."""
+    ab = d.ab
+    if ab == 2 and d.cp == 1 and 16 < d.s <= CAUSAL_SOFTMAX_MAX_SEQ:
+        read = ab * (d.s + 1) / (2 * d.s)  # per element: the lower triangle's share of each row
+        return ((read + ab) * scores,), ((2 * read + ab) * scores,)
+    return (2 * ab * scores,), (3 * ab * scores,)
 
 
 def _flash_core(d: Dims) -> list[Op]:
