@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import sim3d
-from sim3d.model.kernel_stack import accumulation_bytes, fp32_cross_entropy, rmsnorm_chain
+from sim3d.model.kernel_stack import accumulation_bytes, rmsnorm_chain
+from sim3d.model.loss_kernels import fp32_cross_entropy
 from sim3d.model.ops import Dims, embedding_dims_ops, head_dims_ops, ops_for
 from sim3d.scenario import scenario_from_dict
 from sim3d.scenario.sharding import ShardingPlan

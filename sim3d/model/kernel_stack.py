@@ -38,15 +38,7 @@ inputs and writes its outputs once, which is what those counts are.
 * around a flash attention fed by one QKV GEMM: the forward splits Q, K, V as views, so the
   backward's SplitBackward concatenates dQ, dK, dV into the QKV gradient (read and write
   them once); Transformer Engine's fused attention writes the packed gradient itself.
-* cross-entropy on fp32 logits, as Hugging Face's ForCausalLMLoss (loss/loss_utils.py:
-  `logits.float()`) and torchtitan's cross_entropy_loss (`pred.float()`) call it, over V =
-  tokens x vocabulary elements: the upcast (read ab, write 4 bytes); log_softmax, whose CUDA
-  kernel for a row too long for shared memory (128k fp32 values: 513 KB) reads the row three
-  times (max, sum of exponentials, output) and writes it once (aten/src/ATen/native/cuda/
-  SoftMax.cu, cunn_SoftMaxForward); nll_loss (a gather). Backward: nll_loss_backward zero-fills
-  a gradient of V fp32 values before scattering the targets', log_softmax's backward reads the
-  gradient to sum it, then the gradient and the output to write the input gradient
-  (cunn_SoftMaxBackward), and the upcast's backward casts it back to ab bytes.
+* the cross-entropy: as `training.kernels.loss` says, whatever the stack (model/loss_kernels.py).
 * the embedding's backward (aten/src/ATen/native/cuda/Embedding.cu,
   embedding_dense_backward_cuda): a zero-filled gradient of the whole vocabulary shard, into
   which the tokens' gradients are summed by sorted segments (in fp32, written once). Under
@@ -110,24 +102,15 @@ def rmsnorm_chain(e: float, rows: float, ab: int) -> tuple[tuple[float, ...], tu
     return forward, backward
 
 
-def fp32_cross_entropy(v: float, ab: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(forward, backward) bytes of each kernel of cross_entropy(logits.float()) over `v`
-    logits (the target gathers and the loss's mean are negligible)."""
-    f = FP32
-    return ((v * (ab + f), 3 * f * v + f * v),
-            (f * v, f * v, 3 * f * v, v * (f + ab)))
-
-
 def _eager_sequence(op, d) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """(forward, backward) bytes of each eager kernel of a memory-bound op, or None when eager
-    PyTorch runs it as ops.py counts it (softmax, embedding, MoE dispatch)."""
+    PyTorch runs it as ops.py counts it (softmax, embedding, MoE dispatch; the loss as
+    `training.kernels.loss` says, model/loss_kernels.py)."""
     e, kinds, ab = op.numel, op.kernels, d.ab
     if kinds == ("rmsnorm",) and d.norm == "composite":
         return rmsnorm_chain(e, e / d.h, ab)
     if kinds in (("layernorm",), ("rmsnorm",)):
         return (2 * e * ab,), (3 * e * ab, 2 * e * ab)
-    if kinds == ("cross_entropy",):
-        return fp32_cross_entropy(e, ab)
     if kinds == ("embedding",):
         table = d.vocab / d.tp * d.h
         return (2 * e * ab,), (ab * table, e * (ab + FP32 + ab))

@@ -35,6 +35,7 @@ from ..scenario.moe_layers import moe_at
 from ..scenario.recompute_modules import DEFAULT_MODULES
 from ..scenario.sharding import ShardingPlan
 from .op import Op
+from .loss_kernels import loss_kernel_bytes
 from .op_parts import (LOGIT_BYTES, LSE_BYTES, MASK_BYTES, _activation, _cp_ring, _elementwise, _gemm,
                        _linear_input_bytes, _norm, _quantized_copy_bytes, _residual, _tp_boundary)
 
@@ -74,6 +75,7 @@ class Dims:
     norm: str = "fused"  # training.kernels.norm: fused | composite (an eager RMSNorm's chain of ops)
     mask: str = "causal"  # training.kernels.mask: causal | materialized (a 4-D mask tensor handed to SDPA)
     fp8_recipe: str = "te"  # training.kernels.fp8 as it applies (model/fp8_recipes.py)
+    loss: str = "fused"  # training.kernels.loss as it applies: fused | vocab_parallel | torch
     fp8_weight_shards: int = 0  # FSDP shards a weight is cast on before an FP8 all-gather (0: none)
     # multi-head latent attention (model.mla): (q_lora_rank or 0, kv_lora_rank, qk_nope_head_dim,
     # qk_rope_head_dim, v_head_dim); None: standard attention
@@ -94,7 +96,7 @@ class Dims:
                    shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels,
-                   mask=tr.kernels.mask, fp8_recipe=tr.kernels.fp8_recipe,
+                   mask=tr.kernels.mask, fp8_recipe=tr.kernels.fp8_recipe, loss=tr.kernels.loss_kernels,
                    fp8_weight_shards=ShardingPlan.of(s).fp8_weight_shards,
                    recompute_modules=tuple(tr.recompute_modules or DEFAULT_MODULES),
                    mla=None if m.mla is None else (m.mla.q_lora_rank or 0, m.mla.kv_lora_rank, m.mla.qk_nope_head_dim,
@@ -401,7 +403,7 @@ def head_dims_ops(d: Dims) -> list[Op]:
         # logits / softmax; three small all-reduces over TP (max, target logit, sum of exp),
         # each one fp32 value per token.
         Op("cross_entropy", 0.0, 0.0, 0.0, tokens * v * (d.ab + LOGIT_BYTES), LOGIT_BYTES * tokens * v,
-           kernels=("cross_entropy",), numel=tokens * v,
+           kernels=("cross_entropy",), numel=tokens * v, kernel_bytes=loss_kernel_bytes(d.loss, tokens * v, d.ab),
            **(dict(comm="all-reduce", comm_bytes=3 * tokens * 4, group="tp") if d.tp > 1 else {})),
     ]
     return _as_stack_runs(ops, d)

@@ -79,6 +79,7 @@ SWITCH_FLAGS = {  # flags without a value
     "swiglu": ("model.activation", "swiglu"), "squared_relu": ("model.activation", "squared-relu"),
     "bf16": ("training.precision", "bf16"), "fp16": ("training.precision", "fp16"),
     "overlap_grad_reduce": ("training.overlap_grad_reduce", True),
+
     "accumulate_allreduce_grads_in_fp32": ("training.grad_reduce_in_fp32", True),
     "grad_reduce_in_bf16": ("training.grad_reduce_in_fp32", False),
     "overlap_param_gather": ("training.overlap_param_gather", True),
@@ -115,7 +116,7 @@ IRRELEVANT = {
     "pre_process", "post_process", "headscale", "transformer_block_type", "openai_gelu", "normalize_attention_scores",
     "resume_from_checkpoint", "native_amp_init_scale", "native_amp_growth_interval", "hysteresis", "fp32_residual_connection",
     "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
-    "get_attention_mask_from_fusion", "sync_batch_comm", "use_flash_attention", "deterministic_mode", "cross_entropy_loss_fusion",
+    "get_attention_mask_from_fusion", "sync_batch_comm", "use_flash_attention", "deterministic_mode",
     "nsys_profile", "seed", "precision", "num_micro_batches_with_partial_activation_checkpoints",
     "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval", "fp8_amax_history_len",
     "fp8_amax_compute_algo", "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg", "tp_comm_overlap_ag",
@@ -199,6 +200,7 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     recompute_how: dict[str, object] = {}  # --recompute-method and --recompute-num-layers, read together
     # --multi-latent-attention and its ranks; the MoE dispatcher's type and backend: each read together
     latent, dispatch = {}, {}
+    fused_loss = False
     for flag, value in flags.items():
         option = "--" + flag.replace("_", "-")
         if flag in MLA_FLAGS or flag == "multi_latent_attention" or flag in DISPATCH_FLAGS:
@@ -208,6 +210,11 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
             every, first = read_moe_pattern(value)
             _set(tree, "model.moe.every", every)
             _set(tree, "model.moe.first_dense_layers", first)
+            continue
+        if flag == "cross_entropy_loss_fusion":  # the te stack's default loss; without it, see below
+            if value is not True:
+                raise ValueError(f"{option} is a switch and takes no value, got {value!r}")
+            fused_loss = True
             continue
         if flag == "recompute_modules":  # Megatron's nargs='*': one name or several
             if value is True:
@@ -269,6 +276,9 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     out.unmapped += unmapped
     if _get(tree, "training.overlap_grad_reduce") is None:  # an opt-in switch in Megatron-LM (2023 on)
         _set(tree, "training.overlap_grad_reduce", False)
+    if not fused_loss:  # --cross-entropy-loss-fusion is opt-in too (megatron/training/arguments.py):
+        # without it the loss is vocab_parallel_cross_entropy on fp32 logits, pass by pass
+        _set(tree, "training.kernels.loss", "vocab_parallel")
     return _finish(out, gpu, gpus, gpus_per_node, vocab_from_gpt2="vocab_file" in flags, tokenizer=tokenizer)
 
 

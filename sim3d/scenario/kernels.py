@@ -38,6 +38,14 @@ them, and the flash-attention kernel:
   `rowwise_with_gw_hp` (rowwise, the weight gradient in 16 bits). Unset: `te` under the `te`
   stack, `tensorwise` under the PyTorch stacks.
 
+* `loss` -- how the cross-entropy over the logits runs (model/kernel_stack.py counts each):
+  `fused`, one kernel each way (Megatron-Core's `--cross-entropy-loss-fusion`, Transformer
+  Engine's or Inductor's fused loss); `vocab_parallel`, Megatron's vocab_parallel_cross_entropy
+  on the logits upcast to fp32, five in-place passes and a backward product (Megatron-LM's
+  default until today: megatron/mpu/cross_entropy.py of 2021, megatron/core/tensor_parallel/
+  cross_entropy.py since); `torch`, torch's cross_entropy on the fp32 upcast, as Hugging Face
+  transformers and torchtitan call it. Unset: `torch` under `eager`, `fused` otherwise.
+
 A scenario may write the stack alone (`kernels: eager`), as docs/contracts.md#scenario-file
 gives it, or both (`kernels: {stack: eager, attention: triton}`).
 """
@@ -56,6 +64,7 @@ ATTENTION_KERNELS = ("default", "cudnn", "fa2", "fa3", "triton")
 MASKS = ("causal", "materialized")
 FP8_RECIPES = ("te", "tensorwise", "rowwise", "rowwise_with_gw_hp")
 TORCHAO_RECIPES = FP8_RECIPES[1:]
+LOSSES = ("fused", "vocab_parallel", "torch")
 
 
 class Kernels(BaseModel):
@@ -65,11 +74,17 @@ class Kernels(BaseModel):
     norm: Literal["fused", "composite"] | None = None
     mask: Literal["causal", "materialized"] = "causal"
     fp8: Literal["te", "tensorwise", "rowwise", "rowwise_with_gw_hp"] | None = None
+    loss: Literal["fused", "vocab_parallel", "torch"] | None = None
 
     @property
     def norm_kernels(self) -> str:
         """How an RMSNorm runs: as given, else composite under eager and fused otherwise."""
         return self.norm or ("composite" if self.stack == "eager" else "fused")
+
+    @property
+    def loss_kernels(self) -> str:
+        """How the cross-entropy runs: as given, else torch's under eager and fused otherwise."""
+        return self.loss or ("torch" if self.stack == "eager" else "fused")
 
     @property
     def fp8_recipe(self) -> str:

@@ -93,6 +93,12 @@ def to_megatron_args(s) -> list[str]:
             args.append("--accumulate-allreduce-grads-in-fp32")
         elif not t.grad_reduce_in_fp32 and t.precision != "fp16":
             args.append("--grad-reduce-in-bf16")
+    if t.kernels.loss_kernels == "torch":
+        raise ValueError("training.kernels.loss: torch is torch's cross_entropy as PyTorch model code calls it, "
+                         "which Megatron-LM cannot run; its nearest is vocab_parallel (Megatron's default) or "
+                         "fused (--cross-entropy-loss-fusion)")
+    if t.kernels.loss_kernels == "fused":  # else Megatron's default, vocab_parallel_cross_entropy
+        args.append("--cross-entropy-loss-fusion")
     args += [flag for flag, on in (("--overlap-grad-reduce", t.overlap_grad_reduce),
                                    ("--overlap-param-gather", t.overlap_param_gather),
                                    ("--tp-comm-overlap", t.tp_comm_overlap),

@@ -67,6 +67,8 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
             args += [f"--{flag}", str(value)]
         elif flag not in IRRELEVANT:  # a switch with a value that is not true / false lands here too
             unmapped.append(f"model.{key}: {value}")
+    if "cross_entropy_loss_fusion" not in model:  # NeMo's GPT configs fuse the loss unless told not to
+        args.append("--cross-entropy-loss-fusion")
     precision_flag = _nemo_precision(trainer)
     args += [precision_flag] if precision_flag else []
     nodes, devices = trainer.get("num_nodes"), trainer.get("devices")

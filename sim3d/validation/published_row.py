@@ -246,7 +246,11 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
                 # (megatron/p2p_communication.py @de7dc40 _communicate: req.wait(), then
                 # torch.cuda.synchronize()), under the interleaved schedule too; --overlap-p2p-comm
                 # came with Megatron-Core
-                "overlap_p2p": False}
+                "overlap_p2p": False,
+                # the loss on the logits upcast to fp32, pass by pass (megatron/model/gpt_model.py
+                # @de7dc40: vocab_parallel_cross_entropy(output.float()) unless
+                # --fp16-lm-cross-entropy; Megatron-DeepSpeed's pipeline model calls the same)
+                "kernels": {"loss": "vocab_parallel"}}
     if (year := _year_of(_text(row.get("source")))) is not None and year <= 2021:
         # runs dated 2021 or earlier (Narayanan et al., arXiv:2104.04473) ran before Megatron-LM
         # overlapped the backward input-gradient all-reduce with the weight-gradient GEMM (its

@@ -1,0 +1,67 @@
+"""`training.kernels.loss`: the cross-entropy's kernels counted by hand from the code each
+stack runs (sim3d/model/loss_kernels.py), and the Megatron importer and exporter carrying it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import sim3d
+from sim3d.costs.compute import ComputeModel, memory_bytes
+from sim3d.model.ops import head_ops
+from sim3d.scenario import load_scenario
+from sim3d.scenario.importers import from_megatron
+from sim3d.scenario.megatron_export import to_megatron_args
+
+GPT3 = Path(__file__).resolve().parents[1] / "scenarios" / "gpt3.yaml"
+
+
+def _loss(loss: str):
+    s = load_scenario(GPT3, [f"training.kernels.loss={loss}"])
+    op = next(op for op in head_ops(s) if op.name == "cross_entropy")
+    logits = s.training.micro_batch * s.model.seq_len * s.model.vocab / s.tp  # 2048 x 6400 per rank
+    return s, op, logits
+
+
+def test_megatrons_vocab_parallel_loss_makes_six_passes_over_fp32_logits_and_two_back():
+    s, op, v = _loss("vocab_parallel")
+    forward, backward = op.kernel_bytes
+    # .float() 2+4, max 4, sub_ 8, exp 8, sum 4, div_ 8 / mul_ 8, the upcast's backward 4+2
+    assert [b / v for b in forward] == pytest.approx([6, 4, 8, 8, 4, 8])
+    assert [b / v for b in backward] == pytest.approx([8, 6])
+    fused_s, fused, _ = _loss("fused")
+    assert memory_bytes(fused) == pytest.approx((6 * v, 12 * v))  # one kernel each way
+    # each kernel is its bytes at the HBM rate plus a launch: 38 + 14 bytes over 8 launches
+    # against 6 + 12 over 2
+    cm = ComputeModel(s)
+    t, t_fused = cm.op_time(op), ComputeModel(fused_s).op_time(fused)
+    hbm = cm.hbm * 0.80
+    extra = (38 - 6 + 14 - 12) * v / hbm + 6 * 3e-6
+    assert (t.fwd + t.bwd_input) - (t_fused.fwd + t_fused.bwd_input) == pytest.approx(extra, rel=1e-6)
+
+
+def test_the_loss_defaults_to_the_stacks_own():
+    tiny = GPT3.parent / "tiny.yaml"
+    assert load_scenario(tiny, ["training.kernels.stack=eager"]).training.kernels.loss_kernels == "torch"
+    assert load_scenario(tiny, ["training.kernels.stack=compiled"]).training.kernels.loss_kernels == "fused"
+    assert load_scenario(tiny).training.kernels.loss_kernels == "fused"
+    base = load_scenario(GPT3).training.kernels
+    assert base.loss == "vocab_parallel"  # the 2021 scenario says so
+    assert sim3d.simulate(GPT3).step_time > sim3d.simulate(GPT3, sets=("training.kernels.loss=fused",)).step_time
+
+
+ARGS = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 --vocab-size 51200 "
+        "--micro-batch-size 1 --global-batch-size 8 --bf16")
+
+
+def test_megatron_arguments_without_the_fusion_flag_run_the_vocab_parallel_loss():
+    plain = from_megatron(ARGS, name="x", gpu="h100-sxm", gpus=8).scenario
+    fused = from_megatron(ARGS + " --cross-entropy-loss-fusion", name="x", gpu="h100-sxm", gpus=8).scenario
+    assert plain["training"]["kernels"]["loss"] == "vocab_parallel"
+    assert "loss" not in fused["training"].get("kernels", {})
+    for loss, flag in (("vocab_parallel", False), ("fused", True)):
+        args = to_megatron_args(load_scenario(GPT3, [f"training.kernels.loss={loss}"]))
+        assert ("--cross-entropy-loss-fusion" in args) is flag
+    with pytest.raises(ValueError, match="Megatron-LM cannot run"):
+        to_megatron_args(load_scenario(GPT3, ["training.kernels.loss=torch"]))
