@@ -13,6 +13,7 @@ from sim3d.model.ops import head_ops
 from sim3d.scenario import load_scenario
 from sim3d.scenario.importers import from_megatron
 from sim3d.scenario.megatron_export import to_megatron_args
+from sim3d.scenario.torchtitan import to_torchtitan_toml
 
 GPT3 = Path(__file__).resolve().parents[1] / "scenarios" / "gpt3.yaml"
 
@@ -65,3 +66,11 @@ def test_megatron_arguments_without_the_fusion_flag_run_the_vocab_parallel_loss(
         assert ("--cross-entropy-loss-fusion" in args) is flag
     with pytest.raises(ValueError, match="Megatron-LM cannot run"):
         to_megatron_args(load_scenario(GPT3, ["training.kernels.loss=torch"]))
+
+
+def test_a_torchtitan_config_says_it_cannot_carry_megatrons_loss():
+    llama = GPT3.parent / "llama3.1-8b.yaml"
+    sets = ["training.kernels.stack=eager", "parallel.zero=3"]
+    toml = to_torchtitan_toml(load_scenario(llama, [*sets, "training.kernels.loss=vocab_parallel"]))
+    assert "# not carried: training.kernels.loss vocab_parallel" in toml
+    assert "kernels.loss" not in to_torchtitan_toml(load_scenario(llama, sets))

@@ -301,6 +301,9 @@ def _not_carried(s) -> list[str]:
     out = []
     if s.training.kernels.stack == "te":
         out.append("training.kernels.stack te (torchtitan runs PyTorch modules, eager or with [compile])")
+    if s.training.kernels.loss_kernels == "vocab_parallel":
+        out.append("training.kernels.loss vocab_parallel (Megatron's loss; torchtitan's is torch's cross_entropy "
+                   "on the fp32 upcast, training.kernels.loss: torch)")
     if len(set(s.stage_layers)) > 1:
         out.append("the pipeline's uneven stages (Megatron's split options or parallel.pipeline_layout): "
                    "pipeline_parallel_layers_per_stage says one count for every stage")
