@@ -126,7 +126,7 @@ def test_a_flat_megatron_argument_dict_is_a_scenario():
             "vocab_size": 51200, "tensor_model_parallel_size": 8, "pipeline_model_parallel_size": 16,
             "micro_batch_size": 1, "global_batch_size": 1536, "fp16": True, "attention_backend": "local",
             "no_async_tensor_model_parallel_allreduce": True, "swiglu": False, "overlap_grad_reduce": False,
-            "training": {"recompute": "full", "p2p_scatter_gather": True, "kernels": {"loss": "vocab_parallel"}},
+            "training": {"recompute": "full", "p2p_scatter_gather": True},
             "cluster": {"gpu": "a100-80gb", "nodes": 128, "gpus_per_node": 8}}
     assert sim3d.simulate(flat).step_time == sim3d.simulate(ROOT / "scenarios" / "gpt3.yaml").step_time
     assert sim3d.simulate(flat, sets=("tensor_model_parallel_size=4",)).scenario.dp == 16

@@ -11,8 +11,9 @@ import sim3d
 from sim3d.costs.compute import ComputeModel, memory_bytes
 from sim3d.model.ops import head_ops
 from sim3d.scenario import load_scenario
+from sim3d.scenario.load import scenario_from_dict
 from sim3d.scenario.importers import from_megatron
-from sim3d.scenario.megatron_export import to_megatron_args
+from sim3d.scenario.megatron_export import export_notes, to_megatron_args
 from sim3d.scenario.torchtitan import to_torchtitan_toml
 
 GPT3 = Path(__file__).resolve().parents[1] / "scenarios" / "gpt3.yaml"
@@ -64,8 +65,10 @@ def test_megatron_arguments_without_the_fusion_flag_run_the_vocab_parallel_loss(
     for loss, flag in (("vocab_parallel", False), ("fused", True)):
         args = to_megatron_args(load_scenario(GPT3, [f"training.kernels.loss={loss}"]))
         assert ("--cross-entropy-loss-fusion" in args) is flag
-    with pytest.raises(ValueError, match="Megatron-LM cannot run"):
-        to_megatron_args(load_scenario(GPT3, ["training.kernels.loss=torch"]))
+    torch_loss = load_scenario(GPT3, ["training.kernels.loss=torch"])
+    assert "--cross-entropy-loss-fusion" not in to_megatron_args(torch_loss)
+    assert any("not torch's cross_entropy" in note for note in export_notes(torch_loss))
+    assert export_notes(load_scenario(GPT3)) == []
 
 
 def test_a_torchtitan_config_says_it_cannot_carry_megatrons_loss():
@@ -74,3 +77,31 @@ def test_a_torchtitan_config_says_it_cannot_carry_megatrons_loss():
     toml = to_torchtitan_toml(load_scenario(llama, [*sets, "training.kernels.loss=vocab_parallel"]))
     assert "# not carried: training.kernels.loss vocab_parallel" in toml
     assert "kernels.loss" not in to_torchtitan_toml(load_scenario(llama, sets))
+
+
+def test_plan_and_run_say_what_megatron_runs_instead_of_torchs_loss(tmp_path):
+    from typer.testing import CliRunner
+    from sim3d.cli.app import app
+    runner = CliRunner()
+    tiny = str(GPT3.parent / "tiny.yaml")
+    planned = runner.invoke(app, ["plan", tiny, "--set", "training.kernels.stack=eager", "--gpus", "8", "--top", "2",
+                                  "--json", "--workers", "1", "--no-plots", "--out", str(tmp_path / "plan")])
+    assert planned.exit_code == 0, planned.output
+    assert "not torch's cross_entropy" in planned.stdout
+    ran = runner.invoke(app, ["run", tiny, "--set", "training.kernels.stack=eager", "--megatron-args", "--json",
+                              "--no-plots", "--out", str(tmp_path / "run")])
+    assert ran.exit_code == 0, ran.output
+    assert "not torch's cross_entropy" in ran.stdout
+    refused = runner.invoke(app, ["run", tiny, "--set", "training.recompute=op", "--megatron-args", "--no-plots",
+                                  "--out", str(tmp_path / "op")])
+    assert refused.exit_code == 2 and "Megatron-LM" in refused.stderr and "internal error" not in refused.output
+
+
+def test_a_flat_megatron_argument_dict_reads_the_loss_fusion_switch():
+    flat = {"name": "flat", "num_layers": 2, "hidden_size": 1024, "num_attention_heads": 16, "seq_length": 2048,
+            "vocab_size": 51200, "micro_batch_size": 1, "global_batch_size": 8, "bf16": True,
+            "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}}
+    loss = lambda **more: scenario_from_dict({**flat, **more}).training.kernels.loss_kernels  # noqa: E731
+    assert loss() == "vocab_parallel"
+    assert loss(cross_entropy_loss_fusion=False) == "vocab_parallel"
+    assert loss(cross_entropy_loss_fusion=True) == "fused"

@@ -56,9 +56,9 @@ def test_shape_constants_are_the_models():
 @pytest.mark.parametrize("gpu", ["a100-40gb", "a100-80gb"])
 def test_a100_prices_a_random_data_gemm_at_the_rate_it_holds_for_seconds(gpu):
     """Mu Li's fp16 8192^3 `a @ b` on torch.randn inputs, timed over at least 3 s of back-to-back
-    calls on an A100 80GB SXM: 230 TFLOP/s (mli/transformers-benchmarks @3370b2b). Horace He's
-    short timing of the same shape in bf16 (258, thonking.ai 2024) lies between it and MAMF's
-    burst rate of that shape (271.2 x 0.9827 = 266.5), as a power-limited burst does."""
+    calls on an 80 GB, 2,039 GB/s A100: 230 TFLOP/s (mli/transformers-benchmarks @3370b2b).
+    Horace He's short timing of the same shape in bf16 (258, thonking.ai 2024) lies between it
+    and MAMF's burst rate of that shape (271.2 x 0.9827 = 266.5)."""
     seconds = gemm_seconds(PRESETS[gpu], 8192, 8192, 8192, "fp16") - 3e-6
     assert 2 * 8192**3 / seconds / 1e12 == pytest.approx(230.0, rel=0.005)
     burst = 271.2 * gpus._S_8192_A100

@@ -16,7 +16,7 @@ from sim3d.scenario import load_scenario
 GPT3 = Path(__file__).resolve().parents[1] / "scenarios" / "gpt3.yaml"
 
 
-def _core(*sets: str) -> dict:
+def _core(*sets: str) -> tuple:
     s = load_scenario(GPT3, list(sets))
     return {op.name: op for op in layer_ops(s)}, s
 

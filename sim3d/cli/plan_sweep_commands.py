@@ -140,12 +140,14 @@ def plan(scenario: Path = typer.Argument(..., help="Scenario YAML file (its mode
 
 
 def _plan_megatron_line(scenario: Path, overrides: str) -> str:
-    from ..scenario import megatron_fsdp
-    from ..scenario.megatron_export import SCHEDULE_ELSEWHERE
+    from ..scenario.megatron_export import export_notes
     from ..scenario.load import load_scenario
     s = load_scenario(scenario, overrides.split())
-    line = megatron_line(s)
-    notes = [note for note in (SCHEDULE_ELSEWHERE.get(s.schedule), megatron_fsdp.caveat(s)) if note]
+    try:
+        line = megatron_line(s)
+    except BadInput as e:  # a pick Megatron-LM cannot run (recompute: op): said in the line's place
+        return f"# {e}"
+    notes = export_notes(s)
     return f"{line}  # {'; '.join(notes)}" if notes else line
 
 

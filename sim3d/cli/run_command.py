@@ -144,8 +144,8 @@ def _run(scenario: Path, set_: list[str], out_dir: Optional[Path], as_json: bool
                            f"{', ...' if len(simulated) > 8 else ''})" +
                            ("" if result.full_fidelity else "; --full-fidelity replays every GPU"))
         flags = megatron_line(s) if megatron_args else None
-        from ..scenario.megatron_fsdp import caveat
-        flags_note = caveat(s) if flags else None  # what Megatron would run otherwise
+        from ..scenario.megatron_export import export_notes
+        flags_note = "; ".join(export_notes(s)) if flags else None  # what Megatron would run otherwise
 
         def report() -> None:
             if as_json:

@@ -207,4 +207,7 @@ def megatron_line(scenario) -> str:
     import shlex
 
     from ..scenario.megatron_export import to_megatron_args
-    return shlex.join(to_megatron_args(scenario))
+    try:
+        return shlex.join(to_megatron_args(scenario))
+    except ValueError as e:  # what Megatron-LM cannot run (recompute: op), said with its nearest
+        raise BadInput(f"--megatron-args: {e}") from None

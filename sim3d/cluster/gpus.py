@@ -148,17 +148,19 @@ _H100_SUSTAINED_FP8 = 1238.8 / (1402.6 * _S_8192_FP8)
 # bf16.
 _B200_SUSTAINED = 1429.0 / 1745.0
 # A100 SXM (not measured here): the rate a random-data 16-bit GEMM holds when it runs back to
-# back for seconds, as the H100's soak above. Mu Li's micro-benchmark times `a @ b` on
-# torch.randn fp16 8192^3 matrices with torch.utils.benchmark's blocked_autorange for at least
-# 3 s of back-to-back calls and reads 230 TFLOP/s on an A100 80GB (the 2,039 GB/s SXM part;
-# mli/transformers-benchmarks @3370b2b, README.md's micro-benchmarking table and
-# micro_bench.ipynb, on PyTorch's NGC 22.07 container of 2022); through the same GEMM model
-# (costs/gemm.py prices 8192^3 at _S_8192_A100 of the best shape's rate) over MAMF's 271.2 burst.
-# Short timings land near the burst: Horace He's 257-258 TFLOP/s for the same shape on random
+# back for seconds, as the H100's soak above. The one such timing found: Mu Li's
+# micro-benchmark times `a @ b` on torch.randn fp16 8192^3 matrices with torch.utils.benchmark's
+# blocked_autorange over at least 3 s of back-to-back calls, and its README table gives 230
+# TFLOP/s for an "A100" of 80 GB at 2,039 GB/s, the SXM part's figures
+# (mli/transformers-benchmarks @3370b2b, README.md and micro_bench.ipynb, whose stored outputs
+# are another GPU's); the board's power limit and the software are not stated. Through the same
+# GEMM model (costs/gemm.py prices 8192^3 at _S_8192_A100 of the best shape's rate) over MAMF's
+# 271.2 burst. Short timings of the shape read higher: Horace He's 257-258 TFLOP/s on random
 # bf16 data at the 400 W limit ("Strangely, Matrix Multiplications on GPUs Run Faster When Given
-# 'Predictable' Data!", thonking.ai, 2024) is 3% under MAMF's burst rate for that shape (itself a
-# mean of 100 calls after 50 warm-ups); his 295 on zeros shows the limiter already cutting the
-# clock for random data, not where it settles after seconds.
+# 'Predictable' Data!", thonking.ai, 2024) is 3% under MAMF's burst for it (295 on zeros: the
+# limiter already cutting the clock for random data). Why the two differ by 11% (the loop's
+# length, fp16 against bf16, their cuBLAS, their boards) is not known; the H100's own soak fell
+# 4% from its burst within a second, so the loop's length alone would not explain it.
 _S_8192_A100 = 0.982696  # costs/gemm.py gemm_shape_efficiency(8192, 8192, 8192, 108)
 _A100_SUSTAINED = 230.0 / (271.2 * _S_8192_A100)
 

@@ -116,7 +116,7 @@ IRRELEVANT = {
     "pre_process", "post_process", "headscale", "transformer_block_type", "openai_gelu", "normalize_attention_scores",
     "resume_from_checkpoint", "native_amp_init_scale", "native_amp_growth_interval", "hysteresis", "fp32_residual_connection",
     "fp16_lm_cross_entropy", "megatron_amp_O2", "grad_allreduce_chunk_size_mb", "grad_div_ar_fusion", "gradient_accumulation_fusion",
-    "get_attention_mask_from_fusion", "sync_batch_comm", "use_flash_attention", "deterministic_mode",
+    "get_attention_mask_from_fusion", "sync_batch_comm", "use_flash_attention", "deterministic_mode", "cross_entropy_loss_fusion",
     "nsys_profile", "seed", "precision", "num_micro_batches_with_partial_activation_checkpoints",
     "activations_checkpoint_layers_per_pipeline", "fp8_margin", "fp8_interval", "fp8_amax_history_len",
     "fp8_amax_compute_algo", "reduce_amax", "use_emha", "ub_tp_comm_overlap_cfg", "tp_comm_overlap_ag",

@@ -219,9 +219,16 @@ def _flat_megatron(raw: dict) -> dict:
         # a Megatron argument dict: what its namespace holds beside the layout (learning rates,
         # paths, recompute_method) does not change a step here; the padded vocabulary is the one
         # Megatron builds, so it wins over the unpadded vocab_size
+        fused_loss = raw.get("cross_entropy_loss_fusion") is True
         raw = {key: value for key, value in raw.items()
                if key not in IRRELEVANT and key not in WITHOUT_EFFECT
                and not (key == "vocab_size" and raw.get("padded_vocab_size") is not None)}
+        training = raw.get("training")
+        if not fused_loss and isinstance(training, dict) and "kernels" not in training:
+            # Megatron's loss without --cross-entropy-loss-fusion, as the importer reads it
+            raw["training"] = {**training, "kernels": {"loss": "vocab_parallel"}}
+        elif not fused_loss and training is None:
+            raw["training"] = {"kernels": {"loss": "vocab_parallel"}}
     out = {key: value for key, value in raw.items() if key in Scenario.model_fields or key not in megatron}
     moves = [(key, value) for key, value in raw.items() if key not in out]
     for section in ("model", "parallel", "training"):

@@ -13,6 +13,17 @@ from .moe_layers import moe_at
 SCHEDULE_ELSEWHERE = {name: spec.megatron_elsewhere for name, spec in SCHEDULES.items() if spec.megatron_elsewhere}
 
 
+def export_notes(s) -> list[str]:
+    """What Megatron-LM would run otherwise than the scenario says, for the arguments
+    `to_megatron_args` writes: a schedule it runs elsewhere, Megatron-FSDP's resharding, a loss
+    it has no kernel for."""
+    notes = [SCHEDULE_ELSEWHERE.get(s.schedule), megatron_fsdp.caveat(s)]
+    if s.training.kernels.loss_kernels == "torch":
+        notes.append("Megatron runs its vocab_parallel_cross_entropy (add --cross-entropy-loss-fusion for the fused "
+                     "loss), not torch's cross_entropy as PyTorch model code calls it (training.kernels.loss: torch)")
+    return [note for note in notes if note]
+
+
 def to_megatron_args(s) -> list[str]:
     """The Megatron-LM arguments of a scenario's model, layout and training settings (the
     inverse of `from_megatron` for everything a scenario holds; data, optimizer and logging
@@ -93,10 +104,6 @@ def to_megatron_args(s) -> list[str]:
             args.append("--accumulate-allreduce-grads-in-fp32")
         elif not t.grad_reduce_in_fp32 and t.precision != "fp16":
             args.append("--grad-reduce-in-bf16")
-    if t.kernels.loss_kernels == "torch":
-        raise ValueError("training.kernels.loss: torch is torch's cross_entropy as PyTorch model code calls it, "
-                         "which Megatron-LM cannot run; its nearest is vocab_parallel (Megatron's default) or "
-                         "fused (--cross-entropy-loss-fusion)")
     if t.kernels.loss_kernels == "fused":  # else Megatron's default, vocab_parallel_cross_entropy
         args.append("--cross-entropy-loss-fusion")
     args += [flag for flag, on in (("--overlap-grad-reduce", t.overlap_grad_reduce),
