@@ -42,3 +42,9 @@ def test_past_the_kernels_sequence_limit_the_softmax_reads_every_score():
     ops, s = _core("model.seq_len=8192")
     elements = s.model.heads // s.parallel.tp * s.training.micro_batch * 8192 ** 2
     assert memory_bytes(ops["attn_softmax"]) == pytest.approx((4 * elements, 6 * elements))
+
+
+def test_pytorch_stacks_do_not_run_megatrons_causal_kernel():
+    ops, s = _core("training.kernels.stack=eager")
+    elements = s.model.heads // s.parallel.tp * s.training.micro_batch * s.model.seq_len ** 2
+    assert memory_bytes(ops["attn_softmax"]) == pytest.approx((4 * elements, 6 * elements))

@@ -211,9 +211,10 @@ CAUSAL_SOFTMAX_MAX_SEQ = 4096
 
 def _score_softmax_bytes(d: Dims, scores: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(forward, backward) bytes of the softmax over `scores` elements: Megatron's causal
-    kernel where it runs, else a full read and write forward and two reads and a write backward."""
+    kernel where it runs (the `te` stack is Megatron's), else a full read and write forward and
+    two reads and a write backward."""
     ab = d.ab
-    if ab == 2 and d.cp == 1 and 16 < d.s <= CAUSAL_SOFTMAX_MAX_SEQ:
+    if d.stack == "te" and ab == 2 and d.cp == 1 and 16 < d.s <= CAUSAL_SOFTMAX_MAX_SEQ:
         read = ab * (d.s + 1) / (2 * d.s)  # per element: the lower triangle's share of each row
         return ((read + ab) * scores,), ((2 * read + ab) * scores,)
     return (2 * ab * scores,), (3 * ab * scores,)
