@@ -120,6 +120,20 @@ def test_the_2021_megatron_stack_blocks_on_pipeline_sends_and_overlaps_only_torc
     assert scenario_of(_published("kor22_22B_full")).training.overlap_p2p is False
 
 
+def test_megatron_runs_before_the_fused_loss_run_the_vocab_parallel_loss():
+    """Megatron-LM fused the cross-entropy in 2024-06 (--cross-entropy-loss-fusion, 7b4a6d7);
+    before, and on the 2021-22 stack, it ran vocab_parallel_cross_entropy on fp32 logits."""
+    assert scenario_of(_published("kor22_22B_full")).training.kernels.loss == "vocab_parallel"
+    nemo = _published("dgxc2411_llama31_70b_64")
+    assert scenario_of(nemo).training.kernels.loss_kernels == "fused"  # NeMo 24.11
+    dated_2023 = {**nemo, "source": "a NeMo run of October 2023"}
+    assert scenario_of(dated_2023).training.kernels.loss == "vocab_parallel"
+    said = {**dated_2023, "notes": f"{nemo['notes']}; cross_entropy_loss_fusion=true"}
+    assert scenario_of(said).training.kernels.loss_kernels == "fused"
+    assert scenario_of({**nemo, "notes": f"{nemo['notes']}; cross_entropy_loss_fusion=false"}
+                       ).training.kernels.loss == "vocab_parallel"
+
+
 def test_notes_parsing_ignores_what_it_does_not_know():
     settings = note_settings("precision=fp16/bf16-mixed (not stated); num_query_groups=8; tokens/s (x) = 5; "
                              "grad-accum=4; ub_tp_comm_overlap=true, whatever=1")

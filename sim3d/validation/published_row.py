@@ -306,6 +306,13 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     if settings.get("precision", "").startswith("fp8") and re.search(r"\bfp8_params\b", notes):
         # NeMo 1.x's +model.fp8_params: Transformer Engine keeps the weights in FP8
         training["fp8_param_gather"] = True
+    # the loss: Megatron-Core fused it from 2024-06 (--cross-entropy-loss-fusion, Megatron-LM
+    # 7b4a6d7, "Added cross entropy fusion"); a run dated 2023 or earlier ran Megatron's
+    # vocab_parallel_cross_entropy on fp32 logits, as NeMo on Megatron-Core did
+    fusion = _flag(notes, settings, "cross_entropy_loss_fusion", mentioned=True)
+    year = _year_of(_text(row.get("source")))
+    if fusion is False or (fusion is None and year is not None and year <= 2023):
+        training["kernels"] = {"loss": "vocab_parallel"}
     if settings.get("optim_dtype") in ("bf16", "bfloat16"):
         training["optimizer_dtype"] = "bf16"
     if "distributed_fused_adam" in notes:
