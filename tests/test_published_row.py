@@ -6,7 +6,8 @@ from sim3d.model.memory import fits_in_memory
 
 from sim3d.cluster.gpus import PRESETS, preset_named_in
 from sim3d.model.flops import model_flops_per_step
-from sim3d.validation.published_row import _year_of, scenario_dict_of, scenario_of
+from sim3d.validation.era_rules import _year_of
+from sim3d.validation.published_row import scenario_dict_of, scenario_of
 from sim3d.scenario.load import ScenarioError
 from sim3d.validation.published import validate_rows
 
