@@ -9,6 +9,7 @@ import pytest
 
 import sim3d
 from sim3d.costs.compute import ComputeModel, memory_bytes
+from sim3d.costs.gemm import KERNEL_OVERHEAD_S, MEMORY_EFFICIENCY
 from sim3d.model.ops import head_ops
 from sim3d.scenario import load_scenario
 from sim3d.scenario.load import scenario_from_dict
@@ -38,8 +39,8 @@ def test_megatrons_vocab_parallel_loss_makes_six_passes_over_fp32_logits_and_two
     # against 6 + 12 over 2
     cm = ComputeModel(s)
     t, t_fused = cm.op_time(op), ComputeModel(fused_s).op_time(fused)
-    hbm = cm.hbm * 0.80
-    extra = (38 - 6 + 14 - 12) * v / hbm + 6 * 3e-6
+    hbm = cm.hbm * MEMORY_EFFICIENCY
+    extra = (38 - 6 + 14 - 12) * v / hbm + 6 * KERNEL_OVERHEAD_S
     assert (t.fwd + t.bwd_input) - (t_fused.fwd + t_fused.bwd_input) == pytest.approx(extra, rel=1e-6)
 
 

@@ -223,12 +223,10 @@ def _flat_megatron(raw: dict) -> dict:
         raw = {key: value for key, value in raw.items()
                if key not in IRRELEVANT and key not in WITHOUT_EFFECT
                and not (key == "vocab_size" and raw.get("padded_vocab_size") is not None)}
-        training = raw.get("training")
+        training = raw.get("training") or {}
         if not fused_loss and isinstance(training, dict) and "kernels" not in training:
             # Megatron's loss without --cross-entropy-loss-fusion, as the importer reads it
             raw["training"] = {**training, "kernels": {"loss": "vocab_parallel"}}
-        elif not fused_loss and training is None:
-            raw["training"] = {"kernels": {"loss": "vocab_parallel"}}
     out = {key: value for key, value in raw.items() if key in Scenario.model_fields or key not in megatron}
     moves = [(key, value) for key, value in raw.items() if key not in out]
     for section in ("model", "parallel", "training"):
