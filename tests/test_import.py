@@ -32,6 +32,8 @@ def test_megatron_gpt3_imports_to_the_hand_written_scenario():
     assert any("vocab 51200" in a for a in imported.assumed)
     # the 2021 default no flag of today's Megatron-LM names (--no-scatter-gather-tensors-in-pipeline was its off switch)
     imported.scenario["training"]["p2p_scatter_gather"] = True
+    # and fp16 gradients summed by autograd: 2021's contiguous buffers were opt-in, the fusion came in 2022
+    imported.scenario["training"]["kernels"]["grad_accumulation"] = "autograd"
     ours = sim3d.simulate(imported.scenario)
     theirs = sim3d.simulate(ROOT / "scenarios" / "gpt3.yaml")
     assert ours.step_time == theirs.step_time
@@ -97,8 +99,13 @@ def test_megatron_arguments_round_trip(path):
                              gpus_per_node=s.gpus_per_node)
     assert imported.unmapped == []
     back = scenario_from_dict({**imported.scenario, "schedule": s.schedule})
-    # Megatron-LM 2020-22's pipeline scatter/gather has no flag to switch it on (it was the default)
-    assert back.model == s.model and back.training == s.training.model_copy(update={"p2p_scatter_gather": False})
+    # Megatron-LM 2020-22's pipeline scatter/gather has no flag to switch it on (it was the default),
+    # nor 2021's autograd accumulation of fp16 gradients (export_notes says so)
+    kernels = s.training.kernels
+    if kernels.accumulation in ("autograd", "upcast"):
+        kernels = kernels.model_copy(update={"grad_accumulation": None})
+    expected = s.training.model_copy(update={"p2p_scatter_gather": False, "kernels": kernels})
+    assert back.model == s.model and back.training == expected
     assert back.dp == s.dp
     assert back.parallel.model_dump(exclude={"dp"}) == s.parallel.model_dump(exclude={"dp"})
 
@@ -126,7 +133,8 @@ def test_a_flat_megatron_argument_dict_is_a_scenario():
             "vocab_size": 51200, "tensor_model_parallel_size": 8, "pipeline_model_parallel_size": 16,
             "micro_batch_size": 1, "global_batch_size": 1536, "fp16": True, "attention_backend": "local",
             "no_async_tensor_model_parallel_allreduce": True, "swiglu": False, "overlap_grad_reduce": False,
-            "training": {"recompute": "full", "p2p_scatter_gather": True},
+            "training": {"recompute": "full", "p2p_scatter_gather": True,
+                         "kernels": {"loss": "vocab_parallel", "grad_accumulation": "autograd"}},
             "cluster": {"gpu": "a100-80gb", "nodes": 128, "gpus_per_node": 8}}
     assert sim3d.simulate(flat).step_time == sim3d.simulate(ROOT / "scenarios" / "gpt3.yaml").step_time
     assert sim3d.simulate(flat, sets=("tensor_model_parallel_size=4",)).scenario.dp == 16

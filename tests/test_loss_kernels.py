@@ -69,7 +69,7 @@ def test_megatron_arguments_without_the_fusion_flag_run_the_vocab_parallel_loss(
     torch_loss = load_scenario(GPT3, ["training.kernels.loss=torch"])
     assert "--cross-entropy-loss-fusion" not in to_megatron_args(torch_loss)
     assert any("not torch's cross_entropy" in note for note in export_notes(torch_loss))
-    assert export_notes(load_scenario(GPT3)) == []
+    assert not any("cross_entropy" in note for note in export_notes(load_scenario(GPT3)))
 
 
 def test_a_torchtitan_config_says_it_cannot_carry_megatrons_loss():

@@ -252,3 +252,18 @@ def test_rows_whose_fields_do_not_match_the_header_are_refused_by_line(tmp_path,
     if "Narayanan, et al." in lines[-1]:  # quoted, the comma is the cell's
         csv.write_text("\n".join([HEADER, *(x.replace("Narayanan, et al.", '"Narayanan, et al."') for x in lines)]))
         assert {r.id for r in validate_rows(csv)} == {line.split(",")[0] for line in lines}
+
+
+def test_the_gradient_accumulation_follows_each_stacks_history():
+    """Narayanan et al.'s fp16 runs of 2021 summed gradients with autograd (contiguous buffers
+    were opt-in, the fusion into the GEMMs came in 2022-02), in bf16 Megatron's hook added them
+    into its fp32 buffer; Korthikanti et al.'s bf16 runs of 2022 had the fusion; BLOOM's
+    DeepSpeed pipeline upcast each bf16 gradient into its fp32 copy."""
+    table = pd.read_csv(REPO_ROOT / "validation" / "published_extra.csv").set_index("id")
+    narayanan = {"id": "narayanan21_76p1B", **table.loc["narayanan21_76p1B"].to_dict()}
+    accumulation = lambda row: scenario_of(row).training.kernels.accumulation  # noqa: E731
+    assert accumulation(narayanan) == "autograd"
+    bf16 = narayanan["notes"].replace("precision=fp16", "precision=bf16")
+    assert bf16 != narayanan["notes"] and accumulation({**narayanan, "notes": bf16}) == "main_grad"
+    assert accumulation(_published("kor22_175B_seqsel")) == "fused"
+    assert accumulation(_published("bloom176b_iter85376_step")) == "upcast"

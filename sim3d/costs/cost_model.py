@@ -17,7 +17,6 @@ from ..model.kernel_stack import accumulation_bytes
 from ..model.params import block_params, embedding_params, head_params, layer_params, mtp_params
 from ..model.recompute import mtp_policy, redo_fraction, reruns_forward_collective, stage_policies
 from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, mtp_is_moe, mtp_ops, stage_layer_range
-from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan
 from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology
@@ -65,6 +64,7 @@ class CostModel(PipelineMessages):
         self.provenance = ProvenanceRecorder()
         self._stage_cache: dict[tuple, ActionCost] = {}
         self._layer_cache: dict[tuple, ActionCost] = {}
+        self._accumulated: dict[tuple, ActionCost] = {}  # backwards plus accumulation (the planner shares the above)
         self._p2p_cache: dict[tuple[int, int], float] = {}
         self._link_cache: dict[tuple[str, int], object] = {}
         self._rank_links: dict[int, tuple] = {}
@@ -286,19 +286,19 @@ class CostModel(PipelineMessages):
                           "moe_layer": ("block", lambda: layer_ops(self.s, True)),
                           "mtp": ("mtp_block", lambda: mtp_ops(self.s)),
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
-            cost = self._block_cost(block, ops(), kind, links, recompute)
-            if kind in ("B", "BW"):
-                cost = cost + ActionCost(self.compute_model.memory_time(self.accumulated_bytes(name)))
-            self._layer_cache[key] = cost
-        return self._layer_cache[key]
+            self._layer_cache[key] = self._block_cost(block, ops(), kind, links, recompute)
+        cost = self._layer_cache[key]
+        if kind in ("B", "BW") and key not in self._accumulated:
+            added = self.accumulated_bytes(name)
+            self._accumulated[key] = cost + ActionCost(self.compute_model.memory_time(added)) if added else cost
+        return self._accumulated[key] if kind in ("B", "BW") else cost
 
     def accumulated_bytes(self, block: str) -> float:
-        """Bytes AccumulateGrad moves for one block's gradients per micro-batch under a plain
-        PyTorch stack (kernel_stack.py); none where the GEMMs accumulate (te)."""
-        if self.s.training.kernels.stack not in TORCH_STACKS:
-            return 0.0
-        params = block_params(self.s, self._dims, block)
-        return accumulation_bytes(params.dense, params.expert, self.sharding, self.s.num_microbatches)
+        """Bytes moved per micro-batch to accumulate one block's weight gradients as
+        `training.kernels.grad_accumulation` says (kernel_stack.py); none where the GEMMs do."""
+        training, params = self.s.training, block_params(self.s, self._dims, block)
+        return accumulation_bytes(training.kernels.accumulation, params.dense, params.expert, self.sharding,
+                                  self.s.num_microbatches, 4 if training.precision == "fp32" else 2)
 
     def _block_cost(self, block: str, ops, kind: str, links: dict, recompute: str) -> ActionCost:
         return (self._measured_block(block, ops, kind, links, recompute)

@@ -51,7 +51,7 @@ inputs and writes its outputs once, which is what those counts are.
   keeps the first and adds every later one into `.grad`: read both, write one
   (torch/csrc/autograd/functions/accumulate_grad.h). Megatron's weight-gradient GEMMs
   accumulate into main_grad in their epilogue instead (gradient_accumulation_fusion), so `te`
-  pays nothing (`accumulation_bytes`).
+  pays nothing unless `kernels.grad_accumulation` names another way (`accumulation_bytes`).
 * biased linears (GPT-style blocks): the bias gradient is a reduction over the tokens of the
   output gradient (tools/autograd/derivatives.yaml, addmm: the bias's gradient summed to its
   shape), one kernel reading it per linear; Transformer Engine takes it from the GEMM's
@@ -220,15 +220,37 @@ def compiled_ops(ops: list, d) -> list:
     return out
 
 
-def accumulation_bytes(dense: float, expert: float, sharding: ShardingPlan, microbatches: int) -> float:
-    """HBM bytes AccumulateGrad moves per micro-batch for a block's dense and expert parameters,
-    averaged over the step (none for the first micro-batch's gradient, which it keeps as it is):
-    three gradients' width per element, on the shard where the backward reduce-scatters each
-    micro-batch."""
+def accumulation_bytes(how: str, dense: float, expert: float, sharding: ShardingPlan, microbatches: int,
+                       weight_bytes: int) -> float:
+    """HBM bytes moved per micro-batch, averaged over the step, to accumulate a block's dense and
+    expert weight gradients as `how` (training.kernels.grad_accumulation) says:
+
+    * `fused`: none; the weight-gradient GEMMs add into main_grad in their epilogue.
+    * `autograd`: AccumulateGrad keeps the first micro-batch's gradient and adds every later one
+      into `.grad`, reading both and writing one at the gradient's width
+      (torch/csrc/autograd/functions/accumulate_grad.h); on the shard where the backward
+      reduce-scatters each micro-batch.
+    * `main_grad`: Megatron's backward hook, `param.main_grad.add_(param.grad.data)` for every
+      parameter and micro-batch, the first included (main_grad is a buffer zeroed each step):
+      the gradient read at the weights' width, main_grad read and written
+      (megatron/model/distributed.py @b4bc51b _make_param_hook;
+      megatron/core/distributed/distributed_data_parallel.py @d98e8a6). Megatron-FSDP with
+      sharded gradients copies each into the bucket it reduce-scatters instead (main_grad.copy_,
+      megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py @d98e8a6): written once.
+    * `upcast`: DeepSpeed's bf16 optimizer after every micro-batch's backward,
+      `hp_grad.add_(lp.grad.to(fp32))` (deepspeed/runtime/bf16_optimizer.py update_hp_grads,
+      called from pipe/engine.py _exec_backward_pass @56c5223): the cast reads the gradient and
+      writes an fp32 copy, the add reads it and the fp32 gradient and writes that.
+    """
+    elements = dense + expert
+    if how == "fused":
+        return 0.0
+    if how == "main_grad":
+        return elements * (weight_bytes + (1 if sharding.reduces_in_compute else 2) * sharding.grad_bytes)
+    if how == "upcast":
+        return elements * (weight_bytes + FP32 + 3 * FP32)
     if microbatches < 2:
         return 0.0
     if sharding.reduces_in_compute:
         elements = dense / sharding.dense_group + expert / sharding.expert_group
-    else:
-        elements = dense + expert
     return 3 * sharding.grad_bytes * elements * (microbatches - 1) / microbatches

@@ -88,6 +88,7 @@ SWITCH_FLAGS = {  # flags without a value
     "recompute_activations": ("training.recompute", "selective"),  # Megatron: selective recomputation
     "checkpoint_activations": ("training.recompute", "full"),  # 2021 name of full recomputation
     "no_async_tensor_model_parallel_allreduce": ("training.async_tensor_model_parallel_allreduce", False),
+    "no_gradient_accumulation_fusion": ("training.kernels.grad_accumulation", "main_grad"),
     "overlap_p2p_comm": ("training.overlap_p2p", True),
     # 2020-22's pipeline scatter/gather: its off switch; the args namespace's true says no era (WITHOUT_EFFECT)
     "no_scatter_gather_tensors_in_pipeline": ("training.p2p_scatter_gather", False),

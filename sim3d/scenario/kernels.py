@@ -46,6 +46,17 @@ them, and the flash-attention kernel:
   cross_entropy.py since); `torch`, torch's cross_entropy on the fp32 upcast, as Hugging Face
   transformers and torchtitan call it. Unset: `torch` under `eager`, `fused` otherwise.
 
+* `grad_accumulation` -- how each micro-batch's weight gradients reach the buffer the optimizer
+  reads (model/kernel_stack.py counts each): `fused`, in the weight-gradient GEMMs' epilogue
+  (Megatron's gradient accumulation fusion, its default since 83b1e42, 2022-02-13); `main_grad`,
+  Megatron's backward hook adding each gradient into the main-gradient buffer (before that
+  commit, or `--no-gradient-accumulation-fusion`); `upcast`, DeepSpeed's bf16 optimizer adding
+  an fp32 copy of each gradient into its fp32 gradients (DeepSpeed 56c5223,
+  runtime/bf16_optimizer.py update_hp_grads, every micro-batch under its pipeline engine);
+  `autograd`, torch's AccumulateGrad summing into `.grad` (PyTorch modules, and Megatron-LM's
+  fp16 runs of 2021 without contiguous gradient buffers). Unset: `autograd` under the PyTorch
+  stacks, `fused` under `te`.
+
 A scenario may write the stack alone (`kernels: eager`), as docs/contracts.md#scenario-file
 gives it, or both (`kernels: {stack: eager, attention: triton}`).
 """
@@ -65,6 +76,9 @@ MASKS = ("causal", "materialized")
 FP8_RECIPES = ("te", "tensorwise", "rowwise", "rowwise_with_gw_hp")
 TORCHAO_RECIPES = FP8_RECIPES[1:]
 LOSSES = ("fused", "vocab_parallel", "torch")
+# how each micro-batch's weight gradients reach the buffer the optimizer reads
+# (model/kernel_stack.py accumulation_bytes); all but `autograd` need Megatron's modules
+ACCUMULATIONS = ("fused", "main_grad", "upcast", "autograd")
 
 
 class Kernels(BaseModel):
@@ -75,6 +89,7 @@ class Kernels(BaseModel):
     mask: Literal["causal", "materialized"] = "causal"
     fp8: Literal["te", "tensorwise", "rowwise", "rowwise_with_gw_hp"] | None = None
     loss: Literal["fused", "vocab_parallel", "torch"] | None = None
+    grad_accumulation: Literal["fused", "main_grad", "upcast", "autograd"] | None = None
 
     @property
     def norm_kernels(self) -> str:
@@ -85,6 +100,12 @@ class Kernels(BaseModel):
     def loss_kernels(self) -> str:
         """How the cross-entropy runs: as given, else torch's under eager and fused otherwise."""
         return self.loss or ("torch" if self.stack == "eager" else "fused")
+
+    @property
+    def accumulation(self) -> str:
+        """How gradients accumulate: as given, else autograd's under the PyTorch stacks and in
+        the weight-gradient GEMMs (Megatron's gradient accumulation fusion) under te."""
+        return self.grad_accumulation or ("autograd" if self.stack in TORCH_STACKS else "fused")
 
     @property
     def fp8_recipe(self) -> str:
@@ -104,6 +125,14 @@ class Kernels(BaseModel):
             raise ValueError("mask: materialized is how PyTorch model code (Hugging Face transformers under "
                              "torch.compile, or a padded batch) calls SDPA; Transformer Engine passes its causal "
                              "mask type: use stack eager or compiled, or mask: causal")
+        return self
+
+    @model_validator(mode="after")
+    def _megatron_accumulation_of_te(self):
+        if self.grad_accumulation not in (None, "autograd") and self.stack in TORCH_STACKS:
+            raise ValueError(f"grad_accumulation: {self.grad_accumulation} is how Megatron's (or DeepSpeed's) modules "
+                             "accumulate gradients; PyTorch model code accumulates them with autograd: use stack te, "
+                             "or grad_accumulation: autograd")
         return self
 
     @model_validator(mode="after")

@@ -220,13 +220,18 @@ def _flat_megatron(raw: dict) -> dict:
         # paths, recompute_method) does not change a step here; the padded vocabulary is the one
         # Megatron builds, so it wins over the unpadded vocab_size
         fused_loss = raw.get("cross_entropy_loss_fusion") is True
+        unfused_accumulation = raw.get("gradient_accumulation_fusion") is False
         raw = {key: value for key, value in raw.items()
                if key not in IRRELEVANT and key not in WITHOUT_EFFECT
                and not (key == "vocab_size" and raw.get("padded_vocab_size") is not None)}
         training = raw.get("training") or {}
         if not fused_loss and isinstance(training, dict) and "kernels" not in training:
             # Megatron's loss without --cross-entropy-loss-fusion, as the importer reads it
-            raw["training"] = {**training, "kernels": {"loss": "vocab_parallel"}}
+            raw["training"] = training = {**training, "kernels": {"loss": "vocab_parallel"}}
+        kernels = (training.get("kernels") or {}) if isinstance(training, dict) else None
+        if unfused_accumulation and isinstance(kernels, dict) and "grad_accumulation" not in kernels:
+            # --no-gradient-accumulation-fusion: Megatron's hook adds each gradient into main_grad
+            raw["training"] = {**training, "kernels": {**kernels, "grad_accumulation": "main_grad"}}
     out = {key: value for key, value in raw.items() if key in Scenario.model_fields or key not in megatron}
     moves = [(key, value) for key, value in raw.items() if key not in out]
     for section in ("model", "parallel", "training"):

@@ -16,11 +16,16 @@ SCHEDULE_ELSEWHERE = {name: spec.megatron_elsewhere for name, spec in SCHEDULES.
 def export_notes(s) -> list[str]:
     """What Megatron-LM would run otherwise than the scenario says, for the arguments
     `to_megatron_args` writes: a schedule it runs elsewhere, Megatron-FSDP's resharding, a loss
-    it has no kernel for."""
+    it has no kernel for, a gradient accumulation it does not do."""
     notes = [SCHEDULE_ELSEWHERE.get(s.schedule), megatron_fsdp.caveat(s)]
     if s.training.kernels.loss_kernels == "torch":
         notes.append("Megatron runs its vocab_parallel_cross_entropy (add --cross-entropy-loss-fusion for the fused "
                      "loss), not torch's cross_entropy as PyTorch model code calls it (training.kernels.loss: torch)")
+    if (how := s.training.kernels.accumulation) in ("autograd", "upcast"):
+        notes.append(f"Megatron accumulates gradients in its main-gradient buffer (fused into the weight-gradient "
+                     f"GEMMs, or with --no-gradient-accumulation-fusion by a kernel of its own), not "
+                     f"{'with autograd' if how == 'autograd' else 'as DeepSpeed bf16 optimizer upcasts them'} "
+                     f"(training.kernels.grad_accumulation: {how})")
     return [note for note in notes if note]
 
 
@@ -110,5 +115,7 @@ def to_megatron_args(s) -> list[str]:
                                    ("--overlap-param-gather", t.overlap_param_gather),
                                    ("--tp-comm-overlap", t.tp_comm_overlap),
                                    ("--no-async-tensor-model-parallel-allreduce",
-                                    not t.async_tensor_model_parallel_allreduce)) if on]
+                                    not t.async_tensor_model_parallel_allreduce),
+                                   ("--no-gradient-accumulation-fusion", t.kernels.accumulation == "main_grad"))
+            if on]
     return [str(a) for a in args]

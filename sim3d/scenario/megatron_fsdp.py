@@ -10,8 +10,7 @@ replicates them R times, `--outer-dp-sharding-strategy no_shard`)."""
 from __future__ import annotations
 
 FLAGS = frozenset({"use_megatron_fsdp", "use_custom_fsdp", "data_parallel_sharding_strategy",
-                   "num_distributed_optimizer_instances", "outer_dp_sharding_strategy", "ckpt_format",
-                   "no_gradient_accumulation_fusion"})
+                   "num_distributed_optimizer_instances", "outer_dp_sharding_strategy", "ckpt_format"})
 STRATEGY_OF_ZERO = {2: "optim_grads", 3: "optim_grads_params"}
 
 
@@ -54,9 +53,6 @@ def read(flags: dict) -> tuple[dict[str, object], list[str], list[str]]:
     if outer not in (None, "no_shard"):
         unmapped.append(f"--outer-dp-sharding-strategy {outer} (sim3d keeps each replica group's states whole "
                         "across the replicas: HSDP's no_shard)")
-    if "no_gradient_accumulation_fusion" in flags:
-        assumed.append("--no-gradient-accumulation-fusion: the weight-gradient GEMMs priced as accumulating "
-                       "into the main gradient (the fused path)")
     return settings, assumed, unmapped
 
 
@@ -68,12 +64,14 @@ def _whole(value) -> int | None:
 
 def args(s) -> list:
     """The flags that shard a scenario as it says: Megatron-FSDP for ZeRO-2 / 3 (with the flags
-    its README requires), the distributed optimizer's instances for HSDP's replicas."""
+    its README requires; its example scripts also pass --no-gradient-accumulation-fusion, which
+    Transformer Engine 2.10 made unnecessary (mcore_fsdp_adapter.py), so the export passes it only
+    where the scenario says so), the distributed optimizer's instances for HSDP's replicas."""
     out: list = []
     zero = s.parallel.zero
     if zero >= 2:
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", STRATEGY_OF_ZERO[zero],
-                "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
+                "--ckpt-format", "fsdp_dtensor"]
     replicas = s.dp * s.cp // s.shard_group
     if zero >= 1 and replicas > 1:
         out += ["--num-distributed-optimizer-instances", replicas]

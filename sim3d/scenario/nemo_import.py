@@ -51,6 +51,9 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
             elif key in ("optim.overlap_grad_sync", "optim.overlap_param_sync") and value is True:
                 args.append("--overlap-grad-reduce" if key.endswith("grad_sync") else "--overlap-param-gather")
             continue
+        if key == "gradient_accumulation_fusion" and value is False:  # true is Megatron's default
+            args.append("--no-gradient-accumulation-fusion")
+            continue
         if key in ("fp8", "fp8_hybrid", "fp8_e4m3"):
             if value is True:
                 args.append("--fp8-format=hybrid")

@@ -185,12 +185,20 @@ class Estimator:
         links = self._placed(layout, scenario)[1]
         compute_key = (layout.tp, layout.cp, layout.ep, layout.micro_batch, layout.recompute,
                        layout.sequence_parallel, layout.tp_comm_overlap, links["tp"], links["cp"], links["ep"])
-        # under a PyTorch stack a block's backward also carries AccumulateGrad's adds, which depend
-        # on the sharding, the pipeline it runs under and the micro-batches (kernel_stack.py
-        # accumulation_bytes), and the head's on whether it is the only stage
-        if self.space.base.training.kernels.stack in TORCH_STACKS:
+        # a block's backward also carries the gradient accumulation's adds (but where the GEMMs
+        # accumulate), which depend on the sharding, the pipeline it runs under (a PyTorch
+        # pipeline may defer the reductions) and the micro-batches (kernel_stack.py
+        # accumulation_bytes), and the head's on whether it is the only stage. Under Megatron's
+        # stack the blocks' prices before it (the first BLOCK_KEY fields) are shared beyond these.
+        kernels = self.space.base.training.kernels
+        if kernels.stack in TORCH_STACKS:
             compute_key += (layout.zero, layout.dp_shard, layout.dp, layout.pp, layout.vpp, layout.schedule,
                             self._microbatches(layout))
+        elif kernels.accumulation != "fused":  # Megatron's stack defers no reduction: fewer keys
+            sharded = layout.zero >= 2
+            compute_key += (sharded, layout.pp * layout.vpp == 1)
+            if kernels.accumulation == "autograd":
+                compute_key += ((layout.dp_shard, layout.dp) if sharded else (), self._microbatches(layout))
         return compute_key
 
     def _microbatches(self, layout: Layout) -> int:
@@ -205,8 +213,10 @@ class Estimator:
             if costs is None:
                 costs = self.cost_model(layout, scenario())
                 # a layer's price depends on the compute key alone: layouts that share it share
-                # the priced layers
-                costs._layer_cache = self._memo(("layers", compute_key), dict)
+                # the priced layers; under Megatron's stack, whatever their gradient accumulation,
+                # which CostModel.block adds per layout
+                shared = compute_key if costs.s.training.kernels.stack in TORCH_STACKS else compute_key[:BLOCK_KEY]
+                costs._layer_cache = self._memo(("layers", shared), dict)
             return costs
         return cost_model
 
@@ -454,6 +464,10 @@ def _v_shaped(layout: Layout) -> bool:
 
 def _stage_map(layout: Layout) -> StageMap:
     return StageMap(layout.pp, layout.vpp, SCHEDULES[layout.schedule].placement)
+
+
+# the fields of a compute key a block's price before the gradient accumulation depends on
+BLOCK_KEY = 10
 
 
 def links_of(compute_key: tuple) -> dict:

@@ -57,8 +57,9 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
     without SP over TP and all-gathered it on arrival (p2p_communication.py,
     --scatter-gather-tensors-in-pipeline, on by default until Megatron-Core's p2p of 2023 left it
     unused); DeepSpeed's pipeline engine, which Megatron-DeepSpeed runs, sends it whole."""
+    deepspeed = bool(_DEEPSPEED.search(f"{notes} {_text(row.get('source'))}"))
     training = {"attention_backend": "unfused", "tp_comm_overlap": False, "overlap_grad_reduce": False,
-                "p2p_scatter_gather": not _DEEPSPEED.search(f"{notes} {_text(row.get('source'))}"),
+                "p2p_scatter_gather": not deepspeed,
                 # every pipeline exchange waited for its batch_isend_irecv and then the device
                 # (megatron/p2p_communication.py @de7dc40 _communicate: req.wait(), then
                 # torch.cuda.synchronize()), under the interleaved schedule too; --overlap-p2p-comm
@@ -68,7 +69,8 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
                 # @de7dc40: vocab_parallel_cross_entropy(output.float()) unless
                 # --fp16-lm-cross-entropy; Megatron-DeepSpeed's pipeline model calls the same)
                 "kernels": {"loss": "vocab_parallel"}}
-    if (year := _year_of(_text(row.get("source")))) is not None and year <= 2021:
+    year = _year_of(_text(row.get("source")))
+    if year is not None and year <= 2021:
         # runs dated 2021 or earlier (Narayanan et al., arXiv:2104.04473) ran before Megatron-LM
         # overlapped the backward input-gradient all-reduce with the weight-gradient GEMM (its
         # default from late 2021, scenario/schema.py), as scenarios/gpt3.yaml states of the same
@@ -78,6 +80,8 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
         training["async_tensor_model_parallel_allreduce"] = False
         if "precision" not in settings:
             training["precision"] = "fp16"
+    if (accumulation := _accumulation(deepspeed, year, training.get("precision", settings.get("precision")))):
+        training["kernels"]["grad_accumulation"] = accumulation
     if settings.get("ddp-impl") == "torch":
         # --DDP-impl torch: PyTorch's DistributedDataParallel, whose reducer all-reduces each
         # bucket as the backward fills it; Megatron-LM ran every micro-batch but the last under
@@ -85,6 +89,24 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
         # reduction overlaps the last backward, as --overlap-grad-reduce does today
         training["overlap_grad_reduce"] = True
     return {"model": {"hidden_dropout": 0.1, "attention_dropout": 0.1}, "training": training}
+
+
+def _accumulation(deepspeed: bool, year: int | None, precision: str | None) -> str | None:
+    """How a 2021-22 run accumulated its weight gradients, where not in the GEMMs
+    (training.kernels.grad_accumulation; None: fused, or no date to tell). Megatron-LM fused
+    it into the weight-gradient GEMMs from 83b1e42 (2022-02-13), for fp16 gradient buffers only
+    from 07916bf (2022-09-27); before, its local DDP's hook added each gradient into the
+    contiguous fp32 buffer bf16 forced, and fp16 runs of 2021, whose contiguous buffers were
+    opt-in (--use-contiguous-buffers-in-ddp @de7dc40, not in examples/sc21), summed them in
+    `.grad` through autograd. DeepSpeed's pipeline engine adds an fp32 copy of each bf16
+    gradient after every micro-batch (bf16_optimizer.py update_hp_grads @56c5223, BLOOM's
+    year) and leaves fp16 gradients to autograd."""
+    bf16 = precision == "bf16"
+    if deepspeed:
+        return "upcast" if bf16 else "autograd"
+    if year is None or year > 2022 or (year == 2022 and precision != "fp16"):
+        return None
+    return "main_grad" if bf16 or year == 2022 else "autograd"
 
 
 _GATED = re.compile(r"(?<!non-)(?<!non )(?<!not )\b(geglu|swiglu|gated (mlp|linear unit))", re.I)
