@@ -22,9 +22,9 @@ def export_notes(s) -> list[str]:
         notes.append("Megatron runs its vocab_parallel_cross_entropy (add --cross-entropy-loss-fusion for the fused "
                      "loss), not torch's cross_entropy as PyTorch model code calls it (training.kernels.loss: torch)")
     if (how := s.training.kernels.accumulation) in ("autograd", "upcast"):
+        other = "with autograd" if how == "autograd" else "as DeepSpeed's bf16 optimizer upcasts them"
         notes.append(f"Megatron accumulates gradients in its main-gradient buffer (fused into the weight-gradient "
-                     f"GEMMs, or with --no-gradient-accumulation-fusion by a kernel of its own), not "
-                     f"{'with autograd' if how == 'autograd' else 'as DeepSpeed bf16 optimizer upcasts them'} "
+                     f"GEMMs, or with --no-gradient-accumulation-fusion by a kernel of its own), not {other} "
                      f"(training.kernels.grad_accumulation: {how})")
     return [note for note in notes if note]
 
