@@ -86,3 +86,20 @@ def test_importers_and_the_exporter_carry_megatrons_switch():
     for value, how in ((True, "fused"), (False, "main_grad")):  # Megatron's args namespace, as a flat dict
         s = scenario_from_dict({**flat, "gradient_accumulation_fusion": value})
         assert s.training.kernels.accumulation == how
+
+
+def test_a_flat_dict_naming_the_stack_alone_keeps_megatrons_defaults():
+    flat = {"name": "flat", "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "seq_length": 1024,
+            "vocab_size": 1024, "micro_batch_size": 1, "global_batch_size": 8, "gradient_accumulation_fusion": False,
+            "training": {"kernels": "te"}, "cluster": {"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}}
+    kernels = scenario_from_dict(flat).training.kernels
+    assert (kernels.stack, kernels.accumulation, kernels.loss_kernels) == ("te", "main_grad", "vocab_parallel")
+
+
+def test_autograd_under_megatrons_modules_sums_at_the_weights_width():
+    """AccumulateGrad sums into `.grad`, the parameter's dtype (bf16: 2 bytes), not Megatron's
+    fp32 gradient buffer."""
+    costs = CostModel(gpt("autograd", "bf16"))
+    assert costs.sharding.grad_bytes == 4
+    assert costs.accumulated_bytes("layer") == pytest.approx(layer_params() * 3 * 2 * (M - 1) / M, rel=1e-12)
+

@@ -266,4 +266,8 @@ def test_the_gradient_accumulation_follows_each_stacks_history():
     bf16 = narayanan["notes"].replace("precision=fp16", "precision=bf16")
     assert bf16 != narayanan["notes"] and accumulation({**narayanan, "notes": bf16}) == "main_grad"
     assert accumulation(_published("kor22_175B_seqsel")) == "fused"
-    assert accumulation(_published("bloom176b_iter85376_step")) == "upcast"
+    for row_id in ("bloom176b_iter85376_step", "bloom176b_iter85376_tflops", "bloom176b_gbs16_step"):
+        assert accumulation(_published(row_id)) == "upcast"  # whether or not the row's notes name bf16
+    mtnlg = {"id": "mtnlg22_530b_2240", **table.loc["mtnlg22_530b_2240"].to_dict()}
+    # DeepSpeed's pipeline engine ran bf16 from 56c5223 (2022-04-19); MT-NLG (arXiv 2201) ran fp16
+    assert (scenario_of(mtnlg).training.precision, accumulation(mtnlg)) == ("fp16", "autograd")

@@ -17,6 +17,7 @@ from ..model.kernel_stack import accumulation_bytes
 from ..model.params import block_params, embedding_params, head_params, layer_params, mtp_params
 from ..model.recompute import mtp_policy, redo_fraction, reruns_forward_collective, stage_policies
 from ..model.ops import Dims, embedding_ops, head_ops, is_moe_layer, layer_ops, mtp_is_moe, mtp_ops, stage_layer_range
+from ..scenario.kernels import TORCH_STACKS
 from ..scenario.sharding import ShardingPlan
 from ..cluster.placement import SHARD_AXIS, Placement
 from ..cluster.topology import Topology
@@ -294,11 +295,12 @@ class CostModel(PipelineMessages):
         return self._accumulated[key] if kind in ("B", "BW") else cost
 
     def accumulated_bytes(self, block: str) -> float:
-        """Bytes moved per micro-batch to accumulate one block's weight gradients as
-        `training.kernels.grad_accumulation` says (kernel_stack.py); none where the GEMMs do."""
+        """Bytes per micro-batch accumulating one block's weight gradients (kernel_stack.py)."""
         training, params = self.s.training, block_params(self.s, self._dims, block)
+        weights = 4 if training.precision == "fp32" else 2  # autograd's .grad: the weights' own under te
+        autograd = self.sharding.grad_bytes if training.kernels.stack in TORCH_STACKS else weights
         return accumulation_bytes(training.kernels.accumulation, params.dense, params.expert, self.sharding,
-                                  self.s.num_microbatches, 4 if training.precision == "fp32" else 2)
+                                  self.s.num_microbatches, weights, autograd)
 
     def _block_cost(self, block: str, ops, kind: str, links: dict, recompute: str) -> ActionCost:
         return (self._measured_block(block, ops, kind, links, recompute)

@@ -225,13 +225,15 @@ def _flat_megatron(raw: dict) -> dict:
                if key not in IRRELEVANT and key not in WITHOUT_EFFECT
                and not (key == "vocab_size" and raw.get("padded_vocab_size") is not None)}
         training = raw.get("training") or {}
-        if not fused_loss and isinstance(training, dict) and "kernels" not in training:
-            # Megatron's loss without --cross-entropy-loss-fusion, as the importer reads it
-            raw["training"] = training = {**training, "kernels": {"loss": "vocab_parallel"}}
         kernels = (training.get("kernels") or {}) if isinstance(training, dict) else None
-        if unfused_accumulation and isinstance(kernels, dict) and "grad_accumulation" not in kernels:
+        kernels = {"stack": kernels} if isinstance(kernels, str) else kernels  # `kernels: te`, the stack alone
+        if isinstance(kernels, dict):
+            # Megatron's loss without --cross-entropy-loss-fusion, as the importer reads it, and
             # --no-gradient-accumulation-fusion: Megatron's hook adds each gradient into main_grad
-            raw["training"] = {**training, "kernels": {**kernels, "grad_accumulation": "main_grad"}}
+            defaults = {"loss": None if fused_loss else "vocab_parallel",
+                        "grad_accumulation": "main_grad" if unfused_accumulation else None}
+            kernels = {**{k: v for k, v in defaults.items() if v is not None}, **kernels}
+            raw["training"] = {**training, "kernels": kernels} if kernels else training
     out = {key: value for key, value in raw.items() if key in Scenario.model_fields or key not in megatron}
     moves = [(key, value) for key, value in raw.items() if key not in out]
     for section in ("model", "parallel", "training"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from ..cluster.gpus import PRESETS, preset_named_in
-from .row_notes import _SETTING, _flag, _text, _truth
+from .row_notes import _SETTING, _flag, _text, _truth, precision_of
 
 
 def _model_family(model_name: str) -> dict:
@@ -80,7 +80,12 @@ def _megatron_2022(row: dict, notes: str, settings: dict[str, str]) -> dict:
         training["async_tensor_model_parallel_allreduce"] = False
         if "precision" not in settings:
             training["precision"] = "fp16"
-    if (accumulation := _accumulation(deepspeed, year, training.get("precision", settings.get("precision")))):
+    if deepspeed and "precision" not in settings and (_arxiv_month(_text(row.get("source"))) or (9999, 0)) < (2022, 4):
+        # DeepSpeed's pipeline engine refused bf16 until 56c5223 (2022-04-19, "bf16+pipeline
+        # parallelism"): a run published before then trained in fp16
+        training["precision"] = "fp16"
+    precision = training.get("precision") or precision_of(settings, preset_named_in(_text(row.get("gpu"))))
+    if (accumulation := _accumulation(deepspeed, year, precision)):
         training["kernels"]["grad_accumulation"] = accumulation
     if settings.get("ddp-impl") == "torch":
         # --DDP-impl torch: PyTorch's DistributedDataParallel, whose reducer all-reduces each
@@ -97,10 +102,12 @@ def _accumulation(deepspeed: bool, year: int | None, precision: str | None) -> s
     it into the weight-gradient GEMMs from 83b1e42 (2022-02-13), for fp16 gradient buffers only
     from 07916bf (2022-09-27); before, its local DDP's hook added each gradient into the
     contiguous fp32 buffer bf16 forced, and fp16 runs of 2021, whose contiguous buffers were
-    opt-in (--use-contiguous-buffers-in-ddp @de7dc40, not in examples/sc21), summed them in
-    `.grad` through autograd. DeepSpeed's pipeline engine adds an fp32 copy of each bf16
-    gradient after every micro-batch (bf16_optimizer.py update_hp_grads @56c5223, BLOOM's
-    year) and leaves fp16 gradients to autograd."""
+    opt-in until e8fb052 (2021-08-18; --use-contiguous-buffers-in-ddp, not in examples/sc21),
+    summed them in `.grad` through autograd. DeepSpeed's pipeline engine adds an fp32 copy of
+    each bf16 gradient after every micro-batch (bf16_optimizer.py update_hp_grads @56c5223,
+    BLOOM's year) and leaves fp16 gradients to autograd (ZeRO-1 hooks none). By year only: a
+    late-2021 fp16 run (contiguous by default) or a 2022 run before 2022-02-13 is read as
+    its year's majority."""
     bf16 = precision == "bf16"
     if deepspeed:
         return "upcast" if bf16 else "autograd"
@@ -170,6 +177,13 @@ _SAYS_FUSED = re.compile(r"\bflash[ _-]?attn\b|\bflash ?attention|\bcudnn\b|\bfu
 _FUSED_SOFTWARE = re.compile(r"\b(transformer ?engine|megatron-core|mcore|megatron-bridge|torchtitan|nemo)\b", re.I)
 # an arXiv id's yymm (arXiv:2104.04473, arxiv.org/abs/2201.11990), or a year standing alone
 # (not in a hash, a version or a count such as "2016 GPUs")
+def _arxiv_month(source: str) -> tuple[int, int] | None:
+    """(year, month) of the arXiv id a source names, or None."""
+    found = _ARXIV_MONTH.search(source)
+    return (2000 + int(found[1]), int(found[2])) if found else None
+
+
+_ARXIV_MONTH = re.compile(r"arxiv(?:\.org/(?:abs|pdf)/|:)\s*(\d{2})(\d{2})\.\d{4,5}", re.I)
 _ARXIV = re.compile(r"arxiv(?:\.org/(?:abs|pdf)/|:)\s*(\d{2})\d{2}\.\d{4,5}", re.I)
 _YEAR = re.compile(r"(?<![\w@./-])(20(?:1[89]|2\d))(?![\w./-])(?!\s*(?:GPUs?|nodes?|servers?)\b)", re.I)
 # GPUs older than Hopper (compute capability 9.0: the A100s and V100s) trained the unfused era's runs

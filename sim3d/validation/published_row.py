@@ -23,7 +23,7 @@ from ..scenario.load import scenario_from_dict
 from ..scenario.megatron_model_args import MLA_FLAGS, is_moe_pattern, read_moe_pattern
 from ..errors import ScenarioError
 from .era_rules import ERA_RULES, _inferred_era
-from .row_notes import _recompute_modules, _text, _truth, note_settings
+from .row_notes import _recompute_modules, _text, _truth, note_settings, precision_of
 from ..schedule.specs import megatron_schedule
 
 
@@ -58,17 +58,6 @@ def family_of(row_id: str) -> str:
 
 
 # ---- one rule per question, each the same for every row it applies to --------------------
-def _precision(settings: dict[str, str], gpu: str | None) -> str:
-    """`precision=` of the notes: fp8 (Transformer Engine's recipes: "fp8", "fp8-mixed",
-    "fp8_hybrid"), fp16, fp32, else bf16. "fp16/bf16-mixed" (not stated in the sources) and
-    missing values give bf16: both have the same tensor-core peak on A100 and H100, and bf16
-    needs no loss scaling; fp16 on a GPU without bf16 (V100), as those runs trained."""
-    value = settings.get("precision", "").lower()
-    if value.startswith("fp8"):
-        return "fp8"
-    unsaid = "fp16" if gpu in PRESETS and PRESETS[gpu].bf16_tflops is None else "bf16"
-    return {"fp16": "fp16", "fp16-mixed": "fp16", "16-mixed": "fp16", "fp32": "fp32", "32": "fp32",
-            "bf16": "bf16", "bf16-mixed": "bf16"}.get(value, unsaid)
 
 
 # trained on Jean Zay and nowhere else (bigscience train/tr11-176B-ml/README.md, "Hardware"): a
@@ -215,7 +204,7 @@ def read_row(row: dict, layer_only: bool = False) -> tuple[dict, list[str]]:
                      "vpp": vpp, "sequence_parallel": sequence_parallel,
                      "zero": zero},
         "training": {"micro_batch": mb, "global_batch": gbs, "recompute": recompute or "none",
-                     "precision": _precision(settings, preset_named_in(_text(row.get("gpu"))))},
+                     "precision": precision_of(settings, preset_named_in(_text(row.get("gpu"))))},
         "schedule": megatron_schedule(vpp),
         "cluster": _cluster(row, notes),
     }

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from ..cluster.gpus import PRESETS
+
 
 def _text(value) -> str:
     return value if isinstance(value, str) else ""
@@ -65,3 +67,16 @@ def _flag(notes: str, settings: dict[str, str], key: str, mentioned: bool = Fals
     if value is None and mentioned and re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", notes or ""):
         return True
     return value
+
+
+def precision_of(settings: dict[str, str], gpu: str | None) -> str:
+    """`precision=` of the notes: fp8 (Transformer Engine's recipes: "fp8", "fp8-mixed",
+    "fp8_hybrid"), fp16, fp32, else bf16. "fp16/bf16-mixed" (not stated in the sources) and
+    missing values give bf16: both have the same tensor-core peak on A100 and H100, and bf16
+    needs no loss scaling; fp16 on a GPU without bf16 (V100), as those runs trained."""
+    value = settings.get("precision", "").lower()
+    if value.startswith("fp8"):
+        return "fp8"
+    unsaid = "fp16" if gpu in PRESETS and PRESETS[gpu].bf16_tflops is None else "bf16"
+    return {"fp16": "fp16", "fp16-mixed": "fp16", "16-mixed": "fp16", "fp32": "fp32", "32": "fp32",
+            "bf16": "bf16", "bf16-mixed": "bf16"}.get(value, unsaid)
