@@ -103,3 +103,25 @@ def test_autograd_under_megatrons_modules_sums_at_the_weights_width():
     assert costs.sharding.grad_bytes == 4
     assert costs.accumulated_bytes("layer") == pytest.approx(layer_params() * 3 * 2 * (M - 1) / M, rel=1e-12)
 
+
+
+@pytest.mark.parametrize("how", ["main_grad", "autograd"])
+def test_the_planner_shares_block_prices_but_not_the_accumulation(how):
+    """Tier one shares a block's price across layouts whose gradient accumulation differs
+    (estimate.py BLOCK_KEY) and adds each layout's own: one estimator pricing many layouts in
+    turn gives what a fresh estimator gives each."""
+    from sim3d.model.memory import memory_report
+    from sim3d.studies.estimate import Estimator
+    from sim3d.studies.space import Space
+    base = scenario_from_dict({
+        "name": "small", "schedule": "1f1b", "model": {"layers": 8, "hidden": 512, "heads": 8, "vocab": 256, "seq_len": 64},
+        "training": {"micro_batch": 1, "global_batch": 16, "precision": "fp16", "kernels": {"grad_accumulation": how}},
+        "cluster": {"gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}})
+    space = Space(base, 16, {})
+    fitting = [layout for layout in space.layouts()[0]
+               if memory_report(space.scenario(layout), check_schedule=False).fits][::7][:40]
+    assert len({space.scenario(layout).num_microbatches for layout in fitting}) > 1
+    shared = Estimator(space)
+    for layout in fitting:
+        alone = Estimator(space).estimate(layout, space.scenario(layout))
+        assert shared.estimate(layout, space.scenario(layout)) == alone, layout

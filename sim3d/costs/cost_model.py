@@ -65,7 +65,7 @@ class CostModel(PipelineMessages):
         self.provenance = ProvenanceRecorder()
         self._stage_cache: dict[tuple, ActionCost] = {}
         self._layer_cache: dict[tuple, ActionCost] = {}
-        self._accumulated: dict[tuple, ActionCost] = {}  # backwards plus accumulation (the planner shares the above)
+        self._accumulated: dict[tuple, ActionCost] = {}  # backwards plus accumulation: not shared
         self._p2p_cache: dict[tuple[int, int], float] = {}
         self._link_cache: dict[tuple[str, int], object] = {}
         self._rank_links: dict[int, tuple] = {}
@@ -289,18 +289,18 @@ class CostModel(PipelineMessages):
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
             self._layer_cache[key] = self._block_cost(block, ops(), kind, links, recompute)
         cost = self._layer_cache[key]
-        if kind in ("B", "BW") and key not in self._accumulated:
-            added = self.accumulated_bytes(name)
-            self._accumulated[key] = cost + ActionCost(self.compute_model.memory_time(added)) if added else cost
-        return self._accumulated[key] if kind in ("B", "BW") else cost
+        if kind not in ("B", "BW"):
+            return cost
+        if key not in self._accumulated:
+            self._accumulated[key] = cost + ActionCost(self.compute_model.memory_time(self.accumulated_bytes(name)))
+        return self._accumulated[key]
 
     def accumulated_bytes(self, block: str) -> float:
         """Bytes per micro-batch accumulating one block's weight gradients (kernel_stack.py)."""
         training, params = self.s.training, block_params(self.s, self._dims, block)
-        weights = 4 if training.precision == "fp32" else 2  # autograd's .grad: the weights' own under te
-        autograd = self.sharding.grad_bytes if training.kernels.stack in TORCH_STACKS else weights
         return accumulation_bytes(training.kernels.accumulation, params.dense, params.expert, self.sharding,
-                                  self.s.num_microbatches, weights, autograd)
+                                  self.s.num_microbatches, 4 if training.precision == "fp32" else 2,
+                                  torch_stack=training.kernels.stack in TORCH_STACKS)
 
     def _block_cost(self, block: str, ops, kind: str, links: dict, recompute: str) -> ActionCost:
         return (self._measured_block(block, ops, kind, links, recompute)

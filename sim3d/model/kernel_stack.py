@@ -221,15 +221,15 @@ def compiled_ops(ops: list, d) -> list:
 
 
 def accumulation_bytes(how: str, dense: float, expert: float, sharding: ShardingPlan, microbatches: int,
-                       weight_bytes: int, grad_width: int) -> float:
+                       weight_bytes: int, torch_stack: bool) -> float:
     """HBM bytes moved per micro-batch, averaged over the step, to accumulate a block's dense and
     expert weight gradients as `how` (training.kernels.grad_accumulation) says:
 
     * `fused`: none; the weight-gradient GEMMs add into main_grad in their epilogue.
     * `autograd`: AccumulateGrad keeps the first micro-batch's gradient and adds every later one
-      into `.grad`, reading both and writing one at `grad_width`
-      (torch/csrc/autograd/functions/accumulate_grad.h): the parameters' own width under
-      Megatron's or DeepSpeed's modules, the width a PyTorch stack keeps its (sharded)
+      into `.grad`, reading both and writing one at `.grad`'s width
+      (torch/csrc/autograd/functions/accumulate_grad.h): the parameters' own under Megatron's or
+      DeepSpeed's modules, the one a PyTorch stack (`torch_stack`) keeps its (sharded)
       gradients in; on the shard where the backward reduce-scatters each micro-batch.
     * `main_grad`: Megatron's backward hook, `param.main_grad.add_(param.grad.data)` for every
       parameter and micro-batch, the first included (main_grad is a buffer zeroed each step):
@@ -254,4 +254,5 @@ def accumulation_bytes(how: str, dense: float, expert: float, sharding: Sharding
         return 0.0
     if sharding.reduces_in_compute:
         elements = dense / sharding.dense_group + expert / sharding.expert_group
-    return 3 * grad_width * elements * (microbatches - 1) / microbatches
+    width = sharding.grad_bytes if torch_stack else weight_bytes
+    return 3 * width * elements * (microbatches - 1) / microbatches

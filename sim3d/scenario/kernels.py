@@ -75,10 +75,6 @@ ATTENTION_KERNELS = ("default", "cudnn", "fa2", "fa3", "triton")
 MASKS = ("causal", "materialized")
 FP8_RECIPES = ("te", "tensorwise", "rowwise", "rowwise_with_gw_hp")
 TORCHAO_RECIPES = FP8_RECIPES[1:]
-LOSSES = ("fused", "vocab_parallel", "torch")
-# how each micro-batch's weight gradients reach the buffer the optimizer reads
-# (model/kernel_stack.py accumulation_bytes); all but `autograd` need Megatron's modules
-ACCUMULATIONS = ("fused", "main_grad", "upcast", "autograd")
 
 
 class Kernels(BaseModel):

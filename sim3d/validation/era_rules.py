@@ -184,7 +184,6 @@ def _arxiv_month(source: str) -> tuple[int, int] | None:
 
 
 _ARXIV_MONTH = re.compile(r"arxiv(?:\.org/(?:abs|pdf)/|:)\s*(\d{2})(\d{2})\.\d{4,5}", re.I)
-_ARXIV = re.compile(r"arxiv(?:\.org/(?:abs|pdf)/|:)\s*(\d{2})\d{2}\.\d{4,5}", re.I)
 _YEAR = re.compile(r"(?<![\w@./-])(20(?:1[89]|2\d))(?![\w./-])(?!\s*(?:GPUs?|nodes?|servers?)\b)", re.I)
 # GPUs older than Hopper (compute capability 9.0: the A100s and V100s) trained the unfused era's runs
 FUSED_ERA_CAPABILITY = 9.0
@@ -193,8 +192,8 @@ FUSED_ERA_CAPABILITY = 9.0
 def _year_of(source: str) -> int | None:
     """When a source's run happened: its arXiv id's year if it names one, else the earliest
     year it names (a later one is usually a transcription's or a re-run's), else None."""
-    if (arxiv := _ARXIV.search(source)) is not None:
-        return 2000 + int(arxiv[1])
+    if (arxiv := _arxiv_month(source)) is not None:
+        return arxiv[0]
     years = [int(y) for y in _YEAR.findall(source)]
     return min(years) if years else None
 
