@@ -103,8 +103,11 @@ def _describe(costs, kind: str, sources: set[str]) -> str:
                                             "with the GEMM cut into tp row slices",
                 "tp overlap: pipelined": f"reduce-scatter on {COMM_SMS} SMs pipelined with the GEMM cut into "
                                          f"{PIPELINE_SPLITS} slices",
-                "tp overlap: bulk": f"one collective beside the whole GEMM, taking {COMM_SMS} SMs from it",
-            }[kind] + " (TE userbuffers module/base.py defaults; Megatron async grad all-reduce)")
+                "tp overlap: bulk": f"one collective beside the whole GEMM, launched on {COMM_SMS} SMs fewer "
+                                    "(TE userbuffers module/base.py defaults, set_sm_margin)",
+                "tp overlap: nccl stream": f"an NCCL collective on its own stream beside the GEMM, holding {COMM_SMS} "
+                                           "SMs only while it runs (Megatron / TE async all-reduce and reduce-scatter)",
+            }[kind] + ("" if kind.endswith(("bulk", "nccl stream")) else " (TE userbuffers module/base.py defaults)"))
         else:
             parts.append("analytical: NCCL-like ring / tree / NVLS / hierarchical on the placed links, measured "
                          "busbw per GPU preset, Hockney n_1/2 inside a node" + (

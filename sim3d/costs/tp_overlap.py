@@ -19,16 +19,24 @@ PIPELINE_SPLITS = 4
 @dataclass(frozen=True)
 class Overlap:
     """How a collective hides under a GEMM: `splits` chunks pipelined with it (None: one bulk
-    transfer alongside the whole GEMM), taking `sms` SMs from it."""
+    transfer alongside the whole GEMM), taking `sms` SMs from it. `margin`: the GEMM is launched
+    on the other SMs for its whole length (Transformer Engine's userbuffers: set_sm_margin for
+    its bulk and pipelined methods, module/base.py initialize_ub); without it (an NCCL
+    collective on its own stream, as Megatron's async all-reduce and TE's async reduce-scatter
+    run) the GEMM takes the collective's SMs back as soon as the collective ends."""
     method: str
     sms: int
     splits: int | None
+    margin: bool = True
 
 
 def overlapped_seconds(gemm: float, comm: float, overlap: Overlap, sms: int) -> float:
     """Time of a GEMM and a collective run together. The GEMM slows by the SMs the
     communication kernel takes; in a pipeline of n chunks one chunk of the shorter side is
-    exposed: max(g, c) + min(g, c) / n."""
+    exposed: max(g, c) + min(g, c) / n. Without a margin the GEMM is slowed only while the
+    collective runs, by the same share as a sharded unit under its gather (sharded_dp.py)."""
+    if not overlap.margin:
+        return max(gemm + min(gemm, comm) * overlap.sms / (sms - overlap.sms), comm)
     slowed = gemm * sms / (sms - overlap.sms) if overlap.sms else gemm
     tail = min(slowed, comm) / overlap.splits if overlap.splits else 0.0
     return max(slowed, comm) + tail
@@ -56,7 +64,9 @@ def overlap_plan(training, tp: int, ops,
         return plan
     ring = Overlap("ring exchange", 1, tp)
     pipeline = Overlap("pipelined", COMM_SMS, PIPELINE_SPLITS)
-    bulk = Overlap("bulk", COMM_SMS, None)
+    # without userbuffers the backward's collectives are NCCL calls on their own stream
+    # (megatron/core/tensor_parallel/layers.py, handle = all_gather / reduce_scatter async_op=True)
+    bulk = Overlap("bulk", COMM_SMS, None) if tr.tp_comm_overlap else Overlap("nccl stream", COMM_SMS, None, False)
     for i, op in enumerate(ops):
         if op.group != "tp":
             continue
