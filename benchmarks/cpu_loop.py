@@ -11,6 +11,10 @@ priced with the profile. Each run's executed step is its median step; the table 
 median over runs and the quickest run, whose error is the one to read on a shared machine:
 another program's burst only ever slows a run, as the calibration keeps the quickest of its
 rounds (calibrate/kernels.py). Reported, never asserted: CPU timings are the machine's.
+
+A speed probe (one thread: 200 GELUs of a 64 x 64 matmul, timed back to back for half a
+second) runs before the calibration and after each layout's runs, and prints its quickest and
+median pass: a vCPU that changes speed between the calibration and the executions shows there.
 """
 
 from __future__ import annotations
@@ -51,6 +55,22 @@ def idle_share(seconds: float = 2.0) -> float | None:
     return (idle1 - idle0) / max(all1 - all0, 1)
 
 
+def speed_probe(seconds: float = 0.5) -> str:
+    """This process's single-thread speed now: the quickest and median of repeated passes."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    a, b, passes = torch.randn(64, 64), torch.randn(64, 64), []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        for _ in range(200):
+            torch.nn.functional.gelu(a @ b)
+        passes.append(time.perf_counter() - start)
+    torch.set_num_threads(threads)
+    return f"speed probe: quickest {min(passes) * 1e3:.2f} ms, median {statistics.median(passes) * 1e3:.2f} ms"
+
+
 def wait_for_quiet(limit_s: float) -> float:
     """Seconds waited (at most `limit_s`) for a quiet machine: another program's load slows the
     executed ranks and not the simulated ones."""
@@ -76,6 +96,7 @@ def main() -> None:
     if profile is None:
         from sim3d_calibrate import run_calibration
         wait_for_quiet(args.quiet_wait)
+        print(f"before calibrating, {speed_probe()}")
         t0 = time.perf_counter()
         profile = run_calibration("cpu", quick=True, scenario_path=str(TINY), out=str(work / "cpu.csv"))
         print(f"calibrated in {time.perf_counter() - t0:.0f} s: {profile}")
@@ -101,6 +122,7 @@ def main() -> None:
         print(f"{' '.join(x.split('.')[1] for x in LAYOUTS[name]):14} {ranks:5d} {scale:9.2f} {sim * 1e3:12.1f} "
               f"{median * 1e3:19.1f} ({real[0] * 1e3:.1f}-{real[-1] * 1e3:.1f}) {(sim - median) / median:>+14.1%} "
               f"{(sim - real[0]) / real[0]:>+11.1%}", flush=True)
+        print(f"  after these runs, {speed_probe()}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
