@@ -150,3 +150,76 @@ def test_a_bounded_search_keeps_at_least_one_estimate():
     space = _space("dense")
     with pytest.raises(ValueError, match="at least one"):
         price(space, space.layouts()[0], keep=0)
+
+
+class _Clock:
+    """time.perf_counter as a counter: each reading one second after the last."""
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_a_bounded_search_refuses_itself_from_its_floors_measured_rate(monkeypatch):
+    # one worker deals the floors into about 8 batches: after the first (a tenth or more), one
+    # second has passed for its share of them, and the floors alone take the rest at that rate
+    import math
+    import re
+    from sim3d.scenario.limits import WorkLimitExceeded
+    from sim3d.studies import tier_one
+    monkeypatch.setattr(tier_one, "time", _Clock())
+    monkeypatch.setenv("SIM3D_MAX_PLAN_SECONDS", "5")
+    space = _space("dense")
+    layouts, _ = space.layouts()
+    with pytest.raises(WorkLimitExceeded, match=rf"the floors of {len(layouts):,} layouts") as refused:
+        price(space, layouts, keep=7)
+    done, seconds = re.search(r"([0-9,]+) done in 1.0 s = ([0-9,]+) seconds", str(refused.value)).groups()
+    done = int(done.replace(",", ""))
+    assert len(layouts) / 9 < done < len(layouts) / 5 and int(seconds) == math.ceil(len(layouts) / done)
+    monkeypatch.setenv("SIM3D_MAX_PLAN_SECONDS", seconds)  # at the limit: the search goes on
+    assert price(space, layouts, keep=7)["fits"].notna().sum() < len(layouts)
+
+
+def test_a_bounded_search_refuses_itself_from_its_first_waves_rate(monkeypatch):
+    # the clock reads 1 at the start, 2 when the first wave starts and 3 after it: with one
+    # priced layout a second, the rest under the bound is counted from the sorted floors
+    from sim3d.scenario.limits import WorkLimitExceeded
+    from sim3d.studies import tier_one
+    monkeypatch.setattr(tier_one, "time", _Clock())
+    monkeypatch.setattr(tier_one, "FLOORS_CHECKED_AT", 2.0)  # never: the wave's check alone
+    import math
+    import re
+    monkeypatch.setenv("SIM3D_MAX_PLAN_SECONDS", "1")
+    space = _space("dense, 2 nodes")
+    layouts, _ = space.layouts()
+    with pytest.raises(WorkLimitExceeded, match="then at most") as refused:
+        price(space, layouts, keep=60)  # 1,050 priced: 800 in the first wave, then more
+    priced, left, seconds = re.search(r"2.0 s for the floors and ([0-9,]+) layouts, then at most ([0-9,]+) more "
+                                      r"under the bound .* = ([0-9,]+) seconds", str(refused.value)).groups()
+    priced, left = int(priced.replace(",", "")), int(left.replace(",", ""))
+    monkeypatch.setenv("SIM3D_MAX_PLAN_SECONDS", "1000000")
+    unpriced = price(space, layouts, keep=60)["fits"].isna().sum()  # the same search, not refused
+    assert 0 < priced < len(layouts) - unpriced <= priced + left  # "at most": an upper bound
+    assert int(seconds) == math.ceil(2 + left / priced)
+
+
+def test_the_pilot_leaves_a_bounded_search_under_twice_the_limit_to_the_search(monkeypatch):
+    # the pilot's estimate prices every layout with its cold batches' rate (an upper bound of
+    # a bounded search); at 1.5x the limit it refuses an exhaustive search, not a bounded one
+    from sim3d.scenario.limits import PLAN_SECONDS, WorkLimitExceeded
+    from sim3d.studies import pilot, tier_one
+    space = _space("dense")
+    layouts, _ = space.layouts()
+    key = space_key(space)
+    monkeypatch.setattr(pilot, "_rest_of_tier_one", lambda *a: (1.5 * PLAN_SECONDS.value, "estimated"))
+    run = lambda bounded: pilot.pilot(tier_one.layout_groups(layouts), lambda chunk: tier_one.price_batch(
+        (key, space.base, space.gpus, space.choices, chunk)), 1, bounded=bounded)
+    sample, rows, rate = run(True)
+    assert len(rows) == len(sample) > pilot.PILOT_PLACES
+    with pytest.raises(WorkLimitExceeded, match="estimated"):
+        run(False)
+    monkeypatch.setattr(pilot, "_rest_of_tier_one", lambda *a: (2.5 * PLAN_SECONDS.value, "estimated"))
+    with pytest.raises(WorkLimitExceeded, match="place.s. of the search"):  # far over: early, both ways
+        run(True)

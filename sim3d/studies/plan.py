@@ -195,10 +195,11 @@ def plan(path: Path, gpus: int, choices: dict | None = None, finalists: int = FI
         ticker = tick("price", len(layouts))
         key = space_key(space)
         worker_state(key, space.base, space.gpus, space.choices)  # this process's set-up, before the pilot times
+        bounded = not exhaustive and finalists >= 1
         sample, sample_rows, rate = pilot(layout_groups(layouts), lambda chunk: price_batch(
             (key, space.base, space.gpus, space.choices, chunk)), workers,
-            ticker if exhaustive else tick("pilot", PILOT_PLACES * (1 + PILOT_BATCH)))
-        if exhaustive or finalists < 1:
+            tick("pilot", PILOT_PLACES * (1 + PILOT_BATCH)) if bounded else ticker, bounded=bounded)
+        if not bounded:
             chosen = set(map(id, sample))
             candidates = price(space, [x for x in layouts if id(x) not in chosen], pool, workers, ticker, rate,
                                sample_rows)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import fields
 from typing import Callable
@@ -22,6 +23,7 @@ import pandas as pd
 
 from ..costs.profile import load_profile
 from ..model.memory import GIB, RESERVE_FIXED_BYTES, memory_report, model_state_bytes
+from ..scenario.limits import PLAN_SECONDS
 from .estimate import Estimate, Estimator
 from .space import Layout, Space
 
@@ -102,6 +104,8 @@ SECONDS_PER_BATCH = 2.0
 # bounds), CHUNKS_PER_WAVE at a time, and tightens its bound between waves.
 BOUNDED_CHUNK = (50, 2000)
 CHUNKS_PER_WAVE = 16
+# the share of the floors after which a bounded search extrapolates their time (PLAN_SECONDS)
+FLOORS_CHECKED_AT = 0.1
 
 
 def batches(layouts: list[Layout], workers: int, rate: float | None = None) -> list[list[Layout]]:
@@ -166,13 +170,22 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
              progress: Callable[[int], None] | None, keep: int,
              bounding: Callable[[int], None] | None) -> list[tuple]:
     """Rows of `layouts` priced in the order of their floors until the next floor is above the
-    slowest of the best `keep` estimates, and of the rest unpriced."""
+    slowest of the best `keep` estimates, and of the rest unpriced. Refused (PLAN_SECONDS) on its
+    own measured progress: once a tenth of the floors say the floors alone would pass the limit,
+    and once the first wave's rate times the layouts under its bound would."""
     base, gpus, choices = space.base, space.gpus, space.choices
     at = {id(layout): i for i, layout in enumerate(layouts)}  # a batch's layouts are these objects
     floors = np.empty(len(layouts))
     jobs = [(key, base, gpus, choices, batch) for batch in batches(layouts, workers)]
+    started, floored, checked = time.perf_counter(), 0, False
     for done, job in completed(pool, floor_batch, jobs):
         floors[[at[id(layout)] for layout in job[-1]]] = done
+        floored += len(done)
+        if not checked and floored >= FLOORS_CHECKED_AT * len(layouts) and floored < len(layouts):
+            checked = True  # the floors alone, at the rate measured so far
+            elapsed = time.perf_counter() - started
+            PLAN_SECONDS.check(math.ceil(elapsed * len(layouts) / floored),
+                               f"the floors of {len(layouts):,} layouts, {floored:,} done in {elapsed:.1f} s")
         if bounding:
             bounding(len(done))
     # by floor, equal floors in layout order: numbers sorted, not a million layouts compared
@@ -191,8 +204,11 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
         return -best[0] if len(best) == keep else math.inf
 
     rows: list[tuple] = []
-    next_chunk = 0
+    next_chunk, waves = 0, 0
     while True:
+        if waves == 1:  # once: the bound only tightens, so no later wave needs more than this
+            _check_the_rest(started, wave_started, len(rows), floors[::size], next_chunk, size, len(ordered), bound())
+        wave_started, waves = time.perf_counter(), waves + 1
         wave = []
         while (next_chunk < len(chunks) and len(wave) < CHUNKS_PER_WAVE
                and floors[next_chunk * size] <= bound()):
@@ -217,6 +233,20 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
         if progress:
             progress(len(left))
     return rows
+
+
+def _check_the_rest(started: float, wave_started: float, priced: int, starts: np.ndarray, submitted: int,
+                    size: int, total: int, bound: float) -> None:
+    """Refuse a bounded search whose first wave says the rest would pass PLAN_SECONDS: at most the
+    chunks not yet `submitted` whose first floor (`starts`, ascending) is under the bound, at the
+    first wave's rate."""
+    now = time.perf_counter()
+    under = int(np.searchsorted(starts, bound, side="right"))
+    left = max(0, min(total, under * size) - submitted * size)
+    each = (now - wave_started) / max(priced, 1)
+    PLAN_SECONDS.check(math.ceil(now - started + left * each),
+                       f"{now - started:.1f} s for the floors and {priced:,} layouts, then at most {left:,} more "
+                       f"under the bound at {each:.2g} s each (the first wave's rate)")
 
 
 def completed(pool: ProcessPoolExecutor | None, fn, jobs: list):
