@@ -205,6 +205,19 @@ def test_a_bounded_search_refuses_itself_from_its_first_waves_rate(monkeypatch):
     assert int(seconds) == math.ceil(2 + left / priced)
 
 
+def test_a_bounded_search_done_in_one_wave_is_not_refused_after_the_fact(monkeypatch):
+    # keep 7 of the dense space: its first wave (16 chunks of 50) holds every layout under the
+    # bound, so there is nothing left to extrapolate, whatever the clock says the work took
+    from sim3d.studies import tier_one
+    monkeypatch.setattr(tier_one, "time", _Clock())
+    monkeypatch.setattr(tier_one, "FLOORS_CHECKED_AT", 2.0)
+    monkeypatch.setenv("SIM3D_MAX_PLAN_SECONDS", "1")
+    space = _space("dense")
+    layouts, _ = space.layouts()
+    priced = price(space, layouts, keep=7)["fits"].notna().sum()
+    assert priced == tier_one.CHUNKS_PER_WAVE * tier_one.BOUNDED_CHUNK[0] < len(layouts)
+
+
 def test_the_pilot_leaves_a_bounded_search_under_twice_the_limit_to_the_search(monkeypatch):
     # the pilot's estimate prices every layout with its cold batches' rate (an upper bound of
     # a bounded search); at 1.5x the limit it refuses an exhaustive search, not a bounded one

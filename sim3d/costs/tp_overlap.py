@@ -33,9 +33,11 @@ class Overlap:
 def overlapped_seconds(gemm: float, comm: float, overlap: Overlap, sms: int) -> float:
     """Time of a GEMM and a collective run together. The GEMM slows by the SMs the
     communication kernel takes; in a pipeline of n chunks one chunk of the shorter side is
-    exposed: max(g, c) + min(g, c) / n. Without a margin the GEMM is slowed only while the
-    collective runs, by the same share as a sharded unit under its gather (sharded_dp.py)."""
+    exposed: max(g, c) + min(g, c) / n. Without a margin (one collective, no splits) the GEMM
+    is slowed only while the collective runs, charged as a sharded unit under its gather is
+    (sharded_dp.py: the collective's time x its SMs over the others')."""
     if not overlap.margin:
+        assert overlap.splits is None, "a pipelined overlap runs under userbuffers' margin"
         return max(gemm + min(gemm, comm) * overlap.sms / (sms - overlap.sms), comm)
     slowed = gemm * sms / (sms - overlap.sms) if overlap.sms else gemm
     tail = min(slowed, comm) / overlap.splits if overlap.splits else 0.0

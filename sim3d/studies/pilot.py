@@ -66,7 +66,8 @@ def pilot(groups: dict[tuple, list[Layout]], price: Callable[[list[Layout]], lis
             batch_s, batched = batch_s + timed(neighbours), batched + len(neighbours)
         each = batch_s / batched if batched else cold[-1]
         seconds, how = _rest_of_tier_one(len(groups), len(order) - len(sample), cold, each, batched, workers)
-        if measured < len(places) and seconds > EARLY_REFUSAL[min(measured, 2) - 1] * PLAN_SECONDS.value:
+        if ((measured < len(places) or bounded)
+                and seconds > EARLY_REFUSAL[min(measured, 2) - 1] * PLAN_SECONDS.value):
             PLAN_SECONDS.check(math.ceil(seconds), how + f", from {measured} place(s) of the search")
     if not bounded:
         PLAN_SECONDS.check(math.ceil(seconds), how)

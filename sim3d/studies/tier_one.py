@@ -171,17 +171,20 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
              bounding: Callable[[int], None] | None) -> list[tuple]:
     """Rows of `layouts` priced in the order of their floors until the next floor is above the
     slowest of the best `keep` estimates, and of the rest unpriced. Refused (PLAN_SECONDS) on its
-    own measured progress: once a tenth of the floors say the floors alone would pass the limit,
-    and once the first wave's rate times the layouts under its bound would."""
+    own measured progress: once a round of the workers' batches, and a tenth of the floors, say
+    the floors alone would pass the limit, and, before a second wave, once the first wave's rate
+    times the layouts still under its bound would."""
     base, gpus, choices = space.base, space.gpus, space.choices
     at = {id(layout): i for i, layout in enumerate(layouts)}  # a batch's layouts are these objects
     floors = np.empty(len(layouts))
     jobs = [(key, base, gpus, choices, batch) for batch in batches(layouts, workers)]
-    started, floored, checked = time.perf_counter(), 0, False
+    started, floored, returned, checked = time.perf_counter(), 0, 0, False
     for done, job in completed(pool, floor_batch, jobs):
         floors[[at[id(layout)] for layout in job[-1]]] = done
-        floored += len(done)
-        if not checked and floored >= FLOORS_CHECKED_AT * len(layouts) and floored < len(layouts):
+        floored, returned = floored + len(done), returned + 1
+        # the workers' first batches end together: extrapolate from a round of them, not part of one
+        if (not checked and returned >= workers and floored >= FLOORS_CHECKED_AT * len(layouts)
+                and floored < len(layouts)):
             checked = True  # the floors alone, at the rate measured so far
             elapsed = time.perf_counter() - started
             PLAN_SECONDS.check(math.ceil(elapsed * len(layouts) / floored),
@@ -206,7 +209,8 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
     rows: list[tuple] = []
     next_chunk, waves = 0, 0
     while True:
-        if waves == 1:  # once: the bound only tightens, so no later wave needs more than this
+        if waves == 1 and next_chunk < len(chunks) and floors[next_chunk * size] <= bound():
+            # once, and only where a second wave follows: the bound only tightens
             _check_the_rest(started, wave_started, len(rows), floors[::size], next_chunk, size, len(ordered), bound())
         wave_started, waves = time.perf_counter(), waves + 1
         wave = []
@@ -238,8 +242,9 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
 def _check_the_rest(started: float, wave_started: float, priced: int, starts: np.ndarray, submitted: int,
                     size: int, total: int, bound: float) -> None:
     """Refuse a bounded search whose first wave says the rest would pass PLAN_SECONDS: at most the
-    chunks not yet `submitted` whose first floor (`starts`, ascending) is under the bound, at the
-    first wave's rate."""
+    chunks not yet `submitted` whose first floor (`starts`, ascending) is under the bound (the
+    bound only tightens), priced at the first wave's rate (an estimate: later chunks may reach
+    groups whose caches are cold)."""
     now = time.perf_counter()
     under = int(np.searchsorted(starts, bound, side="right"))
     left = max(0, min(total, under * size) - submitted * size)
