@@ -209,9 +209,10 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
     rows: list[tuple] = []
     next_chunk, waves = 0, 0
     while True:
-        if waves == 1 and next_chunk < len(chunks) and floors[next_chunk * size] <= bound():
-            # once, and only where a second wave follows: the bound only tightens
-            _check_the_rest(started, wave_started, len(rows), floors[::size], next_chunk, size, len(ordered), bound())
+        if waves == 1:  # once: the bound only tightens, so no later wave can need more
+            left = sum(len(chunks[i]) for i in range(next_chunk, len(chunks)) if floors[i * size] <= bound())
+            if left:
+                _check_the_rest(started, wave_started, len(rows), left)
         wave_started, waves = time.perf_counter(), waves + 1
         wave = []
         while (next_chunk < len(chunks) and len(wave) < CHUNKS_PER_WAVE
@@ -239,15 +240,11 @@ def _bounded(space: Space, key: tuple, layouts: list[Layout], pool: ProcessPoolE
     return rows
 
 
-def _check_the_rest(started: float, wave_started: float, priced: int, starts: np.ndarray, submitted: int,
-                    size: int, total: int, bound: float) -> None:
-    """Refuse a bounded search whose first wave says the rest would pass PLAN_SECONDS: at most the
-    chunks not yet `submitted` whose first floor (`starts`, ascending) is under the bound (the
-    bound only tightens), priced at the first wave's rate (an estimate: later chunks may reach
-    groups whose caches are cold)."""
+def _check_the_rest(started: float, wave_started: float, priced: int, left: int) -> None:
+    """Refuse a bounded search whose first wave (`priced` layouts) says the rest would pass
+    PLAN_SECONDS: at most the `left` layouts of the chunks still under the bound, at the first
+    wave's rate (an estimate: later chunks may reach groups whose caches are cold)."""
     now = time.perf_counter()
-    under = int(np.searchsorted(starts, bound, side="right"))
-    left = max(0, min(total, under * size) - submitted * size)
     each = (now - wave_started) / max(priced, 1)
     PLAN_SECONDS.check(math.ceil(now - started + left * each),
                        f"{now - started:.1f} s for the floors and {priced:,} layouts, then at most {left:,} more "
