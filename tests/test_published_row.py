@@ -289,3 +289,27 @@ def test_what_a_note_says_of_other_runs_is_not_read_as_the_rows():
     notes = "recompute not stated. precision=fp16 on this run. recompute_modules=[mla_up_proj] - not pinned to this run."
     built = scenario_dict_of(row(recompute=None, notes=notes))
     assert built["training"]["precision"] == "fp16" and "recompute_modules" not in built["training"]
+
+
+def test_a_release_preset_after_a_later_recipes_clause_is_read_as_the_rows():
+    """A clause about a later recipe ends at its ';': the release's own preset said after it
+    is the run's (validation/published_extra2_evidence.md, section C2)."""
+    notes = ("precision=bf16; later recipe (configs.py@0426418) uses recompute_modules=[mlp] - not pinned to this run."
+             "; the 25.11 release's preset for this layout: recompute_modules=[mla_up_proj] (configs.py@v0.2.0)")
+    built = scenario_dict_of(row(recompute=None, notes=notes))
+    assert (built["training"]["recompute"], built["training"]["recompute_modules"]) == ("selective", ["mla_up_proj"])
+
+
+def test_deepseek_v3_on_256_gb200_fits_with_its_releases_recompute_modules():
+    """The 25.11 run used its release's preset (PP4 VP4 EP64, recompute_modules=[mla_up_proj]):
+    with those modules it fits in a GB200's 186 GiB; with Megatron's default selective set
+    (the attention core only) it would not, which is why full recomputation had been assumed."""
+    import pandas as pd
+    from sim3d.validation.published import REPO_ROOT
+    table = pd.read_csv(REPO_ROOT / "validation" / "published_extra2.csv")
+    record = table[table["id"] == "mbridgemoe2511gb_dsv3_bf16_256"].to_dict("records")[0]
+    s = scenario_of(record)
+    assert (s.training.recompute, s.training.recompute_modules) == ("selective", ("mla_up_proj",))
+    assert fits_in_memory(s)[0]
+    default_modules = s.model_copy(update={"training": s.training.model_copy(update={"recompute_modules": None})})
+    assert not fits_in_memory(default_modules)[0]
