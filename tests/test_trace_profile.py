@@ -289,6 +289,9 @@ def test_step_truth_of_the_two_rank_trace():
     assert truth.comm_exposed_s == pytest.approx(240e-6) and truth.comm_s == pytest.approx(390e-6)
     assert truth.stream_busy_s["rank 0 gpu 0 stream 7"] == pytest.approx(1369e-6)
     assert truth.stream_busy_s["rank 1 gpu 0 stream 20"] == pytest.approx(330e-6)
+    # rank 0's GPU, any stream: 5-9, 10-1250 and 1500-1625 on stream 7, then 1250-1400 of the
+    # all-reduce, the all-gather 1420-1480 and the send 1700-1730: 1,609 us (rank 1's: 1,599)
+    assert truth.gpu_busy_s == pytest.approx(1609e-6)
     assert truth.kinds_s["gemm"] == pytest.approx(680e-6) and truth.kinds_s["attention"] == pytest.approx(450e-6)
     assert truth.unclassified_share == pytest.approx(40 / (1759 + 1699))
     assert json.loads(truth.to_json())["comm_exposed_s"] == pytest.approx(240e-6)
@@ -448,3 +451,28 @@ def test_the_commands_read_a_trace_end_to_end(tmp_path):
     result = json_.loads(compared.stdout)
     assert result["traced"]["step_time_s"] == pytest.approx(0.5971, rel=0.05)
     assert result["step_error"] == pytest.approx(result["simulated_step_s"] / result["traced"]["step_time_s"] - 1)
+
+
+def test_compare_says_when_the_traced_gpu_waited_on_its_host(tmp_path):
+    """The real 2-layer GPT trace (batch 4 x 1024 tokens on an H200) keeps its GPU busy for
+    3.1 ms of a 10.2 ms step: Python and kernel launches set its pace, which sim3d does not
+    price, so compare says so; the eager Llama step (GPU busy 99%) gets no such note."""
+    import json as json_
+    from typer.testing import CliRunner
+    from sim3d.cli.app import app
+    host_paced = step_truth([read_trace(H200)])
+    assert host_paced.gpu_busy_s / host_paced.step_time_s == pytest.approx(0.30, abs=0.05)
+    gpu_paced = step_truth([read_trace(TRACES / "llama_eager_step.json.gz")])
+    assert gpu_paced.gpu_busy_s / gpu_paced.step_time_s > 0.95
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", str(ROOT / "scenarios" / "tiny.yaml"), "--out", str(tmp_path / "sim"),
+                               "--no-plots"]).exit_code == 0
+    noted = runner.invoke(app, ["compare", str(tmp_path / "sim"), str(H200)])
+    assert noted.exit_code == 0, noted.output
+    assert "ran nothing for 70% of the step" in noted.output and "host" in noted.output
+    quiet = runner.invoke(app, ["compare", str(tmp_path / "sim"), str(TRACES / "llama_eager_step.json.gz")])
+    assert quiet.exit_code == 0 and "ran nothing for" not in quiet.output
+    assert "traced GPU busy 98.8% of the step" in quiet.output
+    as_json = json_.loads(runner.invoke(app, ["compare", str(tmp_path / "sim"), str(H200), "--json"]).stdout)
+    assert as_json["traced_gpu_idle_share"] == pytest.approx(1 - as_json["traced"]["gpu_busy_s"]
+                                                             / as_json["traced"]["step_time_s"])

@@ -11,6 +11,7 @@ from .support import BadInput, _print_json, _writable_file, out, say
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 UNCLASSIFIED_WARNING = 0.10  # a profile missing a tenth of the GPU's time is worth a word
+WAITING_GPU = 0.10  # a traced GPU idle for a tenth of its step is worth a word, as above
 
 
 def is_profiler_trace(path: Path) -> bool:
@@ -111,6 +112,7 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
     truth = step_truth(read_traces(trace_files(traces)))
     traced = json.loads(truth.to_json())
     error = simulated / truth.step_time_s - 1
+    idle = max(0.0, 1 - truth.gpu_busy_s / truth.step_time_s)
     ran = run_scenario(summary_path.parent)
     sim_parts = simulated_parts(ran.scenario) if ran is not None else {}
     real_parts = traced_parts(traced["kinds_s"])
@@ -122,7 +124,7 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
     largest = max(differing) if differing else None
     if as_json:
         _print_json({"simulated": summary_path.as_posix(), "traced_files": [str(p) for p in traces],
-                     "step_error": error, "simulated_step_s": simulated, "traced": traced,
+                     "step_error": error, "simulated_step_s": simulated, "traced": traced, "traced_gpu_idle_share": idle,
                      "parts": {part: {"simulated_s": s, "traced_s": r} for part, s, r in rows},
                      "largest_difference": largest[1] if largest else None})
         return
@@ -136,7 +138,13 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
     out.print(table)
     out.print(f"step error {error:+.1%} (simulated against the traced median of {len(truth.step_s)} step(s), "
               f"{truth.step_min_s:.4f}-{truth.step_max_s:.4f} s, spread {truth.spread:.1%}); "
-              f"unclassified kernel time {truth.unclassified_share:.1%}", highlight=False)
+              f"unclassified kernel time {truth.unclassified_share:.1%}; traced GPU busy {1 - idle:.1%} of the step",
+              highlight=False)
+    if idle > WAITING_GPU:
+        say("note:", f"the traced GPU ran nothing for {idle:.0%} of the step ({truth.step_time_s - truth.gpu_busy_s:.4f} s): "
+            "it waited on its host (Python, kernel launches, synchronizations), its input or a pipeline neighbour; "
+            "sim3d prices the GPUs' and the network's work and the schedule's waits, not the host's, so a step "
+            "the host paces comes out fast (docs/calibration.md, 'A step the host paces')", "yellow")
     if largest:
         out.print(f"largest difference: {largest[1]} ({largest[2]:.4f} s simulated, {largest[3]:.4f} s traced)",
                   highlight=False)

@@ -337,6 +337,9 @@ class StepTruth:
 
     step_s: each step's time (ProfilerStep span, the slowest rank's); step_time_s its median.
     stream_busy_s: "rank R gpu D stream S" -> time with a kernel running on that stream.
+    gpu_busy_s: time with any kernel, copy or collective running on the busiest rank's GPU;
+    what is left of the step the GPU waited, on its host (Python, launches, synchronizations),
+    its input or a pipeline neighbour with no receive posted.
     comm_s / comm_exposed_s: communication kernels' time, and the part no compute kernel on the
     same GPU overlapped, on the rank where it is largest (the summary's `comm_exposed_s`);
     comm_exposed_by_rank_s per rank. kinds_s: kernel time per kind (costs/kineto.py KINDS),
@@ -349,6 +352,7 @@ class StepTruth:
     step_max_s: float
     spread: float  # (max - min) / median
     stream_busy_s: dict
+    gpu_busy_s: float
     comm_s: float
     comm_exposed_s: float
     comm_exposed_by_rank_s: dict
@@ -359,15 +363,18 @@ class StepTruth:
         return json.dumps(asdict(self), indent=2)
 
 
-def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Counter]:
-    """(busy per stream, comm time, exposed comm time, seconds per kind) of one rank's step."""
+def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Counter, float]:
+    """(busy per stream, comm time, exposed comm time, seconds per kind, busy time of its
+    busiest GPU) of one rank's step."""
     end = step.start_us + step.dur_us
     inside = [k for k in trace.kernels
               if step.start_us <= (k.launch_us if k.launch_us is not None else k.start_us) < end]
     streams, compute, comm, kinds = defaultdict(list), defaultdict(list), defaultdict(list), Counter()
+    devices = defaultdict(list)
     for k in inside:
         span = (k.start_us, k.start_us + k.dur_us)
         streams[(k.device, k.stream)].append(span)
+        devices[k.device].append(span)
         if k.kind in COMM_KINDS:
             comm[k.device].append(span)
         elif k.kind not in NON_COMPUTE_KINDS:
@@ -379,7 +386,8 @@ def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Coun
         merged = _union(spans)
         comm_total += _length(merged)
         exposed += _length(merged) - _overlap(merged, _union(compute.get(device, [])))
-    return busy, comm_total / 1e6, exposed / 1e6, kinds
+    gpu_busy = max((_length(_union(spans)) for spans in devices.values()), default=0.0)
+    return busy, comm_total / 1e6, exposed / 1e6, kinds, gpu_busy / 1e6
 
 
 def _step_span_us(trace: RankTrace, step) -> float:
@@ -403,23 +411,26 @@ def step_truth(traces: list[RankTrace]) -> StepTruth:
                    key=lambda n: int(n.split("#")[1]) if n.split("#")[1].isdigit() else 0)
     if not names:
         raise ScenarioError("the traces share no ProfilerStep#N: were they profiled over the same steps?")
-    step_s, busy, kinds = [], Counter(), Counter()
+    step_s, busy, kinds, gpu_busy = [], Counter(), Counter(), 0.0
     comm, exposed = Counter(), Counter()
     for name in names:
         step_s.append(max(_step_span_us(t, next(s for s in t.steps if s.name == name)) for t in traces) / 1e6)
+        busiest = 0.0
         for t in traces:
-            b, c, e, k = _rank_step_figures(t, next(s for s in t.steps if s.name == name))
+            b, c, e, k, g = _rank_step_figures(t, next(s for s in t.steps if s.name == name))
+            busiest = max(busiest, g)
             busy.update(b)
             comm[t.rank] += c
             exposed[t.rank] += e
             kinds.update(k)
+        gpu_busy += busiest
     n, ranks = len(names), len(traces)
     in_steps = sum(kinds.values())
     median = statistics.median(step_s)
     return StepTruth(
         ranks=tuple(t.rank for t in traces), steps=tuple(names), step_s=tuple(step_s), step_time_s=median,
         step_min_s=min(step_s), step_max_s=max(step_s), spread=(max(step_s) - min(step_s)) / median if median else 0.0,
-        stream_busy_s={key: v / n for key, v in sorted(busy.items())},
+        stream_busy_s={key: v / n for key, v in sorted(busy.items())}, gpu_busy_s=gpu_busy / n,
         comm_s=max(comm.values()) / n if comm else 0.0,
         comm_exposed_s=max(exposed.values()) / n if exposed else 0.0,
         comm_exposed_by_rank_s={r: exposed[r] / n for r in sorted(exposed)},
