@@ -65,7 +65,8 @@ def test_the_dispatcher_and_the_groups_go_out_and_come_back_as_megatron_argument
     (["--moe-token-dispatcher-type", "flex"], "deepep", []),  # Megatron's default backend
     (["--moe-token-dispatcher-type", "alltoall", "--moe-flex-dispatcher-backend", "deepep"], "alltoall", []),
     (["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"], None, ["hybridep"]),
-    (["--moe-token-dispatcher-type", "allgather"], None, ["allgather"]),
+    (["--moe-token-dispatcher-type", "allgather"], "allgather", []),
+    ([], "allgather", []),  # Megatron-Core's default (transformer_config.py: moe_token_dispatcher_type)
 ])
 def test_the_importer_reads_the_dispatcher_as_megatron_does(flags, dispatcher, unpriced):
     """Megatron-Core reads --moe-flex-dispatcher-backend (default deepep) under `flex` only."""
@@ -164,3 +165,36 @@ def test_explain_names_deepeps_share():
 def test_deepep_where_it_changes_nothing_says_so(sets, warned):
     s = load_scenario(DSV3, sets)
     assert any("deepep changes only" in w for w in s.warnings()) == warned
+
+
+def test_the_allgather_dispatcher_gathers_every_ranks_tokens_whatever_top_k():
+    """Megatron-Core's MoEAllGatherTokenDispatcher gathers the expert group's tokens to every
+    rank and reduce-scatters the experts' outputs back: per rank ep x b x s/tp x h elements,
+    against the all-to-all's top_k x capacity x b x s/tp x h copies, and no second sort by expert.
+    Hand count on scenarios/moe-1024.yaml: b 1, s 4096, tp 4 with SP, h 4096, bf16, ep 8, top 2,
+    capacity 1.25."""
+    from sim3d.model.ops import layer_ops
+    moe = Path(__file__).resolve().parent.parent / "scenarios" / "moe-1024.yaml"
+    s = load_scenario(moe)
+    assert (s.training.micro_batch, s.model.seq_len, s.tp, s.parallel.sequence_parallel, s.model.hidden, s.ep,
+            s.model.moe.top_k, s.model.moe.capacity_factor) == (1, 4096, 4, True, 4096, 8, 2, 1.25)
+    own = 1 * 4096 // 4 * 4096 * 2  # bytes of the tokens a rank routes
+    exchanged = {op.name: op for op in layer_ops(s, True)}
+    assert exchanged["moe_dispatch"].comm_bytes == own * 2 * 1.25 and exchanged["moe_dispatch"].comm == "all-to-all"
+    assert "moe_sort_by_expert" in exchanged
+    gathered = {op.name: op for op in layer_ops(load_scenario(moe, ["training.moe_dispatcher=allgather"]), True)}
+    dispatch, combine = gathered["moe_dispatch"], gathered["moe_combine"]
+    assert (dispatch.comm, dispatch.bwd_comm, dispatch.comm_bytes) == ("all-gather", "reduce-scatter", own * 8)
+    assert (combine.comm, combine.bwd_comm, combine.comm_bytes) == ("reduce-scatter", "all-gather", own * 8)
+    assert "moe_sort_by_expert" not in gathered and "moe_unsort_by_expert" not in gathered
+    # the expert GEMMs see the same copies either way
+    assert gathered["expert_up"].gemm == exchanged["expert_up"].gemm
+
+
+def test_the_allgather_dispatcher_round_trips_through_megatron_arguments():
+    s = load_scenario(DSV3, ["training.moe_dispatcher=allgather"])
+    args = [str(a) for a in to_megatron_args(s)]
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "allgather"
+    assert not any("allgather" in w for w in s.warnings())
+    assert any("changes nothing" in w for w in load_scenario(DSV3, ["training.moe_dispatcher=allgather",
+                                                                    "parallel.ep=1"]).warnings())

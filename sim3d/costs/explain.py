@@ -112,7 +112,10 @@ def _describe(costs, kind: str, sources: set[str]) -> str:
             parts.append("analytical: NCCL-like ring / tree / NVLS / hierarchical on the placed links, measured "
                          "busbw per GPU preset, Hockney n_1/2 inside a node" + (
                              "; all-to-alls across nodes on their most loaded link (PXN routes)"
-                             if kind.startswith("ep") else "") + (
+                             if kind.startswith("ep") and costs.s.training.moe_dispatcher != "allgather" else "") + (
+                             "; the allgather dispatcher: the group's tokens all-gathered to every rank, "
+                             "reduce-scattered back (model/expert_dispatch.py)"
+                             if kind.startswith("ep") and costs.s.training.moe_dispatcher == "allgather" else "") + (
                              "; DeepEP: one copy per other node a token's experts are on (moe_dispatch.py)"
                              if kind.startswith("ep") and costs.s.training.moe_dispatcher == "deepep" else ""))
     return "; ".join(parts)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from ..scenario.moe_layers import moe_at
 from ..scenario.recompute_modules import DEFAULT_MODULES
 from ..scenario.sharding import ShardingPlan
+from .expert_dispatch import expert_collectives
 from .op import Op
 from .loss_kernels import loss_kernel_bytes
 from .op_parts import (LOGIT_BYTES, LSE_BYTES, MASK_BYTES, _activation, _cp_ring, _elementwise, _gemm,
@@ -68,6 +69,7 @@ class Dims:
     expert_ffn: int = 0
     shared_ffn: int = 0  # the shared experts' total ffn width (0: none)
     capacity: float = 1.0
+    dispatcher: str = "alltoall"  # training.moe_dispatcher (deepep: alltoall's bytes, costs/moe_dispatch.py)
     flash: bool = False  # fused attention (FlashAttention / cuDNN / TE) instead of materialised scores
     hidden_dropout: bool = True  # dropout after attention, MLP and embedding (keeps 1-byte masks)
     attention_dropout: bool = True  # dropout on the attention probabilities (unfused: an s^2 mask)
@@ -93,7 +95,7 @@ class Dims:
                    tp=s.tp, cp=s.cp, ep=s.ep, etp=s.etp, sp=s.parallel.sequence_parallel and s.tp > 1,
                    experts=moe.experts if moe else 0, top_k=moe.top_k if moe else 1,
                    expert_ffn=(moe.expert_ffn_hidden or m.ffn) if moe else 0,
-                   shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf,
+                   shared_ffn=(moe.shared_expert_ffn or 0) if moe else 0, capacity=cf, dispatcher=tr.moe_dispatcher,
                    flash=tr.attention_backend == "flash", hidden_dropout=m.hidden_dropout > 0,
                    attention_dropout=m.attention_dropout > 0, stack=tr.kernels.stack, norm=tr.kernels.norm_kernels,
                    mask=tr.kernels.mask, fp8_recipe=tr.kernels.fp8_recipe, loss=tr.kernels.loss_kernels,
@@ -276,7 +278,8 @@ def _dense_mlp(d: Dims) -> list[Op]:
 
 
 def _moe_mlp(d: Dims) -> list[Op]:
-    """Token-choice top-k MoE (Megatron `MoELayer` with the all-to-all token dispatcher).
+    """Token-choice top-k MoE (Megatron `MoELayer` with the all-to-all token dispatcher, or the
+    allgather one: `_dispatch`).
 
     Every rank routes its own tokens (sequence parallelism shards them over TP); the token
     copies of an expert group are spread over its experts, so when balanced each rank gets
@@ -300,7 +303,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
     up_width = 2 * f if d.gated else f
     a2a = routed * h * ab
     local = max(1, d.experts // d.ep)  # experts this rank holds
-    ep_comm = dict(comm="all-to-all", bwd_comm="all-to-all", comm_bytes=a2a, group="ep") if d.ep > 1 else {}
+    ep_comm, combine_comm = expert_collectives(d.ep, d.dispatcher, a2a, own * h * ab)
     ops = [
         _elementwise("post_norm", d, own * h, act=ab * own * h, kernels=_norm(d), **({} if d.sp else _tp_boundary(d, True))),
         _gemm("router", d, own, h, d.experts, act=ab * own * (h + d.experts), te_linear=False),  # input + logits
@@ -310,7 +313,8 @@ def _moe_mlp(d: Dims) -> list[Op]:
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
                                 group="tp", bwd_comm="reduce-scatter"))
-    if local > 1:  # the copies arrive grouped by source rank; the grouped GEMM wants them by expert
+    sort = local > 1 and d.dispatcher != "allgather"  # all-to-all copies arrive by source rank, not expert
+    if sort:
         ops.append(_permutation("moe_sort_by_expert", d, tokens * h))
     ops += _shared_expert(d) if d.shared_ffn else []
     ops += [
@@ -319,7 +323,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
                      kernels=_activation(d)),
         _gemm("expert_down", d, tokens, f, h, act=ab * tokens * f, groups=local),
     ]
-    if local > 1:
+    if sort:
         ops.append(_permutation("moe_unsort_by_expert", d, tokens * h))
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_scatter", d, tokens * h, comm="reduce-scatter",
@@ -327,7 +331,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
     elif et > 1:
         ops.append(_elementwise("moe_tp_reduce", d, tokens * h, comm="all-reduce",
                                 comm_bytes=tokens * h * ab, group="tp"))
-    ops.append(_elementwise("moe_combine", d, routed * h, act=ab * routed, **ep_comm))  # keeps the gate probabilities
+    ops.append(_elementwise("moe_combine", d, routed * h, act=ab * routed, **combine_comm))  # keeps the gate probabilities
     if d.shared_ffn:  # the shared experts' output joins the routed experts' (MoELayer.combine)
         ops.append(_elementwise("shared_expert_add", d, own * h, passes=3, kernels=("add",)))
     ops.append(_residual("mlp_residual", d, own * h))

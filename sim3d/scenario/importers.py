@@ -264,6 +264,9 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     mla, unmapped = read_latent_attention(latent)
     dispatcher, unpriced = read_dispatcher(dispatch)
     out.unmapped += unmapped + unpriced
+    if not dispatch and tree.get("model", {}).get("moe"):
+        # Megatron-Core's default (transformer_config.py: moe_token_dispatcher_type = "allgather")
+        dispatcher = "allgather"
     if dispatcher is not None:
         _set(tree, "training.moe_dispatcher", dispatcher)
     if mla is not None:

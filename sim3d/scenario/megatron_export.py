@@ -103,7 +103,7 @@ def to_megatron_args(s) -> list[str]:
     args += ["--attention-backend", "flash" if t.attention_backend == "flash" else "local"]
     if m.moe:  # Megatron's default dispatcher is allgather: name the one priced
         args += (["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
-                 if t.moe_dispatcher == "deepep" else ["--moe-token-dispatcher-type", "alltoall"])
+                 if t.moe_dispatcher == "deepep" else ["--moe-token-dispatcher-type", t.moe_dispatcher])
     if t.grad_reduce_in_fp32 is not None and t.precision != "fp32":  # else Megatron's default
         if t.grad_reduce_in_fp32 and t.precision == "fp16":
             args.append("--accumulate-allreduce-grads-in-fp32")

@@ -73,6 +73,6 @@ def read_dispatcher(given: dict) -> tuple[str | None, list[str]]:
         if (backend or "deepep") == "deepep":
             return "deepep", []
         return None, [f"--moe-flex-dispatcher-backend {backend} (priced as NCCL's all-to-all)"]
-    if kind in (None, "alltoall"):
+    if kind in (None, "alltoall", "allgather"):
         return kind, []
     return None, [f"--moe-token-dispatcher-type {kind} (priced as NCCL's all-to-all)"]

@@ -182,9 +182,10 @@ class Training(Strict):
     # Megatron-LM 2020-22 without SP: each TP rank sends 1/tp of a pipeline message and the
     # receiver all-gathers it over TP (p2p_communication.py, --scatter-gather-tensors-in-pipeline)
     p2p_scatter_gather: bool = alias("p2p_scatter_gather", "scatter_gather_tensors_in_pipeline", default=False)
-    # the expert all-to-all: NCCL's (Megatron's alltoall dispatcher) or DeepEP's, which sends a token
-    # once per node it goes to (Megatron --moe-flex-dispatcher-backend deepep; costs/moe_dispatch.py)
-    moe_dispatcher: Literal["alltoall", "deepep"] = alias("moe_dispatcher", "moe_flex_dispatcher_backend",
+    # the expert dispatch: NCCL's all-to-all (Megatron's alltoall dispatcher), DeepEP's, which sends
+    # a token once per node it goes to (--moe-flex-dispatcher-backend deepep; costs/moe_dispatch.py),
+    # or Megatron's allgather dispatcher, every rank gathering its group's tokens (model/expert_dispatch.py)
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = alias("moe_dispatcher", "moe_flex_dispatcher_backend",
                                                            default="alltoall")
 
     @field_validator("attention_backend", mode="before")
@@ -420,6 +421,9 @@ class Scenario(Strict):
                        "costs.network: flow makes them share it")
         if self.parallel.sequence_parallel and self.tp == 1:
             out.append("parallel.sequence_parallel has no effect with tp=1")
+        if self.training.moe_dispatcher == "allgather" and (self.model.moe is None or self.ep == 1):
+            out.append("training.moe_dispatcher: allgather changes only an expert-parallel dispatch (model.moe with "
+                       "parallel.ep > 1); here it changes nothing")
         if self.training.moe_dispatcher == "deepep" and (self.model.moe is None or self.ep == 1 or len(
                 {rank // self.gpus_per_node for rank in Placement.of(self).group("ep", 0)}) == 1):
             out.append("training.moe_dispatcher: deepep changes only an expert all-to-all (model.moe with "
