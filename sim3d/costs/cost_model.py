@@ -24,8 +24,9 @@ from ..cluster.topology import Topology
 from .collectives import COLLECTIVE, all_to_all_s_per_byte, bus_factor, collective_time, p2p_time
 from .action_cost import ActionCost
 from .buckets import GradientBuckets
-from .moe_dispatch import dispatched
+from .moe_dispatch import all_to_all_slowness, dispatched
 from .compute import ComputeModel, block_shape, is_memory_bound, op_class
+from .a2a_overlap import paired
 from .executor_host import gradient_copies
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import optimizer_seconds
@@ -36,12 +37,6 @@ from .tp_overlap import Overlap, overlap_plan, overlapped_seconds
 
 # the blocks whose memory-bound kernels a trace can time (costs/trace_memory.py): block -> row
 TRACED_BLOCKS = {"block": "layer", "head_block": "head"}
-
-
-def _all_to_all_slowness(link) -> tuple:
-    """Orders expert groups from fastest to slowest: by their all-to-all across nodes, then
-    as rings (groups inside one node)."""
-    return (all_to_all_s_per_byte(link) if link.nodes > 1 else 0.0, -link.bw, -link.inter_bw, link.latency)
 
 
 class CostModel(PipelineMessages):
@@ -98,7 +93,7 @@ class CostModel(PipelineMessages):
             return {axis: self.topology.group_link(axis) for axis in rings + ("ep",)}
         links = {axis: self.topology.slowest_group_link(axis) for axis in rings}
         # expert groups wait for their slowest all-to-all, which a ring's bandwidth does not tell
-        links["ep"] = self.topology.slowest_group_link("ep", _all_to_all_slowness)
+        links["ep"] = self.topology.slowest_group_link("ep", all_to_all_slowness)
         return links
 
     def _link(self, axis: str, rank: int):
@@ -275,10 +270,10 @@ class CostModel(PipelineMessages):
             self._layer_runs[stage] = [tuple(run) for run in runs]
         return self._layer_runs[stage]
 
-    def block(self, name: str, kind: str, links: dict, recompute: str | None = None) -> ActionCost:
-        """F, B, BI or BW of one micro-batch through the embedding, one dense or MoE layer, or
-        the head (`name`), its collectives on `links` (axis -> GroupLink for tp, cp, ep); a
-        layer under `recompute` (default: the scenario's policy, model/recompute.py)."""
+    def block(self, name: str, kind: str, links: dict, recompute: str | None = None, raw: bool = False) -> ActionCost:
+        """F, B, BI or BW of one micro-batch through the embedding, one dense or MoE layer or the head
+        (`name`), collectives on `links` (axis -> GroupLink), under `recompute` (default: the scenario's,
+        model/recompute.py); `raw`: before a2a_overlap.py pairs F with B and gradients accumulate."""
         recompute = recompute or self.s.training.recompute
         key = (name, kind, tuple(links.values()), recompute)
         if key not in self._layer_cache:  # every dense (every MoE) layer costs the same
@@ -289,6 +284,11 @@ class CostModel(PipelineMessages):
                           "head": ("head_block", lambda: head_ops(self.s))}[name]
             self._layer_cache[key] = self._block_cost(block, ops(), kind, links, recompute)
         cost = self._layer_cache[key]
+        if raw:
+            return cost
+        if self.s.training.moe_a2a_overlap and name == "moe_layer" and kind in ("F", "B"):
+            self.provenance.record("ep all-to-all overlap", ANALYTICAL)
+            cost = paired(*(self.block(name, k, links, recompute, raw=True) for k in "FB"), self.s.gpu.sms)[kind == "B"]
         if kind not in ("B", "BW"):
             return cost
         if key not in self._accumulated:

@@ -97,6 +97,9 @@ def _describe(costs, kind: str, sources: set[str]) -> str:
             parts.append(f"analytical: latency + {costs.p2p_bytes / 2**20:.2f} MiB / bandwidth of the placed path"
                          + (", then the receiver's all-gather over TP (pipeline scatter/gather)"
                             if costs.p2p_gather_seconds(0) else ""))
+        elif kind == "ep all-to-all overlap":
+            parts.append("an MoE layer's forward beside another micro-batch's backward (Megatron's combined 1F1B): "
+                         f"their all-to-alls under their compute, holding {COMM_SMS} SMs while they run (a2a_overlap.py)")
         elif kind.startswith("tp overlap"):
             parts.append({
                 "tp overlap: ring exchange": "all-gather in tp chunks over the copy engines (1 SM), pipelined "

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .collectives import all_to_all_s_per_byte
+
 
 def network_share(s, nodes: int) -> float:
     """The bytes an expert all-to-all sends across nodes under the scenario's dispatcher over
@@ -44,3 +46,9 @@ def dispatched(s, link):
     dispatcher sends."""
     share = network_share(s, link.nodes) if link.a2a_network_s else 1.0
     return replace(link, a2a_network_s=link.a2a_network_s * share) if share < 1.0 else link
+
+
+def all_to_all_slowness(link) -> tuple:
+    """Orders expert groups from fastest to slowest: by their all-to-all across nodes, then
+    as rings (groups inside one node)."""
+    return (all_to_all_s_per_byte(link) if link.nodes > 1 else 0.0, -link.bw, -link.inter_bw, link.latency)

@@ -112,7 +112,9 @@ class FlowTransport(Transport):
         delivered(begin, context)
 
     def expert_share(self, cost) -> float:
-        return cost.exposed.get("ep", 0.0)
+        # under the EP all-to-all overlap what is left of them is priced with the compute
+        # (costs/a2a_overlap.py): the flows would carry them whole
+        return 0.0 if self.costs.s.training.moe_a2a_overlap else cost.exposed.get("ep", 0.0)
 
     def expert_all_to_all(self, replay, stage, kind):
         """One flow bundle; at full fidelity it starts once every member of the expert group

@@ -160,6 +160,8 @@ def consistency_problems(s) -> list[str]:
         p.append(f"training.recompute_num_layers: {tr.recompute_num_layers} layers of each stage recompute whole, as "
                  f"Megatron's --recompute-method block and torchtitan's every n-th block do; training.recompute is "
                  f"{tr.recompute}: set it to full, or drop the count")
+    if tr.moe_a2a_overlap:
+        p += _a2a_overlap_problems(s)
     if tr.tp_comm_overlap and tr.kernels.stack != "te":
         p.append(f"training.tp_comm_overlap: Transformer Engine's userbuffer overlap runs under kernels.stack te, "
                  f"not {tr.kernels.stack} (torchtitan's async TP is priced as synchronous TP)")
@@ -321,3 +323,22 @@ def _sharding_problems(s) -> list[str]:
         p.append(f"training.fp8_param_gather: torchao gathers FP8 weights under the tensorwise recipe only "
                  f"(training.kernels.fp8 is {s.training.kernels.fp8_recipe}; its weights are gathered in 16 bits)")
     return p
+
+
+def _a2a_overlap_problems(s) -> list[str]:
+    """What Megatron-Core asserts of --overlap-moe-expert-parallel-comm (transformer_config.py,
+    __post_init__), in sim3d's keys."""
+    tr, needs = s.training, []
+    if s.model.moe is None or s.ep == 1:
+        needs.append("an MoE model with parallel.ep > 1")
+    if s.pp > 1 and s.vpp == 1:
+        needs.append("a virtual pipeline (parallel.vpp > 1) when pp > 1")
+    if s.schedule not in ("1f1b", "interleaved-1f1b"):
+        needs.append(f"the 1f1b or interleaved-1f1b schedule (its combined 1F1B), not {s.schedule}")
+    if tr.moe_dispatcher == "allgather":
+        needs.append("the alltoall or flex (deepep) dispatcher, not allgather")
+    if tr.recompute == "full" or "moe" in (tr.recompute_modules or ()):
+        needs.append("no full recomputation and no `moe` in training.recompute_modules")
+    if tr.precision == "fp32":
+        needs.append("a bf16, fp16 or fp8 model")
+    return [f"training.moe_a2a_overlap: Megatron-Core's EP all-to-all overlap needs {need}" for need in needs]

@@ -84,6 +84,7 @@ SWITCH_FLAGS = {  # flags without a value
     "grad_reduce_in_bf16": ("training.grad_reduce_in_fp32", False),
     "overlap_param_gather": ("training.overlap_param_gather", True),
     "tp_comm_overlap": ("training.tp_comm_overlap", True),
+    "overlap_moe_expert_parallel_comm": ("training.moe_a2a_overlap", True),
     "use_flash_attn": ("training.attention_backend", "flash"),
     "recompute_activations": ("training.recompute", "selective"),  # Megatron: selective recomputation
     "checkpoint_activations": ("training.recompute", "full"),  # 2021 name of full recomputation

@@ -114,6 +114,8 @@ def to_megatron_args(s) -> list[str]:
     args += [flag for flag, on in (("--overlap-grad-reduce", t.overlap_grad_reduce),
                                    ("--overlap-param-gather", t.overlap_param_gather),
                                    ("--tp-comm-overlap", t.tp_comm_overlap),
+                                   ("--overlap-moe-expert-parallel-comm", t.moe_a2a_overlap),
+                                   ("--delay-wgrad-compute", t.moe_a2a_overlap),
                                    ("--no-async-tensor-model-parallel-allreduce",
                                     not t.async_tensor_model_parallel_allreduce),
                                    ("--no-gradient-accumulation-fusion", t.kernels.accumulation == "main_grad"))

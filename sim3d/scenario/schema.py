@@ -187,6 +187,9 @@ class Training(Strict):
     # or Megatron's allgather dispatcher, every rank gathering its group's tokens (model/expert_dispatch.py)
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = alias("moe_dispatcher", "moe_flex_dispatcher_backend",
                                                            default="alltoall")
+    # Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute):
+    # an MoE layer's forward beside another micro-batch's backward (costs/a2a_overlap.py)
+    moe_a2a_overlap: bool = alias("moe_a2a_overlap", "overlap_moe_expert_parallel_comm", default=False)
 
     @field_validator("attention_backend", mode="before")
     @classmethod

@@ -123,7 +123,7 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     """Megatron-Core / NeMo / Transformer Engine from 2023 on: fused (flash / cuDNN)
     attention, the model family's activation and dropout, and the overlaps the notes record
     (ub_tp_comm_overlap, overlap_param_sync, overlap_grad_sync, overlap_p2p_comm,
-    num_query_groups, kv_channels)."""
+    moe_a2a_overlap, num_query_groups, kv_channels)."""
     model = _model_family(_text(row.get("model")))
     if _GATED.search(notes):
         # a gated MLP the notes name (Grok-1's GeGLU): three GEMMs of ffn_hidden, as SwiGLU; the
@@ -140,6 +140,8 @@ def _fused_stack(row: dict, notes: str, settings: dict[str, str]) -> dict:
     for key, field in (("overlap_grad_sync", "overlap_grad_reduce"), ("overlap_p2p_comm", "overlap_p2p")):
         if (value := _flag(notes, settings, key, mentioned=True)) is not None:  # else the scenario default
             training[field] = value
+    if _flag(notes, settings, "moe_a2a_overlap"):  # said as key=value of this run only
+        training["moe_a2a_overlap"] = True
     if "megatron-bridge" in notes.lower():
         # Megatron-Bridge 25.11's performance configs reduce gradients in bf16
         # (scripts/performance/configs/llama3/llama3_llm_pretrain.py L46-47, llama31/ and qwen3/

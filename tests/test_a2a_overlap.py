@@ -1,0 +1,99 @@
+"""`training.moe_a2a_overlap` (costs/a2a_overlap.py): Megatron-Core's combined 1F1B runs an MoE
+layer's forward beside another micro-batch's backward, each one's all-to-alls under the other's
+compute. Checked against hand counts, its bounds, Megatron's asserts and its flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim3d.costs.a2a_overlap import paired
+from sim3d.costs.action_cost import ActionCost
+from sim3d.costs.cost_model import CostModel
+from sim3d.scenario import load_scenario
+from sim3d.scenario.importers import from_megatron
+from sim3d.scenario.load import ScenarioError
+from sim3d.scenario.megatron_export import to_megatron_args
+
+MOE = Path(__file__).resolve().parent.parent / "scenarios" / "moe-1024.yaml"
+INTERLEAVED = ["schedule=interleaved-1f1b", "parallel.vpp=2"]  # Megatron's overlap needs it at pp > 1
+
+
+def test_the_pair_hides_its_all_to_alls_under_its_compute_by_hand():
+    # F: 6 ms of compute + 4 of all-to-all; B: 14 + 6. Together: compute 20, all-to-alls 10,
+    # the compute slowed while they run by 16 of 132 SMs: 20 + 10 x 16/116 = 21.379 ms
+    forward = ActionCost(10.0, {"ep": 4.0}, 0.0, {"ep": 4.0}, {"ep": 1e6})
+    backward = ActionCost(20.0, {"ep": 6.0}, 1.0, {"ep": 6.0}, {"ep": 2e6})
+    f, b = paired(forward, backward, 132)
+    left = 10 * 16 / 116
+    assert f.seconds == pytest.approx(6 + 0.4 * left) and b.seconds == pytest.approx(14 + 0.6 * left)
+    assert (f.exposed["ep"], b.exposed["ep"]) == (pytest.approx(0.4 * left), pytest.approx(0.6 * left))
+    assert (f.comm, b.wire, b.recompute) == ({"ep": 4.0}, {"ep": 2e6}, 1.0)  # what ran and moved is unchanged
+
+
+def test_all_to_alls_longer_than_the_compute_are_exposed_by_the_difference():
+    forward = ActionCost(10.0, {"ep": 8.0}, 0.0, {"ep": 8.0})
+    backward = ActionCost(30.0, {"ep": 22.0}, 0.0, {"ep": 22.0})
+    f, b = paired(forward, backward, 132)  # compute 10, all-to-alls 30: the pair takes 30
+    assert f.seconds + b.seconds == pytest.approx(30.0)
+    assert f.exposed["ep"] + b.exposed["ep"] == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize("g_f, c_f, g_b, c_b", [(1, 0, 2, 0), (5, 1, 9, 2), (1, 7, 2, 9), (3, 3, 3, 3), (0.1, 5, 8, 0)])
+def test_the_pair_is_never_slower_than_apart_nor_faster_than_either_stream(g_f, c_f, g_b, c_b):
+    forward = ActionCost(g_f + c_f, {"ep": c_f}, 0.0, {"ep": c_f} if c_f else {})
+    backward = ActionCost(g_b + c_b, {"ep": c_b}, 0.0, {"ep": c_b} if c_b else {})
+    f, b = paired(forward, backward, 132)
+    assert f.seconds + b.seconds <= forward.seconds + backward.seconds + 1e-12
+    assert f.seconds + b.seconds >= max(g_f + g_b, c_f + c_b) - 1e-12
+
+
+def test_an_moe_layers_forward_and_backward_are_priced_as_a_pair():
+    plain = CostModel(load_scenario(MOE, INTERLEAVED))
+    over = CostModel(load_scenario(MOE, INTERLEAVED + ["training.moe_a2a_overlap=true"]))
+    links = plain._folded_links
+    raw = [plain.block("moe_layer", kind, links, raw=True) for kind in "FB"]
+    assert [over.block("moe_layer", kind, links, raw=True) for kind in "FB"] == raw
+    f, b = paired(*raw, plain.s.gpu.sms)
+    assert over.block("moe_layer", "F", links).seconds == pytest.approx(f.seconds)
+    assert over.block("moe_layer", "F", links).seconds < plain.block("moe_layer", "F", links).seconds
+    assert over.block("layer", "F", links) == plain.block("layer", "F", links)  # a dense layer has no all-to-all
+
+
+@pytest.mark.parametrize("sets, need", [
+    (["parallel.ep=1", "parallel.dp=64"], "parallel.ep > 1"),
+    (["parallel.vpp=1"], "virtual pipeline"),
+    (["schedule=zb-h1", "parallel.vpp=1"], "interleaved-1f1b schedule"),
+    (["training.moe_dispatcher=allgather"], "not allgather"),
+    (["training.recompute=full"], "no full recomputation"),
+])
+def test_what_megatron_asserts_of_the_overlap_is_refused(sets, need):
+    base = ["training.moe_a2a_overlap=true", *INTERLEAVED]
+    load_scenario(MOE, base)  # the base layout is one Megatron runs
+    with pytest.raises(ScenarioError, match=need):
+        load_scenario(MOE, base + sets)
+
+
+def test_the_flags_come_in_and_go_out_as_megatrons():
+    args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+            "--vocab-size", "32000", "--num-experts", "8", "--expert-model-parallel-size", "2",
+            "--moe-token-dispatcher-type", "alltoall", "--micro-batch-size", "1", "--global-batch-size", "8",
+            "--overlap-moe-expert-parallel-comm"]
+    got = from_megatron(args, name="x", gpu="h100-sxm", gpus=2, gpus_per_node=2)
+    assert got.scenario["training"]["moe_a2a_overlap"] is True
+    exported = [str(a) for a in to_megatron_args(load_scenario(MOE, ["training.moe_a2a_overlap=true", *INTERLEAVED]))]
+    assert "--overlap-moe-expert-parallel-comm" in exported and "--delay-wgrad-compute" in exported
+    assert "--overlap-moe-expert-parallel-comm" not in [str(a) for a in to_megatron_args(load_scenario(MOE))]
+
+
+def test_a_rows_notes_turn_it_on_only_when_said_of_this_run():
+    from sim3d.validation.published_row import scenario_dict_of
+    cells = dict(id="x", source="s", model="Qwen3 235B (MoE)", params_b=235, layers=8, hidden=1024, heads=16,
+                 ffn_hidden=4096, vocab=32000, seq_len=1024, gpu="H100-SXM5-80GB", num_gpus=16, tp=1, pp=2, dp=8,
+                 cp=1, ep=8, vp=2, micro_batch=1, global_batch=64, sequence_parallel=None, recompute=None,
+                 distributed_optimizer=None, metric="tokens_per_s_per_gpu", value=1.0)
+    said = "precision=bf16; num_experts=8; moe_router_topk=2; framework=Megatron-Bridge; moe_a2a_overlap=True"
+    assert scenario_dict_of({**cells, "notes": said})["training"]["moe_a2a_overlap"] is True
+    later = "precision=bf16; num_experts=8; moe_router_topk=2; later recipe uses moe_a2a_overlap=True - not pinned to this run."
+    assert "moe_a2a_overlap" not in scenario_dict_of({**cells, "notes": later})["training"]
