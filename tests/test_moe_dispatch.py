@@ -67,6 +67,7 @@ def test_the_dispatcher_and_the_groups_go_out_and_come_back_as_megatron_argument
     (["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"], None, ["hybridep"]),
     (["--moe-token-dispatcher-type", "allgather"], "allgather", []),
     ([], "allgather", []),  # Megatron-Core's default (transformer_config.py: moe_token_dispatcher_type)
+    (["--moe-flex-dispatcher-backend", "deepep"], "allgather", []),  # a backend is read under flex only
 ])
 def test_the_importer_reads_the_dispatcher_as_megatron_does(flags, dispatcher, unpriced):
     """Megatron-Core reads --moe-flex-dispatcher-backend (default deepep) under `flex` only."""
@@ -142,6 +143,7 @@ def test_a_nemo_config_names_its_dispatcher_as_megatron_does():
     config = {"trainer": {"num_nodes": 1, "devices": 2}, "model": model}
     got = from_nemo(config, name="nemo", gpu="h100-sxm")
     assert got.scenario["training"]["moe_dispatcher"] == "deepep"
+    assert got.scenario["model"]["moe"]["experts"] == 8  # NeMo's num_moe_experts is Megatron's --num-experts
     assert not any("dispatcher" in note for note in got.unmapped)
     plain = from_nemo({**config, "model": {**model, "moe_token_dispatcher_type": "alltoall"}}, name="nemo", gpu="h100-sxm")
     assert plain.scenario["training"]["moe_dispatcher"] == "alltoall"
@@ -168,27 +170,39 @@ def test_deepep_where_it_changes_nothing_says_so(sets, warned):
 
 
 def test_the_allgather_dispatcher_gathers_every_ranks_tokens_whatever_top_k():
-    """Megatron-Core's MoEAllGatherTokenDispatcher gathers the expert group's tokens to every
-    rank and reduce-scatters the experts' outputs back: per rank ep x b x s/tp x h elements,
-    against the all-to-all's top_k x capacity x b x s/tp x h copies, and no second sort by expert.
-    Hand count on scenarios/moe-1024.yaml: b 1, s 4096, tp 4 with SP, h 4096, bf16, ep 8, top 2,
-    capacity 1.25."""
+    """Megatron-Core's MoEAllGatherTokenDispatcher gathers the tokens of its TP x EP group to
+    every rank and reduce-scatters the experts' outputs back: per rank ep x etp x b x s/tp x h
+    elements, against the all-to-all's top_k x capacity x b x s/tp x h copies, and no second
+    sort by expert. Hand counts on scenarios/moe-1024.yaml: b 1, s 4096, tp 4 with SP, h 4096,
+    bf16, ep 8, top 2, capacity 1.25; its experts tensor-parallel over the 4 TP ranks (etp 4),
+    or whole on each rank (etp 1)."""
     from sim3d.model.ops import layer_ops
     moe = Path(__file__).resolve().parent.parent / "scenarios" / "moe-1024.yaml"
     s = load_scenario(moe)
     assert (s.training.micro_batch, s.model.seq_len, s.tp, s.parallel.sequence_parallel, s.model.hidden, s.ep,
-            s.model.moe.top_k, s.model.moe.capacity_factor) == (1, 4096, 4, True, 4096, 8, 2, 1.25)
+            s.etp, s.model.moe.top_k, s.model.moe.capacity_factor) == (1, 4096, 4, True, 4096, 8, 4, 2, 1.25)
     own = 1 * 4096 // 4 * 4096 * 2  # bytes of the tokens a rank routes
-    exchanged = {op.name: op for op in layer_ops(s, True)}
+
+    def ops(*sets):
+        return {op.name: op for op in layer_ops(load_scenario(moe, list(sets)), True)}
+
+    exchanged = ops("parallel.etp=1")
     assert exchanged["moe_dispatch"].comm_bytes == own * 2 * 1.25 and exchanged["moe_dispatch"].comm == "all-to-all"
     assert "moe_sort_by_expert" in exchanged
-    gathered = {op.name: op for op in layer_ops(load_scenario(moe, ["training.moe_dispatcher=allgather"]), True)}
+    gathered = ops("parallel.etp=1", "training.moe_dispatcher=allgather")
     dispatch, combine = gathered["moe_dispatch"], gathered["moe_combine"]
     assert (dispatch.comm, dispatch.bwd_comm, dispatch.comm_bytes) == ("all-gather", "reduce-scatter", own * 8)
     assert (combine.comm, combine.bwd_comm, combine.comm_bytes) == ("reduce-scatter", "all-gather", own * 8)
     assert "moe_sort_by_expert" not in gathered and "moe_unsort_by_expert" not in gathered
-    # the expert GEMMs see the same copies either way
-    assert gathered["expert_up"].gemm == exchanged["expert_up"].gemm
+    assert gathered["expert_up"].gemm == exchanged["expert_up"].gemm  # the experts see the same copies
+    # etp 4: one gather over the 32 ranks of TP x EP, priced as the EP gather of own x 8 and then
+    # the TP gather of those to own x 32: every rank receives own x 31 either way
+    sharded = ops("training.moe_dispatcher=allgather")
+    assert sharded["moe_dispatch"].comm_bytes == own * 8
+    assert (sharded["moe_tp_gather"].comm_bytes, sharded["moe_tp_scatter"].comm_bytes) == (own * 32, own * 32)
+    assert ops()["moe_tp_gather"].comm_bytes == own * 2 * 1.25 * 4  # the all-to-all's copies, gathered over TP
+    with pytest.raises(ScenarioError, match="sequence_parallel"):
+        load_scenario(moe, ["training.moe_dispatcher=allgather", "parallel.sequence_parallel=false"])
 
 
 def test_the_allgather_dispatcher_round_trips_through_megatron_arguments():
@@ -198,3 +212,13 @@ def test_the_allgather_dispatcher_round_trips_through_megatron_arguments():
     assert not any("allgather" in w for w in s.warnings())
     assert any("changes nothing" in w for w in load_scenario(DSV3, ["training.moe_dispatcher=allgather",
                                                                     "parallel.ep=1"]).warnings())
+
+
+def test_an_imported_moe_without_expert_parallelism_gets_no_dispatcher_and_a_default_is_said():
+    args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+            "--vocab-size", "32000", "--num-experts", "8", "--micro-batch-size", "1", "--global-batch-size", "8"]
+    alone = from_megatron(args, name="x", gpu="h100-sxm", gpus=2, gpus_per_node=2)
+    assert "moe_dispatcher" not in alone.scenario.get("training", {})  # ep 1: there is no dispatch to price
+    spread = from_megatron(args + ["--expert-model-parallel-size", "2"], name="x", gpu="h100-sxm", gpus=2,
+                           gpus_per_node=2)
+    assert any(note.startswith("training.moe_dispatcher allgather") for note in spread.assumed)

@@ -112,7 +112,8 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
     truth = step_truth(read_traces(trace_files(traces)))
     traced = json.loads(truth.to_json())
     error = simulated / truth.step_time_s - 1
-    idle = max(0.0, 1 - truth.gpu_busy_s / truth.step_time_s)
+    idle = max(0.0, 1 - truth.gpu_busy_share)
+    bubble = float(summary.get("bubble_fraction") or 0.0)  # idle the simulation has too
     ran = run_scenario(summary_path.parent)
     sim_parts = simulated_parts(ran.scenario) if ran is not None else {}
     real_parts = traced_parts(traced["kinds_s"])
@@ -140,11 +141,12 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
               f"{truth.step_min_s:.4f}-{truth.step_max_s:.4f} s, spread {truth.spread:.1%}); "
               f"unclassified kernel time {truth.unclassified_share:.1%}; traced GPU busy {1 - idle:.1%} of the step",
               highlight=False)
-    if idle > WAITING_GPU:
-        say("note:", f"the traced GPU ran nothing for {idle:.0%} of the step ({truth.step_time_s - truth.gpu_busy_s:.4f} s): "
-            "it waited on its host (Python, kernel launches, synchronizations), its input or a pipeline neighbour; "
-            "sim3d prices the GPUs' and the network's work and the schedule's waits, not the host's, so a step "
-            "the host paces comes out fast (docs/calibration.md, 'A step the host paces')", "yellow")
+    if idle - bubble > WAITING_GPU:
+        beyond = f", {idle - bubble:.0%} more than the simulated pipeline bubble" if bubble else ""
+        say("note:", f"the traced GPU ran nothing for {idle:.0%} of the step{beyond}: it waited on its host "
+            "(Python, kernel launches, synchronizations), its input or a pipeline neighbour; sim3d prices the GPUs' "
+            "and the network's work and the schedule's waits, not the host's, so a step the host paces comes out "
+            "fast (docs/calibration.md, 'A step the host paces')", "yellow")
     if largest:
         out.print(f"largest difference: {largest[1]} ({largest[2]:.4f} s simulated, {largest[3]:.4f} s traced)",
                   highlight=False)

@@ -337,9 +337,11 @@ class StepTruth:
 
     step_s: each step's time (ProfilerStep span, the slowest rank's); step_time_s its median.
     stream_busy_s: "rank R gpu D stream S" -> time with a kernel running on that stream.
-    gpu_busy_s: time with any kernel, copy or collective running on the busiest rank's GPU;
-    what is left of the step the GPU waited, on its host (Python, launches, synchronizations),
-    its input or a pipeline neighbour with no receive posted.
+    gpu_busy_s: time within the step with any kernel, copy or collective running on the busiest
+    rank's GPU, whichever step launched it (a host running ahead leaves the previous step's
+    kernels running into this one); gpu_busy_share its share of each step, the mean over steps.
+    What is left of the step the GPU waited: on its host (Python, launches, synchronizations),
+    its input, or a pipeline neighbour.
     comm_s / comm_exposed_s: communication kernels' time, and the part no compute kernel on the
     same GPU overlapped, on the rank where it is largest (the summary's `comm_exposed_s`);
     comm_exposed_by_rank_s per rank. kinds_s: kernel time per kind (costs/kineto.py KINDS),
@@ -353,6 +355,7 @@ class StepTruth:
     spread: float  # (max - min) / median
     stream_busy_s: dict
     gpu_busy_s: float
+    gpu_busy_share: float
     comm_s: float
     comm_exposed_s: float
     comm_exposed_by_rank_s: dict
@@ -370,11 +373,9 @@ def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Coun
     inside = [k for k in trace.kernels
               if step.start_us <= (k.launch_us if k.launch_us is not None else k.start_us) < end]
     streams, compute, comm, kinds = defaultdict(list), defaultdict(list), defaultdict(list), Counter()
-    devices = defaultdict(list)
     for k in inside:
         span = (k.start_us, k.start_us + k.dur_us)
         streams[(k.device, k.stream)].append(span)
-        devices[k.device].append(span)
         if k.kind in COMM_KINDS:
             comm[k.device].append(span)
         elif k.kind not in NON_COMPUTE_KINDS:
@@ -386,6 +387,10 @@ def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Coun
         merged = _union(spans)
         comm_total += _length(merged)
         exposed += _length(merged) - _overlap(merged, _union(compute.get(device, [])))
+    window_end, devices = step.start_us + _step_span_us(trace, step), defaultdict(list)
+    for k in trace.kernels:  # every kernel running inside the step, whichever step launched it
+        if (a := max(k.start_us, step.start_us)) < (b := min(k.start_us + k.dur_us, window_end)):
+            devices[k.device].append((a, b))
     gpu_busy = max((_length(_union(spans)) for spans in devices.values()), default=0.0)
     return busy, comm_total / 1e6, exposed / 1e6, kinds, gpu_busy / 1e6
 
@@ -411,7 +416,7 @@ def step_truth(traces: list[RankTrace]) -> StepTruth:
                    key=lambda n: int(n.split("#")[1]) if n.split("#")[1].isdigit() else 0)
     if not names:
         raise ScenarioError("the traces share no ProfilerStep#N: were they profiled over the same steps?")
-    step_s, busy, kinds, gpu_busy = [], Counter(), Counter(), 0.0
+    step_s, busy, kinds, gpu_busy, shares = [], Counter(), Counter(), 0.0, []
     comm, exposed = Counter(), Counter()
     for name in names:
         step_s.append(max(_step_span_us(t, next(s for s in t.steps if s.name == name)) for t in traces) / 1e6)
@@ -424,6 +429,7 @@ def step_truth(traces: list[RankTrace]) -> StepTruth:
             exposed[t.rank] += e
             kinds.update(k)
         gpu_busy += busiest
+        shares.append(busiest / step_s[-1] if step_s[-1] else 0.0)
     n, ranks = len(names), len(traces)
     in_steps = sum(kinds.values())
     median = statistics.median(step_s)
@@ -431,6 +437,7 @@ def step_truth(traces: list[RankTrace]) -> StepTruth:
         ranks=tuple(t.rank for t in traces), steps=tuple(names), step_s=tuple(step_s), step_time_s=median,
         step_min_s=min(step_s), step_max_s=max(step_s), spread=(max(step_s) - min(step_s)) / median if median else 0.0,
         stream_busy_s={key: v / n for key, v in sorted(busy.items())}, gpu_busy_s=gpu_busy / n,
+        gpu_busy_share=statistics.fmean(shares),
         comm_s=max(comm.values()) / n if comm else 0.0,
         comm_exposed_s=max(exposed.values()) / n if exposed else 0.0,
         comm_exposed_by_rank_s={r: exposed[r] / n for r in sorted(exposed)},

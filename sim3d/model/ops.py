@@ -309,9 +309,11 @@ def _moe_mlp(d: Dims) -> list[Op]:
         _gemm("router", d, own, h, d.experts, act=ab * own * (h + d.experts), te_linear=False),  # input + logits
         _elementwise("moe_dispatch", d, routed * h, **ep_comm),
     ]
-    # expert TP is 1 or tp (scenario_checks), so its collectives run on the TP group
+    # expert TP is 1 or tp (scenario_checks), so its collectives run on the TP group; the allgather
+    # dispatcher's one gather over TP x EP is priced as its EP gather, then this TP one, of every token
+    tp_bytes = own * d.ep * et * h * ab if d.dispatcher == "allgather" else tokens * h * ab
     if et > 1 and d.sp:
-        ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tokens * h * ab,
+        ops.append(_elementwise("moe_tp_gather", d, tokens * h, comm="all-gather", comm_bytes=tp_bytes,
                                 group="tp", bwd_comm="reduce-scatter"))
     sort = local > 1 and d.dispatcher != "allgather"  # all-to-all copies arrive by source rank, not expert
     if sort:
@@ -327,7 +329,7 @@ def _moe_mlp(d: Dims) -> list[Op]:
         ops.append(_permutation("moe_unsort_by_expert", d, tokens * h))
     if et > 1 and d.sp:
         ops.append(_elementwise("moe_tp_scatter", d, tokens * h, comm="reduce-scatter",
-                                comm_bytes=tokens * h * ab, group="tp", bwd_comm="all-gather"))
+                                comm_bytes=tp_bytes, group="tp", bwd_comm="all-gather"))
     elif et > 1:
         ops.append(_elementwise("moe_tp_reduce", d, tokens * h, comm="all-reduce",
                                 comm_bytes=tokens * h * ab, group="tp"))

@@ -162,6 +162,9 @@ def consistency_problems(s) -> list[str]:
                  f"{tr.recompute}: set it to full, or drop the count")
     if tr.moe_a2a_overlap:
         p += _a2a_overlap_problems(s)
+    if tr.moe_dispatcher == "allgather" and m.moe is not None and s.etp > 1 and not par.sequence_parallel:
+        p.append("training.moe_dispatcher: allgather with expert tensor parallelism (parallel.etp > 1) is priced "
+                 "as Megatron's gather of sequence-parallel shards over TP x EP: set parallel.sequence_parallel: true")
     if tr.tp_comm_overlap and tr.kernels.stack != "te":
         p.append(f"training.tp_comm_overlap: Transformer Engine's userbuffer overlap runs under kernels.stack te, "
                  f"not {tr.kernels.stack} (torchtitan's async TP is priced as synchronous TP)")

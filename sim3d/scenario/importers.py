@@ -265,9 +265,11 @@ def from_megatron(args: list[str] | str, *, name: str, gpu: str, gpus: int | Non
     mla, unmapped = read_latent_attention(latent)
     dispatcher, unpriced = read_dispatcher(dispatch)
     out.unmapped += unmapped + unpriced
-    if not dispatch and tree.get("model", {}).get("moe"):
-        # Megatron-Core's default (transformer_config.py: moe_token_dispatcher_type = "allgather")
+    if "moe_token_dispatcher_type" not in dispatch and tree.get("model", {}).get("moe") \
+            and tree.get("parallel", {}).get("ep", 1) > 1:  # a backend alone is read under flex only
         dispatcher = "allgather"
+        out.assumed.append("training.moe_dispatcher allgather: no --moe-token-dispatcher-type given; Megatron-Core's "
+                           "default (transformer_config.py), though most recipes name alltoall")
     if dispatcher is not None:
         _set(tree, "training.moe_dispatcher", dispatcher)
     if mla is not None:

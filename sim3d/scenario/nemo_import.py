@@ -108,7 +108,8 @@ def from_nemo(config: dict, *, name: str, gpu: str, gpus: int | None = None) -> 
 # NeMo's names of Megatron-LM arguments.
 NEMO_NAMES = {"encoder_seq_length": "seq_length", "activations_checkpoint_granularity": "recompute_granularity",
               "activations_checkpoint_method": "recompute_method",
-              "activations_checkpoint_num_layers": "recompute_num_layers", "ub_tp_comm_overlap": "tp_comm_overlap"}
+              "activations_checkpoint_num_layers": "recompute_num_layers", "ub_tp_comm_overlap": "tp_comm_overlap",
+              "num_moe_experts": "num_experts"}  # Megatron-Core's TransformerConfig name of --num-experts
 # Model keys from_nemo reads besides the Megatron arguments.
 NEMO_READS = {"activation", "recompute_method", "recompute_num_layers", "virtual_pipeline_model_parallel_size",
               "make_vocab_size_divisible_by",
