@@ -158,8 +158,11 @@ def test_plan_refuses_a_scenario_with_faults():
         Space(scenario_from_dict({**SMALL, "faults": [{"straggler": {"rank": 3, "slowdown": 1.2}}]}), 8, {})
 
 
-@pytest.mark.parametrize("scenario,gpus,sets", [("llama3.1-405b.yaml", 2048, ["parallel.pp=8"]),
-                                                ("moe-1024.yaml", 64, []), ("gpt-13b.yaml", 64, [])])
+@pytest.mark.parametrize("scenario,gpus,sets", [
+    ("llama3.1-405b.yaml", 2048, ["parallel.pp=8"]), ("moe-1024.yaml", 64, []), ("gpt-13b.yaml", 64, []),
+    # what Megatron asserts of its EP all-to-all overlap and of the allgather dispatcher's expert TP
+    ("moe-1024.yaml", 64, ["training.moe_a2a_overlap=true", "schedule=interleaved-1f1b", "parallel.vpp=2"]),
+    ("moe-1024.yaml", 64, ["training.moe_dispatcher=allgather"])])
 def test_every_layout_of_a_shipped_scenarios_space_passes_the_scenario_checks(scenario, gpus, sets):
     """Megatron's split options (Llama 3.1 405B counts the embedding and loss as layers),
     MoE expert groups, and the rank order Megatron allows: the space keeps only layouts the

@@ -292,7 +292,8 @@ def test_step_truth_of_the_two_rank_trace():
     # rank 0's GPU, any stream: 5-9, 10-1250 and 1500-1625 on stream 7, then 1250-1400 of the
     # all-reduce, the all-gather 1420-1480 and the send 1700-1730: 1,609 us (rank 1's: 1,599)
     assert truth.gpu_busy_s == pytest.approx(1609e-6)
-    assert truth.gpu_busy_share == pytest.approx((1609 / 2010 + 1609 / 1990) / 2)  # of each step, then the mean
+    # of each rank's own step window (rank 0: 2000 and 1950 us), the busiest rank's, then the mean
+    assert truth.gpu_busy_share == pytest.approx((1609 / 2000 + 1609 / 1950) / 2)
     assert truth.kinds_s["gemm"] == pytest.approx(680e-6) and truth.kinds_s["attention"] == pytest.approx(450e-6)
     assert truth.unclassified_share == pytest.approx(40 / (1759 + 1699))
     assert json.loads(truth.to_json())["comm_exposed_s"] == pytest.approx(240e-6)
@@ -466,6 +467,7 @@ def test_a_host_running_ahead_leaves_no_idle_gpu():
     truth = step_truth([trace])
     assert truth.step_s == pytest.approx((250e-6, 300e-6))  # each to its last kernel's end
     assert truth.gpu_busy_share == pytest.approx(1.0)
+    assert truth.gpu_busy_s == pytest.approx(200e-6)  # windows 0-250 and 250-400 us: no kernel counted twice
 
 
 def test_compare_says_when_the_traced_gpu_waited_on_its_host(tmp_path):
@@ -496,3 +498,15 @@ def test_compare_says_when_the_traced_gpu_waited_on_its_host(tmp_path):
     assert piped.exit_code == 0 and "ran nothing for" not in piped.output
     as_json = json_.loads(runner.invoke(app, ["compare", str(tmp_path / "sim"), str(H200), "--json"]).stdout)
     assert as_json["traced_gpu_idle_share"] == pytest.approx(1 - as_json["traced"]["gpu_busy_share"])
+
+
+def test_the_simulated_idle_is_the_busiest_ranks(tmp_path):
+    """Rank 0 runs 0-1 and 1.5-2 s (overlapping rows once), rank 1 0-3 s of a 3-s step: the
+    busiest rank never waits; alone, rank 0 would have waited 2 of 3 s."""
+    from sim3d.cli.trace_commands import _simulated_idle
+    trace = tmp_path / "trace.csv"
+    trace.write_text("rank,start_s,end_s\n0,0,1\n0,0.5,1\n0,1.5,2\n1,0,3\n")
+    assert _simulated_idle(trace, {}) == pytest.approx(0.0)
+    trace.write_text("rank,start_s,end_s\n0,0,1\n0,0.5,1\n0,1.5,2\n1,2.9,3\n")
+    assert _simulated_idle(trace, {}) == pytest.approx(1 - 1.5 / 3)
+    assert _simulated_idle(tmp_path / "none.csv", {"bubble_fraction": 0.2}) == 0.2  # no trace: the summary's

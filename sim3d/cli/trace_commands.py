@@ -113,7 +113,7 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
     traced = json.loads(truth.to_json())
     error = simulated / truth.step_time_s - 1
     idle = max(0.0, 1 - truth.gpu_busy_share)
-    bubble = float(summary.get("bubble_fraction") or 0.0)  # idle the simulation has too
+    bubble = _simulated_idle(summary_path.parent / "trace.csv", summary)  # idle the simulation has too
     ran = run_scenario(summary_path.parent)
     sim_parts = simulated_parts(ran.scenario) if ran is not None else {}
     real_parts = traced_parts(traced["kinds_s"])
@@ -142,7 +142,7 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
               f"unclassified kernel time {truth.unclassified_share:.1%}; traced GPU busy {1 - idle:.1%} of the step",
               highlight=False)
     if idle - bubble > WAITING_GPU:
-        beyond = f", {idle - bubble:.0%} more than the simulated pipeline bubble" if bubble else ""
+        beyond = f", {idle - bubble:.0%} more than the simulated busiest rank" if bubble else ""
         say("note:", f"the traced GPU ran nothing for {idle:.0%} of the step{beyond}: it waited on its host "
             "(Python, kernel launches, synchronizations), its input or a pipeline neighbour; sim3d prices the GPUs' "
             "and the network's work and the schedule's waits, not the host's, so a step the host paces comes out "
@@ -152,3 +152,25 @@ def compare_with_traced(report: Path, traces: list[Path], as_json: bool) -> None
                   highlight=False)
     elif ran is None:
         say("note:", f"{report}: its manifest names no scenario that loads, so only the step is compared", "yellow")
+
+
+def _simulated_idle(trace_csv: Path, summary: dict) -> float:
+    """The share of the simulated step the busiest rank runs nothing (no compute, collective or
+    pipeline transfer row in the report's trace.csv), to set beside the traced busiest GPU's; the
+    summary's bubble_fraction (the least busy rank's) where the report has no trace."""
+    import pandas as pd
+    try:
+        rows = pd.read_csv(trace_csv, usecols=["rank", "start_s", "end_s"]).dropna()
+    except (OSError, ValueError):
+        return float(summary.get("bubble_fraction") or 0.0)
+    step = float(rows["end_s"].max() - rows["start_s"].min()) if len(rows) else 0.0
+    if step <= 0:
+        return 0.0
+    busiest = 0.0
+    for _, spans in rows.groupby("rank"):
+        covered, end = 0.0, float("-inf")
+        for start, stop in sorted(zip(spans["start_s"], spans["end_s"])):
+            covered += max(0.0, stop - max(start, end))
+            end = max(end, stop)
+        busiest = max(busiest, covered)
+    return max(0.0, 1 - busiest / step)

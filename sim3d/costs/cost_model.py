@@ -26,7 +26,7 @@ from .action_cost import ActionCost
 from .buckets import GradientBuckets
 from .moe_dispatch import all_to_all_slowness, dispatched
 from .compute import ComputeModel, block_shape, is_memory_bound, op_class
-from .a2a_overlap import paired
+from .a2a_overlap import paired_layer
 from .executor_host import gradient_copies
 from .flows import FlowSpec, NetworkFlows
 from .optimizer_step import optimizer_seconds
@@ -288,7 +288,7 @@ class CostModel(PipelineMessages):
             return cost
         if self.s.training.moe_a2a_overlap and name == "moe_layer" and kind in ("F", "B"):
             self.provenance.record("ep all-to-all overlap", ANALYTICAL)
-            cost = paired(*(self.block(name, k, links, recompute, raw=True) for k in "FB"), self.s.gpu.sms)[kind == "B"]
+            cost = paired_layer(self, links, recompute)[kind == "B"]
         if kind not in ("B", "BW"):
             return cost
         if key not in self._accumulated:

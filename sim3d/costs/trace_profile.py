@@ -337,9 +337,10 @@ class StepTruth:
 
     step_s: each step's time (ProfilerStep span, the slowest rank's); step_time_s its median.
     stream_busy_s: "rank R gpu D stream S" -> time with a kernel running on that stream.
-    gpu_busy_s: time within the step with any kernel, copy or collective running on the busiest
-    rank's GPU, whichever step launched it (a host running ahead leaves the previous step's
-    kernels running into this one); gpu_busy_share its share of each step, the mean over steps.
+    gpu_busy_s: time within the step's window with any kernel, copy or collective running on the
+    busiest rank's GPU, whichever step launched it (a host running ahead leaves the previous
+    step's kernels running into this one; the windows tile: each starts at its annotation or
+    where the last one ended); gpu_busy_share its share of the window, the mean over steps.
     What is left of the step the GPU waited: on its host (Python, launches, synchronizations),
     its input, or a pipeline neighbour.
     comm_s / comm_exposed_s: communication kernels' time, and the part no compute kernel on the
@@ -366,9 +367,9 @@ class StepTruth:
         return json.dumps(asdict(self), indent=2)
 
 
-def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Counter, float]:
+def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Counter, float, float]:
     """(busy per stream, comm time, exposed comm time, seconds per kind, busy time of its
-    busiest GPU) of one rank's step."""
+    busiest GPU and the share of the step's window it is) of one rank's step."""
     end = step.start_us + step.dur_us
     inside = [k for k in trace.kernels
               if step.start_us <= (k.launch_us if k.launch_us is not None else k.start_us) < end]
@@ -387,12 +388,16 @@ def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Coun
         merged = _union(spans)
         comm_total += _length(merged)
         exposed += _length(merged) - _overlap(merged, _union(compute.get(device, [])))
+    # the step's window: from its annotation, or from where the last step's window ended (a host
+    # running ahead opens a step while the GPU still runs the last), to its last kernel's end
     window_end, devices = step.start_us + _step_span_us(trace, step), defaultdict(list)
-    for k in trace.kernels:  # every kernel running inside the step, whichever step launched it
-        if (a := max(k.start_us, step.start_us)) < (b := min(k.start_us + k.dur_us, window_end)):
+    begin = max([step.start_us] + [s.start_us + _step_span_us(trace, s) for s in trace.steps
+                                   if s.start_us < step.start_us][-1:])
+    for k in trace.kernels:  # every kernel running in the window, whichever step launched it
+        if (a := max(k.start_us, begin)) < (b := min(k.start_us + k.dur_us, window_end)):
             devices[k.device].append((a, b))
     gpu_busy = max((_length(_union(spans)) for spans in devices.values()), default=0.0)
-    return busy, comm_total / 1e6, exposed / 1e6, kinds, gpu_busy / 1e6
+    return busy, comm_total / 1e6, exposed / 1e6, kinds, gpu_busy / 1e6, gpu_busy / max(window_end - begin, 1e-9)
 
 
 def _step_span_us(trace: RankTrace, step) -> float:
@@ -420,16 +425,16 @@ def step_truth(traces: list[RankTrace]) -> StepTruth:
     comm, exposed = Counter(), Counter()
     for name in names:
         step_s.append(max(_step_span_us(t, next(s for s in t.steps if s.name == name)) for t in traces) / 1e6)
-        busiest = 0.0
+        busiest, share = 0.0, 0.0
         for t in traces:
-            b, c, e, k, g = _rank_step_figures(t, next(s for s in t.steps if s.name == name))
-            busiest = max(busiest, g)
+            b, c, e, k, g, gs = _rank_step_figures(t, next(s for s in t.steps if s.name == name))
+            busiest, share = max(busiest, g), max(share, gs)
             busy.update(b)
             comm[t.rank] += c
             exposed[t.rank] += e
             kinds.update(k)
         gpu_busy += busiest
-        shares.append(busiest / step_s[-1] if step_s[-1] else 0.0)
+        shares.append(share)
     n, ranks = len(names), len(traces)
     in_steps = sum(kinds.values())
     median = statistics.median(step_s)

@@ -344,4 +344,8 @@ def _a2a_overlap_problems(s) -> list[str]:
         needs.append("no full recomputation and no `moe` in training.recompute_modules")
     if tr.precision == "fp32":
         needs.append("a bf16, fp16 or fp8 model")
+    if (s.model.mtp_layers or 0) > 1:
+        needs.append("at most one multi-token-prediction module")
+    if tr.kernels.stack != "te" or tr.recompute == "op":
+        needs.append("Megatron-Core under Transformer Engine (kernels.stack te, no per-op recomputation)")
     return [f"training.moe_a2a_overlap: Megatron-Core's EP all-to-all overlap needs {need}" for need in needs]

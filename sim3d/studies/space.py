@@ -274,7 +274,7 @@ class Space:
                             dropped["same run"] += shards
                             continue
                         folded = self._expert_tp(tp) != tp
-                        if folded and not sp:
+                        if (folded and not sp) or self._refused_switches(tp, ep, recompute, sp):
                             dropped["shape"] += shards
                             continue
                         if (order == PP_DP_ORDER and (cp > 1 or ep > 1)) or not self._experts_laid_out(
@@ -321,9 +321,21 @@ class Space:
         etp = self.base.parallel.etp
         return tp if etp is None or self.base.model.moe is None else etp
 
+    def _refused_switches(self, tp: int, ep: int, recompute: str, sp: bool) -> bool:
+        """What Megatron refuses under the base scenario's MoE switches (scenario/checks.py): the
+        EP all-to-all overlap without expert parallelism or under full or per-op recomputation,
+        the allgather dispatcher's expert TP without sequence parallelism."""
+        tr = self.base.training
+        if tr.moe_a2a_overlap and (ep == 1 or recompute in ("full", "op")):
+            return True
+        return (self.base.model.moe is not None and tr.moe_dispatcher == "allgather" and self._expert_tp(tp) > 1
+                and not sp)
+
     def _schedule_problem(self, schedule: str, pp: int, vpp: int, micro: int) -> str:
         if self._split_problem(pp, vpp):
             return "shape"
+        if self.base.training.moe_a2a_overlap and (schedule not in ("1f1b", "interleaved-1f1b") or (pp > 1 and vpp == 1)):
+            return "schedule"  # Megatron's combined 1F1B: a virtual pipeline wherever there is a pipeline
         if pp == 1:
             return "" if (schedule, vpp) == ("1f1b", 1) else "schedule"
         spec = SCHEDULES[schedule]
