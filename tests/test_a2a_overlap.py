@@ -122,3 +122,25 @@ def test_a_rows_notes_turn_it_on_only_when_said_of_this_run():
     assert scenario_dict_of({**cells, "notes": said})["training"]["moe_a2a_overlap"] is True
     later = "precision=bf16; num_experts=8; moe_router_topk=2; later recipe uses moe_a2a_overlap=True - not pinned to this run."
     assert "moe_a2a_overlap" not in scenario_dict_of({**cells, "notes": later})["training"]
+
+
+def test_the_extra_warm_up_forward_holds_one_more_chunk_on_every_rank():
+    """Megatron runs one more warm-up forward before the combined 1F1B steps (schedules.py:
+    num_warmup_microbatches + 1): each rank holds one more chunk's activations at its peak, the
+    largest of its chunks (layers x the per-layer bytes Korthikanti's formulas give)."""
+    import numpy as np
+    from sim3d.model.memory import _layer_activation_bytes, memory_report, stage_layer_counts
+    from sim3d.model.ops import Dims
+    plain_s = load_scenario(MOE, INTERLEAVED)
+    plain = memory_report(plain_s)
+    over = memory_report(load_scenario(MOE, INTERLEAVED + ["training.moe_a2a_overlap=true"]))
+    d = Dims.of(plain_s)
+    dense, moe = stage_layer_counts(plain_s)
+    per_stage = (dense * _layer_activation_bytes(d, False, plain_s.training.recompute)
+                 + moe * _layer_activation_bytes(d, True, plain_s.training.recompute))
+    pp = plain_s.pp
+    for rank, (a, b) in enumerate(zip(plain.rows, over.rows)):
+        largest = max(per_stage[chunk * pp + rank] for chunk in range(2))  # interleaved: stage c*pp + rank
+        assert b.inflight == a.inflight + 1
+        assert b.activations - a.activations == pytest.approx(largest, rel=1e-9)
+    assert over.worst.total > plain.worst.total and np.isfinite(over.worst.total)

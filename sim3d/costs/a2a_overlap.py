@@ -17,8 +17,8 @@ all-to-alls.
 
 sim3d prices every forward and backward of an MoE layer as paired, though the schedule's
 warm-up forwards and cool-down backwards run alone (about p x v of a rank's m x v chunk passes
-each way): optimistic by their exposed all-to-alls. Nor does memory count the one extra warm-up
-micro-batch the overlap schedules (schedules.py) in flight.
+each way): optimistic by their exposed all-to-alls. The one extra warm-up forward the overlap
+schedules (schedules.py) holds one more chunk in flight on every rank (model/memory.py).
 """
 
 from __future__ import annotations

@@ -232,7 +232,8 @@ def memory_per_rank(s, check_schedule: bool = True) -> list[RankMemory]:
     schedule = _schedule_key(s, check_schedule)
     d = Dims.of(s)
     split = layer_split(s)
-    activations = _rank_activations(d, s.training.recompute, split, schedule, s.training.recompute_num_layers)
+    activations = _rank_activations(d, s.training.recompute, split, schedule, s.training.recompute_num_layers,
+                                    s.training.moe_a2a_overlap)
     states = _states_of(s, d, schedule)
     return [RankMemory(rank, stages, layers, params, inflight, w, g, o, acts, other,
                        RESERVE_FIXED_BYTES + ACTIVATION_FRAGMENTATION * (acts + other), working)
@@ -272,10 +273,12 @@ def _rank_stages(schedule: tuple) -> tuple[tuple[int, ...], ...]:
 
 
 @lru_cache(maxsize=65536)
-def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple, recompute_layers: int | None = None
-                      ) -> tuple:
+def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple, recompute_layers: int | None = None,
+                      one_more: bool = False) -> tuple:
     """Per rank: (layer activations at the peak + the recompute working set, embedding /
-    head extras at the peak, that working set, peak in-flight chunks)."""
+    head extras at the peak, that working set, peak in-flight chunks). `one_more`: Megatron's
+    EP all-to-all overlap runs one more warm-up forward before its 1F1B steps (schedules.py:
+    num_warmup_microbatches + 1), so one more chunk, the rank's largest, is in flight at the peak."""
     name, pp, m, vpp, check = schedule
     walked, peaks = _schedule(name, pp, m, vpp, check)
     stages = np.array(_rank_stages(schedule))  # (rank, chunk) -> global stage
@@ -286,6 +289,8 @@ def _rank_activations(d: Dims, recompute: str, split: tuple, schedule: tuple, re
     else:  # fallback: the bound times the largest chunk
         bound = np.array(peaks)
         acts, extras = bound * layers.max(axis=1), bound * other.max(axis=1)
+    if one_more:
+        acts, extras, peaks = acts + layers.max(axis=1), extras + other.max(axis=1), tuple(p + 1 for p in peaks)
     working = np.zeros(pp)
     for policy, counts in _policy_counts(split, recompute, recompute_layers).items():
         if policy == "none":
