@@ -159,6 +159,8 @@ def _simulated_idle(trace_csv: Path, summary: dict) -> float:
     pipeline transfer row in the report's trace.csv), to set beside the traced busiest GPU's; the
     summary's bubble_fraction (the least busy rank's) where the report has no trace."""
     import pandas as pd
+
+    from ..costs.trace_profile import covered, merged
     try:
         rows = pd.read_csv(trace_csv, usecols=["rank", "start_s", "end_s"]).dropna()
     except (OSError, ValueError):
@@ -166,11 +168,5 @@ def _simulated_idle(trace_csv: Path, summary: dict) -> float:
     step = float(rows["end_s"].max() - rows["start_s"].min()) if len(rows) else 0.0
     if step <= 0:
         return 0.0
-    busiest = 0.0
-    for _, spans in rows.groupby("rank"):
-        covered, end = 0.0, float("-inf")
-        for start, stop in sorted(zip(spans["start_s"], spans["end_s"])):
-            covered += max(0.0, stop - max(start, end))
-            end = max(end, stop)
-        busiest = max(busiest, covered)
+    busiest = max(covered(merged(zip(spans["start_s"], spans["end_s"]))) for _, spans in rows.groupby("rank"))
     return max(0.0, 1 - busiest / step)

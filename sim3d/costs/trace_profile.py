@@ -304,17 +304,19 @@ def write_profile(traces: list[RankTrace], out: str | Path, command: str = "",
 
 
 # ---------------------------------------------------------------------------- the traced step
-def _union(intervals) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
+def merged(intervals) -> list[tuple[float, float]]:
+    """Sorted, overlapping (start, end) intervals joined."""
+    joined: list[list[float]] = []
     for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
+        if joined and start <= joined[-1][1]:
+            joined[-1][1] = max(joined[-1][1], end)
         else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
+            joined.append([start, end])
+    return [(a, b) for a, b in joined]
 
 
-def _length(intervals) -> float:
+def covered(intervals) -> float:
+    """Total length of merged intervals."""
     return sum(b - a for a, b in intervals)
 
 
@@ -382,12 +384,12 @@ def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Coun
         elif k.kind not in NON_COMPUTE_KINDS:
             compute[k.device].append(span)
         kinds[k.kind] += k.dur_us / 1e6
-    busy = {f"rank {trace.rank} gpu {d} stream {s}": _length(_union(v)) / 1e6 for (d, s), v in streams.items()}
+    busy = {f"rank {trace.rank} gpu {d} stream {s}": covered(merged(v)) / 1e6 for (d, s), v in streams.items()}
     comm_total = exposed = 0.0
     for device, spans in comm.items():
-        merged = _union(spans)
-        comm_total += _length(merged)
-        exposed += _length(merged) - _overlap(merged, _union(compute.get(device, [])))
+        joined = merged(spans)
+        comm_total += covered(joined)
+        exposed += covered(joined) - _overlap(joined, merged(compute.get(device, [])))
     # the step's window: from its annotation, or from where the last step's window ended (a host
     # running ahead opens a step while the GPU still runs the last), to its last kernel's end
     window_end, devices = step.start_us + _step_span_us(trace, step), defaultdict(list)
@@ -396,7 +398,7 @@ def _rank_step_figures(trace: RankTrace, step) -> tuple[dict, float, float, Coun
     for k in trace.kernels:  # every kernel running in the window, whichever step launched it
         if (a := max(k.start_us, begin)) < (b := min(k.start_us + k.dur_us, window_end)):
             devices[k.device].append((a, b))
-    gpu_busy = max((_length(_union(spans)) for spans in devices.values()), default=0.0)
+    gpu_busy = max((covered(merged(spans)) for spans in devices.values()), default=0.0)
     return busy, comm_total / 1e6, exposed / 1e6, kinds, gpu_busy / 1e6, gpu_busy / max(window_end - begin, 1e-9)
 
 
